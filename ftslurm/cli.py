@@ -1,0 +1,99 @@
+"""The `ftslurm` command line: a thin click layer.
+
+Sub-commands are imported lazily (only the one that runs is imported) so `ftslurm --help`
+stays fast and never imports torch. Each command lives in `ftslurm/commands/<name>.py`.
+Library code raises `UserError` / `CommandError`; `main` turns them into a one-line message
+and a non-zero exit code (2 for user mistakes), never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from ftslurm import __version__
+from ftslurm.errors import UserError
+
+# name -> (module:attribute, one-line help shown by `ftslurm --help` without importing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "cluster": ("ftslurm.commands.cluster:cluster", "Start/stop a real Slurm cluster on this machine."),
+    "submit": ("ftslurm.commands.submit:submit", "Submit an sbatch script (creates its log folder first)."),
+    "lighthouse": ("ftslurm.commands.lighthouse:lighthouse", "Run torchft's Lighthouse as a managed daemon."),
+    "simulate-failure": (
+        "ftslurm.commands.failure:simulate_failure",
+        "Take a replica's node down (or kill/requeue it) and bring it back.",
+    ),
+    "status": ("ftslurm.commands.status:status", "One row per replica of an FT job array."),
+    "logs": ("ftslurm.commands.logs:logs", "Tail replica logs merged in time order."),
+    "report": ("ftslurm.commands.report:report", "Timeline of quorum changes, failures, recoveries."),
+    "demo": ("ftslurm.commands.demo:demo", "The whole fault-tolerance story on this machine."),
+    "assets": ("ftslurm.commands.assets:assets", "Download the tokenizer / make tiny local assets."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands are imported only when invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        if ctx.resilient_parsing or _listing_help(ctx):
+            # `ftslurm --help`: show the short help without importing the module.
+            return click.Command(cmd_name, help=COMMANDS[cmd_name][1])
+        module_name, attr = COMMANDS[cmd_name][0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+def _listing_help(ctx: click.Context) -> bool:
+    args = sys.argv[1:]
+    return bool(args) and args[0] in ("--help", "-h")
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, prog_name="ftslurm")
+def cli() -> None:
+    """Fault-tolerant torchtitan + torchft training on Slurm.
+
+    \b
+    Typical session on a login node:
+      ftslurm lighthouse start                     # managed Lighthouse, prints TORCHFT_LIGHTHOUSE=...
+      ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh
+      ftslurm status                               # one row per replica
+      sudo ftslurm simulate-failure --replica 1 --down-for 30 --wait-recovered
+      ftslurm report outputs/torchft/tft-<job>     # quorum changes, failures, recoveries
+
+    On one machine without a GPU cluster: `ftslurm demo`.
+    """
+
+
+def main() -> None:
+    """Console-script entry point: user errors end in one line and exit code 2."""
+    from ftslurm.runner import CommandError
+
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2 if e.exit_code in (1, 2) else e.exit_code)
+    except UserError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except CommandError as e:
+        click.echo(f"Error: {e.one_line()}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)

@@ -1,0 +1,54 @@
+"""Where ftslurm keeps its state and where runs write their logs.
+
+Everything lives under one outputs directory so a user (and `ftslurm report`) finds it all in
+one place. Default: `outputs/` of the project checkout (the directory holding the sbatch
+scripts), else `./outputs`; `FTSLURM_OUTPUTS` overrides it. Sub-directories have their own
+overrides so tests can run side by side with a user's cluster and Lighthouse.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
+CLASSIC_SCRIPT = "llama3.1-8b-pretraining.sh"
+
+
+def project_root() -> Path:
+    """The checkout holding the sbatch scripts: the package's parent, else the cwd."""
+    env = os.environ.get("FTSLURM_PROJECT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / FT_SCRIPT).exists():
+        return here
+    return Path.cwd()
+
+
+def outputs_dir() -> Path:
+    env = os.environ.get("FTSLURM_OUTPUTS")
+    return Path(env).resolve() if env else project_root() / "outputs"
+
+
+def cluster_dir() -> Path:
+    """State of the local Slurm cluster (`ftslurm cluster up`)."""
+    env = os.environ.get("FTSLURM_CLUSTER_DIR")
+    return Path(env).resolve() if env else outputs_dir() / "cluster"
+
+
+def lighthouse_dir() -> Path:
+    """State of the managed Lighthouse (`ftslurm lighthouse start`)."""
+    env = os.environ.get("FTSLURM_LIGHTHOUSE_DIR")
+    return Path(env).resolve() if env else outputs_dir() / "lighthouse"
+
+
+def torchft_runs_dir() -> Path:
+    """Where the FT sbatch script writes `tft-<job>/tft-<job>_<task>.out`."""
+    return outputs_dir() / "torchft"
+
+
+def events_log() -> Path:
+    """JSON lines of injected failures (`ftslurm simulate-failure`), read by `ftslurm report`."""
+    env = os.environ.get("FTSLURM_EVENTS")
+    return Path(env).resolve() if env else outputs_dir() / "events.jsonl"

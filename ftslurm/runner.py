@@ -1,0 +1,122 @@
+"""The one place that runs external commands.
+
+Every subprocess in ftslurm goes through `run` (wait for the result) or `spawn` (start and
+return): argument lists only, never a shell, a timeout on every wait, output captured, and one
+error type, `CommandError`, that carries the command, its exit code and its stderr so a caller
+can turn it into a one-line message.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class CommandError(Exception):
+    """A command failed to start, exited non-zero, or ran past its timeout."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int | None, stderr: str, reason: str = ""):
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.reason = reason
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        what = self.reason or f"exit code {self.returncode}"
+        last = self.stderr.strip().splitlines()[-1] if self.stderr.strip() else ""
+        msg = f"`{shlex.join(self.cmd)}` failed ({what})"
+        return f"{msg}: {last}" if last else msg
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The result of a finished command."""
+
+    cmd: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _env(env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> dict[str, str]:
+    merged = dict(os.environ if env is None else env)
+    merged.update(extra_env or {})
+    return merged
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    input: str | None = None,
+) -> Completed:
+    """Run `cmd` to completion and capture its output.
+
+    Raises CommandError when the program is missing, when it times out, and (with check=True)
+    when it exits non-zero.
+    """
+    cmd = [str(c) for c in cmd]
+    try:
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=_env(env, extra_env),
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except FileNotFoundError as e:
+        raise CommandError(cmd, None, "", reason=f"{cmd[0]}: not found") from e
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+        raise CommandError(cmd, None, err, reason=f"timed out after {timeout:g} s") from e
+    if check and proc.returncode != 0:
+        raise CommandError(cmd, proc.returncode, proc.stderr or proc.stdout)
+    return Completed(cmd, proc.returncode, proc.stdout, proc.stderr)
+
+
+def spawn(
+    cmd: Sequence[str],
+    *,
+    log_path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    detach: bool = True,
+) -> subprocess.Popen:
+    """Start `cmd` without waiting: stdout and stderr appended to `log_path` (or discarded).
+
+    With detach=True the child gets its own session, so it survives the terminal (logout,
+    Ctrl-C in the shell that started it). Callers track it by pid (see ftslurm.daemon).
+    """
+    cmd = [str(c) for c in cmd]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(env, extra_env),
+            cwd=cwd,
+            start_new_session=detach,
+        )
+    except FileNotFoundError as e:
+        raise CommandError(cmd, None, "", reason=f"{cmd[0]}: not found") from e
+    finally:
+        if log_path:
+            out.close()
