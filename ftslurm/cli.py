@@ -18,18 +18,33 @@ from ftslurm.errors import UserError
 
 # name -> (module:attribute, one-line help shown by `ftslurm --help` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("ftslurm.commands.cluster:cluster", "Start/stop a real Slurm cluster on this machine."),
-    "submit": ("ftslurm.commands.submit:submit", "Submit an sbatch script (creates its log folder first)."),
-    "lighthouse": ("ftslurm.commands.lighthouse:lighthouse", "Run torchft's Lighthouse as a managed daemon."),
+    "cluster": (
+        "ftslurm.commands.cluster:cluster",
+        "Start/stop a real Slurm cluster on this machine.",
+    ),
+    "submit": (
+        "ftslurm.commands.submit:submit",
+        "Submit an sbatch script (creates its log folder first).",
+    ),
+    "lighthouse": (
+        "ftslurm.commands.lighthouse:lighthouse",
+        "Run torchft's Lighthouse as a managed daemon.",
+    ),
     "simulate-failure": (
         "ftslurm.commands.failure:simulate_failure",
         "Take a replica's node down (or kill/requeue it) and bring it back.",
     ),
     "status": ("ftslurm.commands.status:status", "One row per replica of an FT job array."),
     "logs": ("ftslurm.commands.logs:logs", "Tail replica logs merged in time order."),
-    "report": ("ftslurm.commands.report:report", "Timeline of quorum changes, failures, recoveries."),
+    "report": (
+        "ftslurm.commands.report:report",
+        "Timeline of quorum changes, failures, recoveries.",
+    ),
     "demo": ("ftslurm.commands.demo:demo", "The whole fault-tolerance story on this machine."),
-    "assets": ("ftslurm.commands.assets:assets", "Download the tokenizer / make tiny local assets."),
+    "assets": (
+        "ftslurm.commands.assets:assets",
+        "Download the tokenizer / make tiny local assets.",
+    ),
 }
 
 
@@ -64,11 +79,11 @@ def cli() -> None:
 
     \b
     Typical session on a login node:
-      ftslurm lighthouse start                     # managed Lighthouse, prints TORCHFT_LIGHTHOUSE=...
+      ftslurm lighthouse start               # prints TORCHFT_LIGHTHOUSE=...
       ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh
-      ftslurm status                               # one row per replica
+      ftslurm status                         # one row per replica
       sudo ftslurm simulate-failure --replica 1 --down-for 30 --wait-recovered
-      ftslurm report outputs/torchft/tft-<job>     # quorum changes, failures, recoveries
+      ftslurm report outputs/torchft/tft-<job>  # the timeline
 
     On one machine without a GPU cluster: `ftslurm demo`.
     """

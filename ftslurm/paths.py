@@ -21,8 +21,8 @@ def project_root() -> Path:
     if env:
         return Path(env).resolve()
     here = Path(__file__).resolve().parent.parent
-    if (here / FT_SCRIPT).exists():
-        return here
+    if (here / FT_SCRIPT).exists() or (here / "pyproject.toml").exists():
+        return here  # a checkout (editable install): keep state beside the scripts
     return Path.cwd()
 
 

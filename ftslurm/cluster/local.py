@@ -1,0 +1,270 @@
+"""Start and stop the local Slurm cluster: munged, slurmctld and N slurmd nodes.
+
+Each node runs in its own UTS + mount namespace (hostname = node name, private /etc/hosts),
+tracked by the pid of the process that holds the namespace. `down` kills every process in
+those namespaces (slurmd, slurmstepd, job tasks) and the daemons by their pidfiles, never
+anything else on the machine. Both `up` and `down` are idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftslurm import paths, procs
+from ftslurm.cluster.config import (
+    ClusterSpec,
+    munged_command,
+    node_command,
+    render_hosts,
+    render_slurm_conf,
+    slurmctld_command,
+)
+from ftslurm.errors import UserError
+from ftslurm.runner import CommandError, run, spawn
+from ftslurm.slurm.parse import parse_sinfo_nodes
+from ftslurm.wait import WaitTimeout, wait_for
+
+REQUIRED_BINARIES = ("slurmctld", "slurmd", "sinfo", "sbatch", "scontrol", "squeue", "munged")
+DEBIAN_PACKAGES = ("slurm-wlm", "munge")
+SPEC_FILE = "cluster.json"
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class ClusterStatus:
+    state_dir: str
+    running: bool
+    nodes: dict[str, str]  # node name -> Slurm state ('idle', 'allocated', 'down', ...)
+    conf: str | None
+
+
+def slurm_env(spec: ClusterSpec) -> dict[str, str]:
+    """Environment for Slurm clients talking to this cluster."""
+    return {**os.environ, "SLURM_CONF": str(spec.conf_path)}
+
+
+def load_spec(state_dir: Path | None = None) -> ClusterSpec | None:
+    state_dir = state_dir or paths.cluster_dir()
+    try:
+        data = json.loads((state_dir / SPEC_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return ClusterSpec(**data)
+
+
+def missing_binaries() -> list[str]:
+    return [b for b in REQUIRED_BINARIES if shutil.which(b) is None] + (
+        [] if shutil.which("unshare") else ["unshare"]
+    )
+
+
+def ensure_packages(progress: Progress = _quiet, install: bool = True) -> None:
+    """Install slurm-wlm and munge with apt-get when missing and we are root; otherwise say
+    exactly what to install."""
+    missing = missing_binaries()
+    if not missing:
+        return
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *DEBIAN_PACKAGES]
+    if not install or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise UserError(
+            f"missing {', '.join(missing)}: install them with "
+            f"`sudo apt-get update && sudo {' '.join(cmd)}`"
+        )
+    progress(f"installing {' '.join(DEBIAN_PACKAGES)} with apt-get (about 20 s) ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], timeout=600, env=env)
+    run(cmd, timeout=900, env=env)
+    still = missing_binaries()
+    if still:
+        raise UserError(f"apt-get ran but {', '.join(still)} is still missing")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_ports(nodes: int, preferred: int = 6817) -> int:
+    """A base port such that base..base+nodes are all free (ctld = base, slurmd = base+1+i).
+    Slurm's default 6817 is preferred; another cluster on the machine pushes us up."""
+    candidates = [preferred, *range(21000, 30000, 64)]
+    for base in candidates:
+        if all(_port_free(base + k) for k in range(nodes + 1)):
+            return base
+    raise UserError("no free block of ports for slurmctld/slurmd found")
+
+
+def new_spec(nodes: int, state_dir: Path) -> ClusterSpec:
+    base = choose_ports(nodes)
+    return ClusterSpec(
+        state_dir=str(state_dir), nodes=nodes, ctld_port=base, slurmd_base_port=base + 1
+    )
+
+
+def _node_pidfile(spec: ClusterSpec, node: str) -> Path:
+    return spec.path("run", f"node-{node}.pid")
+
+
+def _daemon_pids(spec: ClusterSpec) -> dict[str, int | None]:
+    pids = {
+        "munged": procs.read_pidfile(spec.path("run", "munged.pid")),
+        "slurmctld": procs.read_pidfile(spec.path("run", "slurmctld.pid")),
+    }
+    for node in spec.node_names:
+        pids[node] = procs.read_pidfile(_node_pidfile(spec, node))
+    return pids
+
+
+def _all_alive(spec: ClusterSpec) -> bool:
+    return all(procs.pid_alive(p) for p in _daemon_pids(spec).values())
+
+
+def node_states(spec: ClusterSpec, timeout: float = 10) -> dict[str, str]:
+    out = run(["sinfo", "-h", "-N", "-o", "%N %T"], env=slurm_env(spec), timeout=timeout)
+    return parse_sinfo_nodes(out.stdout)
+
+
+def _prepare_state_dir(spec: ClusterSpec) -> None:
+    root = Path(spec.state_dir)
+    for sub in ("ctld", "run", "log", "spool"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    munge_dir = root / "munge"
+    munge_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(munge_dir, 0o755)  # munged refuses a socket dir of 700 ("inaccessible")
+    key = munge_dir / "munge.key"
+    if not key.exists():
+        key.write_bytes(secrets.token_bytes(1024))
+    os.chmod(key, 0o600)
+    spec.conf_path.write_text(render_slurm_conf(spec))
+    spec.hosts_path.write_text(render_hosts(spec))
+    (root / SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+
+
+def up(
+    nodes: int = 2,
+    state_dir: Path | None = None,
+    progress: Progress = _quiet,
+    timeout: float = 30,
+    install: bool = True,
+) -> ClusterSpec:
+    """Start the cluster (or find it running) and wait until every node is idle."""
+    if nodes < 1 or nodes > 64:
+        raise UserError(f"--nodes must be between 1 and 64, got {nodes}")
+    state_dir = (state_dir or paths.cluster_dir()).resolve()
+    if os.geteuid() != 0:
+        raise UserError("the local cluster needs root (namespaces, slurmd): run with sudo")
+    ensure_packages(progress, install=install)
+    spec = load_spec(state_dir)
+    if spec is not None and _all_alive(spec):
+        if spec.nodes == nodes:
+            progress(f"cluster already up: {nodes} nodes ({state_dir})")
+            _wait_idle(spec, timeout, progress)
+            return spec
+        progress(f"cluster is up with {spec.nodes} nodes; restarting it with {nodes}")
+    if spec is not None:
+        down(state_dir)
+    spec = new_spec(nodes, state_dir)
+    _prepare_state_dir(spec)
+    env = slurm_env(spec)
+    logs = spec.path("log")
+    try:
+        run(munged_command(spec), timeout=15, env=env)
+        run(slurmctld_command(spec), timeout=30, env=env)
+        for node in spec.node_names:
+            proc = spawn(
+                node_command(spec, node),
+                log_path=logs / f"node-{node}.out",
+                env=env,
+                detach=True,
+            )
+            _node_pidfile(spec, node).write_text(f"{proc.pid}\n")
+        _wait_idle(spec, timeout, progress)
+    except (CommandError, WaitTimeout, UserError) as e:
+        down(state_dir)
+        raise UserError(f"cluster did not come up: {e} (logs in {logs})") from e
+    return spec
+
+
+def _wait_idle(spec: ClusterSpec, timeout: float, progress: Progress) -> None:
+    def all_idle() -> bool:
+        try:
+            states = node_states(spec, timeout=5)
+        except CommandError:
+            return False
+        return len(states) == spec.nodes and all(
+            s.rstrip("*~#") in ("idle", "allocated", "mixed", "completing") for s in states.values()
+        )
+
+    wait_for(all_idle, timeout=timeout, interval=0.2, what=f"{spec.nodes} idle nodes in sinfo")
+    progress(f"{spec.nodes} nodes up: {', '.join(spec.node_names)}")
+
+
+def _kill_node(spec: ClusterSpec, node: str) -> None:
+    holder = procs.read_pidfile(_node_pidfile(spec, node))
+    if holder and procs.pid_alive(holder):
+        ns = procs.uts_ns(holder)
+        if ns and ns != procs.uts_ns(os.getpid()):
+            # slurmd, slurmstepd and every job task of this node share the namespace.
+            for _ in range(3):
+                pids = procs.pids_in_uts_ns(ns)
+                if not pids:
+                    break
+                procs.kill_pids(pids, signal.SIGKILL)
+                time.sleep(0.05)
+        else:
+            procs.kill_pids([holder], signal.SIGKILL)
+    _node_pidfile(spec, node).unlink(missing_ok=True)
+
+
+def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
+    """Stop what `up` started, by pid. Returns False if nothing was running."""
+    state_dir = (state_dir or paths.cluster_dir()).resolve()
+    spec = load_spec(state_dir)
+    if spec is None:
+        progress(f"no cluster in {state_dir}: nothing to stop")
+        return False
+    pids = _daemon_pids(spec)
+    was_running = any(procs.pid_alive(p) for p in pids.values())
+    for node in spec.node_names:
+        _kill_node(spec, node)
+    for name in ("slurmctld", "munged"):
+        pid = pids[name]
+        if pid and procs.pid_alive(pid):
+            procs.terminate(pid, grace_s=5)
+        spec.path("run", f"{name}.pid").unlink(missing_ok=True)
+    progress("cluster stopped" if was_running else "cluster was not running")
+    return was_running
+
+
+def status(state_dir: Path | None = None) -> ClusterStatus:
+    state_dir = (state_dir or paths.cluster_dir()).resolve()
+    spec = load_spec(state_dir)
+    if spec is None:
+        return ClusterStatus(str(state_dir), False, {}, None)
+    running = _all_alive(spec)
+    nodes: dict[str, str] = {}
+    if running:
+        try:
+            nodes = node_states(spec, timeout=5)
+        except CommandError:
+            nodes = {}
+    return ClusterStatus(str(state_dir), running, nodes, str(spec.conf_path))

@@ -1,0 +1,54 @@
+"""`ftslurm submit [SBATCH OPTIONS] SCRIPT [ARGS]`: sbatch, with the log folder made first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ftslurm.errors import UserError
+
+
+def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
+    """Everything before the first argument that names an existing file is an sbatch option;
+    that file is the script; the rest are the script's arguments."""
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-") and Path(arg).is_file():
+            return argv[:i], arg, argv[i + 1 :]
+    raise UserError(
+        "no script given (or it does not exist): "
+        "ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh"
+    )
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {job_id, log_dir} as JSON.")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def submit(as_json: bool, argv: tuple[str, ...]) -> None:
+    """Submit SCRIPT with sbatch, creating `outputs/torchft/` first.
+
+    Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
+    create output directories, and a job whose output path is missing fails without requeue;
+    this makes sure the scripts' log folder exists in the submit directory.
+
+    \b
+    Examples:
+      ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh
+      ftslurm submit --nodes=2 llama3.1-8b-pretraining.sh
+      DEVICE=cpu ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh   # local CPU
+    """
+    from ftslurm.slurm import client
+
+    options, script, script_args = split_submit_args(list(argv))
+    runs = Path.cwd() / "outputs" / "torchft"
+    runs.mkdir(parents=True, exist_ok=True)
+    job_id = client.sbatch(script, options, script_args)
+    log_dir = runs / f"tft-{job_id}"
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "log_dir": str(log_dir)}))
+    else:
+        click.echo(f"Submitted batch job {job_id}")
+        click.echo(f"logs: {log_dir}/ (follow with: ftslurm logs --job {job_id} -f)", err=True)

@@ -1,0 +1,85 @@
+"""Facts about processes read from /proc: liveness (zombie-aware), pidfiles, namespaces.
+
+Why not `kill -0`: in containers PID 1 reaps lazily, so a dead daemon lingers as a zombie and
+`kill -0` says it is alive. Stopping by pid needs to know the truth.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state from /proc/PID/stat (R, S, Z, ...), or None if there is no such pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm may contain spaces and parentheses: the state follows the LAST ')'.
+    return stat[stat.rfind(")") + 2 :].split(" ", 1)[0]
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if `pid` exists and is not a zombie."""
+    if not pid or pid <= 0:
+        return False
+    state = proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def read_pidfile(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (FileNotFoundError, PermissionError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+
+
+def uts_ns(pid: int) -> str | None:
+    """The UTS namespace id of `pid` (e.g. 'uts:[4026532301]'), None if unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return None
+
+
+def pids_in_uts_ns(ns: str) -> list[int]:
+    """Every live pid whose UTS namespace is `ns`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and uts_ns(int(entry)) == ns:
+            out.append(int(entry))
+    return out
+
+
+def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def terminate(pid: int, grace_s: float = 5.0) -> bool:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL. Returns True if it had to SIGKILL."""
+    if not pid_alive(pid):
+        return False
+    kill_pids([pid], signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return False
+        time.sleep(0.05)
+    kill_pids([pid], signal.SIGKILL)
+    return True

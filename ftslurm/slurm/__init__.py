@@ -1,0 +1,1 @@
+"""Slurm: pure argument builders (args), pure output parsers (parse), the client (client)."""

@@ -1,0 +1,47 @@
+"""Pure builders of Slurm command lines (argument lists; printable as a dry run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def sbatch_cmd(
+    script: str, sbatch_options: Sequence[str] = (), script_args: Sequence[str] = ()
+) -> list[str]:
+    """`sbatch --parsable [options] script [args]`: --parsable prints `<jobid>[;cluster]`."""
+    return ["sbatch", "--parsable", *sbatch_options, script, *script_args]
+
+
+def node_update_cmd(node: str, state: str, reason: str | None = None) -> list[str]:
+    """`scontrol update NodeName=... State=DOWN|RESUME [Reason=...]` (DOWN needs a reason)."""
+    cmd = ["scontrol", "update", f"NodeName={node}", f"State={state}"]
+    if reason:
+        cmd.append(f"Reason={reason}")
+    return cmd
+
+
+def requeue_cmd(job: str) -> list[str]:
+    """`scontrol requeue <job>` where job is `<array_job>_<task>` for one array task."""
+    return ["scontrol", "requeue", job]
+
+
+def show_job_cmd(job: str | None = None) -> list[str]:
+    return ["scontrol", "show", "job", *([job] if job else [])]
+
+
+def squeue_json_cmd() -> list[str]:
+    # -j/-t are ignored with --json on 22.05: callers filter.
+    return ["squeue", "--json"]
+
+
+def squeue_text_cmd(fmt: str, jobs: str | None = None) -> list[str]:
+    return ["squeue", "-h", "-t", "all", "-o", fmt, *(["-j", jobs] if jobs else [])]
+
+
+def sinfo_nodes_cmd() -> list[str]:
+    return ["sinfo", "-h", "-N", "-o", "%N %T"]
+
+
+def parse_sbatch_parsable(stdout: str) -> int:
+    """`sbatch --parsable` output (`12` or `12;cluster`) -> job id."""
+    return int(stdout.strip().splitlines()[-1].split(";", 1)[0])

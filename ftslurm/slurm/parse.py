@@ -1,0 +1,225 @@
+"""Pure parsers of Slurm client output (Debian's Slurm 22.05; tested on recorded real output).
+
+Unknown states map to UNKNOWN, never an exception: Slurm adds states between releases and
+decorates them (`idle*` = not responding, `down~`, `COMPLETING`, `PENDING (BeginTime)`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+JOB_STATES = {
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED",
+    "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+    "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "REVOKED", "SIGNALING",
+    "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "CONFIGURING", "RESV_DEL_HOLD",
+}  # fmt: skip
+SHORT_JOB_STATES = {
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING", "CD": "COMPLETED",
+    "CA": "CANCELLED", "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED",
+    "BF": "BOOT_FAIL", "DL": "DEADLINE", "OOM": "OUT_OF_MEMORY", "RQ": "REQUEUED",
+    "RH": "REQUEUE_HOLD", "RF": "REQUEUE_FED", "RS": "RESIZING", "RV": "REVOKED",
+    "SI": "SIGNALING", "SE": "SPECIAL_EXIT", "SO": "STAGE_OUT", "ST": "STOPPED",
+    "CF": "CONFIGURING",
+}  # fmt: skip
+UNKNOWN = "UNKNOWN"
+
+
+def normalize_job_state(raw: str | None) -> str:
+    """'RUNNING', 'R', 'CANCELLED by 0', 'PENDING' ... -> canonical name, else UNKNOWN."""
+    if not raw:
+        return UNKNOWN
+    word = raw.strip().split()[0].upper().rstrip("+")
+    if word in JOB_STATES:
+        return word
+    return SHORT_JOB_STATES.get(word, UNKNOWN)
+
+
+NODE_BASE_STATES = {
+    "idle", "allocated", "alloc", "mixed", "mix", "down", "drained", "drain", "draining",
+    "drng", "completing", "comp", "fail", "failing", "future", "futr", "maint", "reserved",
+    "resv", "unknown", "unk", "inval", "planned", "plnd", "power_down", "powered_down",
+    "powering_down", "powering_up", "reboot_issued", "reboot_requested", "perfctrs", "npc",
+    "blocked",
+}  # fmt: skip
+NODE_ALIASES = {
+    "alloc": "allocated",
+    "mix": "mixed",
+    "comp": "completing",
+    "drng": "draining",
+    "unk": "unknown",
+    "futr": "future",
+    "resv": "reserved",
+    "plnd": "planned",
+}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's state split into its base word and Slurm's flags."""
+
+    base: str  # idle, allocated, down, ... or 'unknown'
+    not_responding: bool = False  # '*'
+    raw: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.base in ("idle", "allocated", "mixed", "completing") and not self.not_responding
+
+
+def parse_node_state(raw: str) -> NodeState:
+    """'idle', 'idle*', 'down*', 'allocated+drain', 'IDLE' -> NodeState."""
+    text = raw.strip()
+    not_responding = "*" in text
+    word = re.split(r"[*~#!%$@^\-+ ]", text.lower(), maxsplit=1)[0]
+    word = NODE_ALIASES.get(word, word)
+    base = word if word in NODE_BASE_STATES else "unknown"
+    return NodeState(base=base, not_responding=not_responding, raw=text)
+
+
+def parse_sinfo_nodes(text: str) -> dict[str, str]:
+    """`sinfo -h -N -o '%N %T'` -> {node: state}. A node in several partitions appears once."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            out.setdefault(parts[0], parts[1])
+    return out
+
+
+_KV = re.compile(r"([A-Za-z][\w:/.]*)=(.*?)(?=\s+[A-Za-z][\w:/.]*=|\s*$)")
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """`scontrol show job/node` text -> dict. Values run to the next ` Key=` token, so values
+    with spaces (a node's `Reason=ftslurm test [root@...]`) stay whole. One record; see
+    `split_scontrol_records` for many."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        for key, value in _KV.findall(line.strip()):
+            out.setdefault(key, value)
+    return out
+
+
+def split_scontrol_records(text: str) -> list[dict[str, str]]:
+    """Many records separated by blank lines (`scontrol show job` with several jobs)."""
+    return [parse_key_values(block) for block in re.split(r"\n\s*\n", text) if block.strip()]
+
+
+@dataclass
+class JobInfo:
+    """One Slurm job (or array task) as the FT tools need it."""
+
+    job_id: int
+    array_job_id: int | None
+    array_task_id: int | None
+    state: str
+    reason: str = ""
+    node: str = ""
+    restarts: int = 0
+    name: str = ""
+    user: str = ""
+    submit_time: int | None = None
+    start_time: int | None = None
+    stdout: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.job_id)
+
+
+def _int_or_none(v) -> int | None:
+    if v is None or v == "" or isinstance(v, bool):
+        return None
+    if isinstance(v, dict):  # newer openapi: {"set": true, "number": 3}
+        return _int_or_none(v.get("number")) if v.get("set", True) else None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_squeue_json(text: str) -> list[JobInfo]:
+    """`squeue --json` (openapi v0.0.38 on 22.05; tolerant of newer shapes) -> jobs.
+
+    Note: on 22.05 `squeue --json` ignores -j/-t; callers filter themselves."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    jobs = []
+    for j in data.get("jobs", []) if isinstance(data, dict) else []:
+        state = j.get("job_state")
+        if isinstance(state, list):  # newer Slurm: a list of flags
+            state = state[0] if state else None
+        array_job = _int_or_none(j.get("array_job_id"))
+        task = _int_or_none(j.get("array_task_id"))
+        jobs.append(
+            JobInfo(
+                job_id=_int_or_none(j.get("job_id")) or 0,
+                array_job_id=array_job if array_job else None,
+                array_task_id=task,
+                state=normalize_job_state(state),
+                reason=str(j.get("state_reason") or ""),
+                node=str(j.get("nodes") or j.get("batch_host") or ""),
+                restarts=_int_or_none(j.get("restart_cnt")) or 0,
+                name=str(j.get("name") or ""),
+                user=str(j.get("user_name") or ""),
+                submit_time=_int_or_none(j.get("submit_time")),
+                start_time=_int_or_none(j.get("start_time")),
+                stdout=str(j.get("standard_output") or ""),
+            )
+        )
+    return jobs
+
+
+# `squeue -h -o` format used when --json is missing; '|' never appears in these fields.
+SQUEUE_FORMAT = "%i|%F|%K|%T|%r|%N|%j|%u"
+
+
+def parse_squeue_text(text: str) -> list[JobInfo]:
+    """`squeue -h -o SQUEUE_FORMAT` -> jobs (restarts are not in squeue's text output)."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 8:
+            continue
+        jid, array_job, task, state, reason, node, name, user = parts[:8]
+        base = jid.split("_", 1)[0]
+        task_id = _int_or_none(task) if task not in ("N/A", "") else None
+        jobs.append(
+            JobInfo(
+                job_id=_int_or_none(base) or 0,
+                array_job_id=_int_or_none(array_job) if task_id is not None else None,
+                array_task_id=task_id,
+                state=normalize_job_state(state),
+                reason="" if reason in ("None", "(null)") else reason,
+                node=node,
+                name=name,
+                user=user,
+            )
+        )
+    return jobs
+
+
+def job_from_scontrol(rec: dict[str, str]) -> JobInfo:
+    """One record of `scontrol show job` -> JobInfo (has Restarts, which squeue text lacks)."""
+    task = _int_or_none(rec.get("ArrayTaskId"))
+    node = rec.get("BatchHost") or rec.get("NodeList", "")
+    return JobInfo(
+        job_id=_int_or_none(rec.get("JobId")) or 0,
+        array_job_id=_int_or_none(rec.get("ArrayJobId")) if task is not None else None,
+        array_task_id=task,
+        state=normalize_job_state(rec.get("JobState")),
+        reason="" if rec.get("Reason") in (None, "None") else rec["Reason"],
+        node="" if node in ("(null)", "None") else node,
+        restarts=_int_or_none(rec.get("Restarts")) or 0,
+        name=rec.get("JobName", ""),
+        user=rec.get("UserId", "").split("(", 1)[0],
+        stdout=rec.get("StdOut", ""),
+    )

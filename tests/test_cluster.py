@@ -1,0 +1,172 @@
+"""The local Slurm cluster: config text (golden) and the real thing (slurmctld + slurmd)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm import procs
+from ftslurm.cli import cli
+from ftslurm.cluster import local
+from ftslurm.cluster.config import ClusterSpec, node_command, render_hosts, render_slurm_conf
+from ftslurm.errors import UserError
+from ftslurm.slurm import client
+from ftslurm.wait import wait_for
+
+GOLDEN = Path(__file__).parent / "fixtures" / "cluster"
+
+
+def test_slurm_conf_golden():
+    spec = ClusterSpec(state_dir="/state", nodes=3, ctld_port=6817, slurmd_base_port=6818)
+    assert render_slurm_conf(spec) == (GOLDEN / "slurm.conf.golden").read_text()
+
+
+def test_hosts_resolve_nodes_and_login():
+    text = render_hosts(ClusterSpec(state_dir="/s", nodes=2))
+    first = text.splitlines()[0].split()
+    assert first[0] == "127.0.0.1"
+    assert {"worker-0", "worker-1", "login-0"} <= set(first[1:])
+
+
+def test_node_command_is_an_argument_list_with_the_node_name():
+    cmd = node_command(ClusterSpec(state_dir="/s", nodes=1), "worker-0")
+    assert cmd[:2] == ["unshare", "--uts"]
+    assert cmd[-3:] == ["worker-0", "/s/hosts", "/s/slurm.conf"]
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(60)
+def test_sinfo_shows_n_idle_nodes(slurm_cluster):
+    states = client.nodes()
+    assert sorted(states) == slurm_cluster.node_names
+    assert all(s == "idle" for s in states.values()), states
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(60)
+def test_job_hostname_is_node_name_and_login_resolves(slurm_cluster, tmp_path):
+    out = tmp_path / "host.out"
+    script = tmp_path / "host.sh"
+    script.write_text("#!/bin/sh\nhostname\ngetent hosts login-0\n")
+    job = client.sbatch(script, [f"--output={out}"])
+    wait_for(lambda: out.exists() and "login-0" in out.read_text(), 30, what=f"job {job}")
+    name, login = out.read_text().splitlines()[:2]
+    assert name in slurm_cluster.node_names
+    assert login.split()[0] == "127.0.0.1"
+
+
+JOB = """#!/bin/bash
+echo "task=$SLURM_ARRAY_TASK_ID host=$(hostname) SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
+exec sleep 600
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_array_task_requeued_when_its_node_goes_down(slurm_cluster, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text(JOB)
+    opts = ["--array=0-1", "--requeue", "--open-mode=append", f"--output={tmp_path}/t-%A_%a.out"]
+    job = client.sbatch(script, opts)
+    node = None
+    try:
+
+        def tasks():
+            return {j.array_task_id: j for j in client.jobs(job)}
+
+        running = wait_for(
+            lambda: (
+                (t := tasks())
+                and all(x.state == "RUNNING" for x in t.values())
+                and len(t) == 2
+                and t
+            ),
+            30,
+            what="both array tasks RUNNING",
+        )
+        assert running[0].node != running[1].node  # one task per node
+        node = running[1].node
+        log1 = tmp_path / f"t-{job}_1.out"
+        wait_for(lambda: log1.exists() and "SLURM_RESTART_COUNT=0" in log1.read_text(), 30)
+
+        client.update_node(node, "DOWN", "ftslurm test")
+        after = wait_for(
+            lambda: (t := tasks())[1].state == "PENDING" and t, 20, what="task 1 PENDING"
+        )
+        assert after[0].state == "RUNNING"  # task 0 keeps running
+        assert after[1].restarts == 1
+
+        client.update_node(node, "RESUME")
+        node = None
+        again = wait_for(
+            lambda: (t := tasks())[1].state == "RUNNING" and t, 30, what="task 1 again"
+        )
+        assert again[1].restarts == 1
+        wait_for(lambda: "SLURM_RESTART_COUNT=1" in log1.read_text(), 20, what="attempt 1 log")
+        text = log1.read_text()
+        # appended to the same file: attempt 0's line is still there, before attempt 1's
+        assert text.index("SLURM_RESTART_COUNT=0") < text.index("SLURM_RESTART_COUNT=1")
+    finally:
+        if node:
+            client.update_node(node, "RESUME")
+        subprocess.run(["scancel", str(job)], env=client.slurm_env(), timeout=30)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_cli_up_twice_down_twice(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    state = str(tmp_path / "c2")
+    runner = CliRunner()
+    first = runner.invoke(cli, ["cluster", "up", "--nodes", "1", "--state-dir", state])
+    assert first.exit_code == 0, first.output
+    try:
+        spec = local.load_spec(Path(state))
+        holder = procs.read_pidfile(Path(state, "run", "node-worker-0.pid"))
+        second = runner.invoke(cli, ["cluster", "up", "--nodes", "1", "--state-dir", state])
+        assert second.exit_code == 0, second.output
+        assert "already up" in second.output
+        # the same node namespace: nothing was restarted
+        assert procs.read_pidfile(Path(state, "run", "node-worker-0.pid")) == holder
+        env = runner.invoke(cli, ["cluster", "env", "--state-dir", state])
+        assert env.output.strip() == f"export SLURM_CONF={spec.conf_path}"
+    finally:
+        d1 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
+    assert d1.exit_code == 0
+    assert not procs.pid_alive(holder)
+    d2 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
+    assert d2.exit_code == 0 and "not running" in d2.output
+
+
+def test_not_root_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    from ftslurm.cli import main
+
+    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sys, "argv", ["ftslurm", "cluster", "up", "--state-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "needs root" in err and "sudo" in err and "Traceback" not in err
+
+
+def test_missing_packages_name_the_install_command(monkeypatch):
+    monkeypatch.setattr(local, "missing_binaries", lambda: ["slurmctld", "munged"])
+    with pytest.raises(
+        UserError, match="apt-get install -y --no-install-recommends slurm-wlm munge"
+    ):
+        local.ensure_packages(install=False)
+
+
+def test_wait_helper_times_out_quickly():
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="timed out"):
+        wait_for(lambda: False, 0.3, interval=0.05)
+    assert time.monotonic() - t0 < 2

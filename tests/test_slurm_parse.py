@@ -1,0 +1,132 @@
+"""Parsers of Slurm output, on output recorded from this project's local Slurm 22.05.8."""
+
+from __future__ import annotations
+
+import pytest
+
+from ftslurm.slurm.args import node_update_cmd, parse_sbatch_parsable, requeue_cmd
+from ftslurm.slurm.parse import (
+    UNKNOWN,
+    job_from_scontrol,
+    normalize_job_state,
+    parse_node_state,
+    parse_sinfo_nodes,
+    parse_squeue_json,
+    parse_squeue_text,
+    split_scontrol_records,
+)
+
+
+def read(fixtures_dir, name: str) -> str:
+    return (fixtures_dir / "slurm" / name).read_text()
+
+
+def by_key(jobs):
+    return {j.key: j for j in jobs}
+
+
+def test_squeue_json_running_array(fixtures_dir):
+    jobs = by_key(parse_squeue_json(read(fixtures_dir, "squeue_running.json")))
+    assert set(jobs) == {"1_0", "1_1"}
+    assert jobs["1_0"].state == "RUNNING" and jobs["1_0"].node == "worker-0"
+    assert jobs["1_1"].node == "worker-1"
+    assert jobs["1_1"].restarts == 0
+    assert jobs["1_1"].stdout.endswith("rec-%A_%a.out")  # unexpanded on 22.05
+
+
+def test_squeue_json_node_down_sets_pending_and_restart(fixtures_dir):
+    jobs = by_key(parse_squeue_json(read(fixtures_dir, "squeue_node_down.json")))
+    assert jobs["1_1"].state == "PENDING"
+    assert jobs["1_1"].restarts == 1
+    assert jobs["1_0"].state == "RUNNING"
+
+
+def test_squeue_text_odd_states(fixtures_dir):
+    down = by_key(parse_squeue_text(read(fixtures_dir, "squeue_node_down.txt")))
+    assert down["1_1"].state == "PENDING" and down["1_1"].node == ""
+    comp = by_key(parse_squeue_text(read(fixtures_dir, "squeue_completing.txt")))
+    assert comp["1_0"].state == "COMPLETING"
+    assert comp["1_1"].reason == "job requeued in held state"
+    fail = by_key(parse_squeue_text(read(fixtures_dir, "squeue_node_fail.txt")))
+    assert fail["3"].state == "NODE_FAIL" and fail["3"].array_task_id is None
+    assert fail["3"].reason == "NodeDown"
+    res = by_key(parse_squeue_text(read(fixtures_dir, "squeue_pending_resources.txt")))
+    assert res["4_2"].state == "PENDING" and res["4_2"].reason == "Resources"
+    hold = by_key(parse_squeue_text(read(fixtures_dir, "squeue_requeue_hold.txt")))
+    assert hold["4_0"].state == "PENDING"
+    assert hold["4_0"].reason == "job requeued in held state"
+
+
+def test_squeue_json_completing_and_node_fail(fixtures_dir):
+    comp = by_key(parse_squeue_json(read(fixtures_dir, "squeue_completing.json")))
+    assert comp["1_0"].state == "COMPLETING"
+    fail = by_key(parse_squeue_json(read(fixtures_dir, "squeue_node_fail.json")))
+    assert fail["3"].state == "NODE_FAIL"
+
+
+def test_scontrol_show_job_records(fixtures_dir):
+    recs = split_scontrol_records(read(fixtures_dir, "scontrol_job_node_down.txt"))
+    jobs = by_key(job_from_scontrol(r) for r in recs)
+    assert jobs["1_1"].state == "PENDING"
+    assert jobs["1_1"].restarts == 1
+    assert jobs["1_0"].node == "worker-0"
+    held = job_from_scontrol(
+        split_scontrol_records(read(fixtures_dir, "scontrol_job_requeue_hold.txt"))[0]
+    )
+    assert held.state == "PENDING" and held.reason == "job_requeued_in_held_state"
+    nf = job_from_scontrol(
+        split_scontrol_records(read(fixtures_dir, "scontrol_job_node_fail.txt"))[0]
+    )
+    assert nf.state == "NODE_FAIL" and nf.reason == "NodeDown"
+
+
+def test_scontrol_node_reason_keeps_spaces(fixtures_dir):
+    rec = split_scontrol_records(read(fixtures_dir, "scontrol_node_down.txt"))[0]
+    assert rec["NodeName"] == "worker-1"
+    assert rec["Reason"].startswith("ftslurm test")
+    assert parse_node_state(rec["State"]).base == "down"
+
+
+def test_sinfo_nodes(fixtures_dir):
+    assert parse_sinfo_nodes(read(fixtures_dir, "sinfo_down.txt")) == {
+        "worker-0": "allocated",
+        "worker-1": "down",
+    }
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("RUNNING", "RUNNING"),
+        ("R", "RUNNING"),
+        ("PD", "PENDING"),
+        ("CG", "COMPLETING"),
+        ("CANCELLED by 0", "CANCELLED"),
+        ("REQUEUE_HOLD", "REQUEUE_HOLD"),
+        ("NODE_FAIL", "NODE_FAIL"),
+        ("SOMETHING_NEW", UNKNOWN),
+        ("", UNKNOWN),
+        (None, UNKNOWN),
+    ],
+)
+def test_normalize_job_state(raw, expected):
+    assert normalize_job_state(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw,base,nr",
+    [("idle", "idle", False), ("idle*", "idle", True), ("down*", "down", True),
+     ("allocated+drain", "allocated", False), ("mix", "mixed", False), ("weird", "unknown", False)],
+)  # fmt: skip
+def test_node_state(raw, base, nr):
+    st = parse_node_state(raw)
+    assert (st.base, st.not_responding) == (base, nr)
+
+
+def test_arg_builders():
+    assert node_update_cmd("worker-1", "DOWN", "ftslurm test") == [
+        "scontrol", "update", "NodeName=worker-1", "State=DOWN", "Reason=ftslurm test",
+    ]  # fmt: skip
+    assert requeue_cmd("12_1") == ["scontrol", "requeue", "12_1"]
+    assert parse_sbatch_parsable("42\n") == 42
+    assert parse_sbatch_parsable("42;mini\n") == 42
