@@ -1,0 +1,356 @@
+"""`ftslurm lighthouse start|stop|status|logs|restart`: torchft's Lighthouse as a managed daemon.
+
+A thin click layer over `ftslurm.lighthouse` (the Python API the tests and the demo use).
+`start` prints exactly one line on stdout, `TORCHFT_LIGHTHOUSE=http://<host>:<port>`, so a
+script can `export "$(ftslurm lighthouse start)"`; everything meant for humans goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ftslurm import lighthouse as lh
+from ftslurm.daemon import tail_lines
+from ftslurm.errors import UserError
+
+
+def _state_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        envvar="FTSLURM_LIGHTHOUSE_DIR",
+        help="Directory of pidfile, state, log  [default: outputs/lighthouse; "
+        "env FTSLURM_LIGHTHOUSE_DIR]",
+    )(f)
+
+
+def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The Lighthouse's options; for `restart` they default to None (= keep what runs)."""
+
+    def d(value: Any) -> Any:
+        return value if defaults else None
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        opts = [
+            click.option(
+                "--bind",
+                metavar="HOST:PORT",
+                default=d(f":{lh.DEFAULT_PORT}"),
+                show_default=defaults,
+                help="Address to listen on. Empty host = all interfaces ([::], or 0.0.0.0 "
+                "without IPv6); port 0 = any free port (the real one is printed).",
+            ),
+            click.option(
+                "--min-replicas", type=click.IntRange(min=1), default=d(lh.DEFAULT_MIN_REPLICAS),
+                show_default=defaults, help="Minimum number of replicas for a quorum.",
+            ),
+            click.option(
+                "--quorum-tick-ms", type=click.IntRange(min=1),
+                default=d(lh.DEFAULT_QUORUM_TICK_MS), show_default=defaults,
+                help="How often to check for a quorum while waiting for stragglers.",
+            ),
+            click.option(
+                "--join-timeout-ms", type=click.IntRange(min=0),
+                default=d(lh.DEFAULT_JOIN_TIMEOUT_MS), show_default=defaults,
+                help="How long to wait for heartbeating stragglers before issuing a quorum.",
+            ),
+            click.option(
+                "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
+                help="When a silent replica counts as dead  [default: the binary's, 5000]",
+            ),
+            click.option(
+                "--advertise", metavar="HOST", default=None,
+                envvar="FTSLURM_LIGHTHOUSE_ADVERTISE",
+                help="Host name the compute nodes use to reach this machine, for the printed "
+                "address  [default: the bind address if specific, else this hostname; the local "
+                "test cluster: login-0]",
+            ),
+        ]  # fmt: skip
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def lighthouse() -> None:
+    """Run torchft's Lighthouse as a managed daemon on this (login) node.
+
+    \b
+    Example:
+      ftslurm lighthouse start --advertise login-0   # prints TORCHFT_LIGHTHOUSE=http://login-0:29510
+      ftslurm lighthouse status                      # pid, uptime, quorum, heartbeats
+      ftslurm lighthouse logs -f
+      ftslurm lighthouse stop
+
+    The state (pidfile, lighthouse.json, lighthouse.log) lives in outputs/lighthouse, or
+    --state-dir / FTSLURM_LIGHTHOUSE_DIR.
+    """
+
+
+@lighthouse.command()
+@_config_options(defaults=True)
+@click.option("--foreground", is_flag=True,
+              help="Run attached (exec, same pid) instead of detached: for systemd or tmux. "
+              "Output stays on the terminal; port 0 is resolved to a free port first.")
+@click.option("--binary", default=None, envvar="FTSLURM_LIGHTHOUSE_BIN", metavar="PATH",
+              help="Run this executable (e.g. torchft_lighthouse, the console script; ~3 s "
+              "slower: it imports torch) instead of torchft's Lighthouse loaded directly.")
+@click.option("--log-max-mb", type=click.FloatRange(min=0), default=lh.DEFAULT_LOG_MAX_MB,
+              show_default=True,
+              help="At start, a log bigger than this is renamed lighthouse.log.1 (replacing "
+              "the previous .1) and a new one begun. A running Lighthouse is never cut.")
+@click.option("--ready-timeout", type=click.FloatRange(min=0.1), default=lh.DEFAULT_READY_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for the HTTP port to answer.")
+@_state_dir_option
+def start(
+    bind: str,
+    min_replicas: int,
+    quorum_tick_ms: int,
+    join_timeout_ms: int,
+    heartbeat_timeout_ms: int | None,
+    advertise: str | None,
+    foreground: bool,
+    binary: str | None,
+    log_max_mb: float,
+    ready_timeout: float,
+    state_dir: Path | None,
+) -> None:
+    """Start the Lighthouse detached (it survives logout); return once it answers HTTP.
+
+    Prints `TORCHFT_LIGHTHOUSE=http://<host>:<port>` on stdout (the one line job scripts
+    need); messages go to stderr. Idempotent: when it already runs, says so, prints the same
+    line and exits 0. A stale pidfile (process gone, or pid reused) is cleaned. A port held by
+    another program is an error naming the program.
+
+    \b
+    Examples:
+      ftslurm lighthouse start
+      ftslurm lighthouse start --advertise login-0 --min-replicas 2
+      export "$(ftslurm lighthouse start --bind :0)"    # any free port
+      ftslurm lighthouse start --foreground             # under systemd / tmux
+    """
+    kwargs: dict[str, Any] = dict(
+        bind=bind, min_replicas=min_replicas, quorum_tick_ms=quorum_tick_ms,
+        join_timeout_ms=join_timeout_ms, heartbeat_timeout_ms=heartbeat_timeout_ms,
+        advertise=advertise, state_dir=state_dir, binary=binary,
+    )  # fmt: skip
+    if foreground:
+
+        def announce(info: lh.LighthouseInfo) -> None:
+            _err(f"Lighthouse (foreground, pid {info.pid}) on {info.bind}; Ctrl-C stops it")
+            click.echo(info.env_line)
+
+        lh.exec_foreground(**kwargs, announce=announce)
+    t0 = time.monotonic()
+    info = lh.start(**kwargs, log_max_mb=log_max_mb, ready_timeout=ready_timeout)
+    if info.stale_pid:
+        _err(f"Removed a stale pidfile (pid {info.stale_pid} was not a running Lighthouse).")
+    if info.already_running:
+        _err(f"Lighthouse already running (pid {info.pid}, up {_uptime(info.uptime_s)}) "
+             f"on {info.bind}; nothing started.")
+        for note in info.notes:
+            _err(f"  note: {note} (use `ftslurm lighthouse restart` to apply)")
+    else:
+        _err(f"Lighthouse started (pid {info.pid}) on {info.bind}, ready in "
+             f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
+    click.echo(info.env_line)
+
+
+@lighthouse.command()
+@click.option("--grace", type=click.FloatRange(min=0), default=lh.DEFAULT_STOP_GRACE_S,
+              show_default=True, help="Seconds between SIGTERM and SIGKILL.")
+@_state_dir_option
+def stop(grace: float, state_dir: Path | None) -> None:
+    """Stop the Lighthouse: SIGTERM, then SIGKILL after --grace seconds. Idempotent.
+
+    \b
+    Example:
+      ftslurm lighthouse stop
+    """
+    outcome = lh.stop(state_dir, grace)
+    _err({
+        "terminated": "Lighthouse stopped.",
+        "killed": f"Lighthouse did not exit within {grace:g} s of SIGTERM: killed (SIGKILL).",
+        "not-running": "Lighthouse not running; nothing to stop.",
+        "stale": "Lighthouse not running (removed a stale pidfile); nothing to stop.",
+    }[outcome])  # fmt: skip
+
+
+@lighthouse.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
+@_state_dir_option
+def status(as_json: bool, state_dir: Path | None) -> None:
+    """Is it running; pid, uptime, address; the live quorum as the Lighthouse's page shows it.
+
+    Exit code 0 when running, 3 when not (like `systemctl status`), so scripts can test it.
+
+    \b
+    Examples:
+      ftslurm lighthouse status
+      ftslurm lighthouse status --json | jq .quorum.members
+    """
+    st = lh.status(state_dir)
+    if as_json:
+        click.echo(json.dumps(st.to_dict(), indent=2))
+    else:
+        _print_status(st)
+    if not st.running:
+        sys.exit(3)  # not click.Exit: cli.main (standalone_mode=False) drops its code
+
+
+def _print_status(st: lh.LighthouseStatus) -> None:
+    if not st.running:
+        extra = f" (removed a stale pidfile: pid {st.stale_pid} is gone or reused)" if (
+            st.stale_pid) else ""
+        click.echo(f"Lighthouse: not running{extra}")
+        click.echo(f"State dir:  {st.state_dir}")
+        return
+    click.echo(f"Lighthouse: running (pid {st.pid}, up {_uptime(st.uptime_s)})")
+    click.echo(f"Address:    {st.address}   (bind {st.bind})")
+    cfg = st.config or {}
+    opts = " ".join(
+        f"{k}={cfg[k]}" for k in ("min_replicas", "quorum_tick_ms", "join_timeout_ms",
+                                  "heartbeat_timeout_ms") if cfg.get(k) is not None
+    )
+    if opts:
+        click.echo(f"Options:    {opts}")
+    click.echo(f"State dir:  {st.state_dir}")
+    click.echo(f"Log:        {st.log_path}")
+    if not st.http_ok:
+        click.echo(f"HTTP:       not answering ({st.http_error})")
+        return
+    q = st.quorum
+    assert q is not None
+    click.echo(f"Quorum id:  {q.quorum_id if q.quorum_id is not None else '?'}")
+    click.echo(f"Next:       {q.next_status or '?'}")
+    if q.previous_quorum_id is not None:
+        age = f", age {q.quorum_age_s:.1f} s" if q.quorum_age_s is not None else ""
+        click.echo(f"Last quorum: id {q.previous_quorum_id}, {q.num_participants} "
+                   f"participant(s){age}")
+        for m in q.members:
+            rec = " RECOVERING" if m.recovering else ""
+            click.echo(f"  {m.replica_id}  step {m.step}  manager {m.manager}{rec}")
+    else:
+        click.echo("Last quorum: none yet")
+    if q.heartbeats:
+        click.echo("Heartbeats:")
+        for h in q.heartbeats:
+            age = f"{h.age_s:.1f} s ago" if h.age_s is not None else "?"
+            click.echo(f"  {h.replica_id}  {age}{'  (old)' if h.old else ''}")
+    else:
+        click.echo("Heartbeats: none")
+
+
+@lighthouse.command()
+@click.option("-n", "--lines", "n", type=click.IntRange(min=0), default=50, show_default=True,
+              help="How many last lines to show.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to quit).")
+@_state_dir_option
+def logs(n: int, follow: bool, state_dir: Path | None) -> None:
+    """Show the end of the Lighthouse's log (its stderr).
+
+    \b
+    Examples:
+      ftslurm lighthouse logs -n 100
+      ftslurm lighthouse logs -f | grep 'Quorum!'
+    """
+    path = lh.log_path(state_dir)
+    if not path.exists():
+        raise UserError(f"no Lighthouse log at {path} (never started from this state directory)")
+    for line in tail_lines(path, n):
+        click.echo(line)
+    if follow:
+        _follow(path)
+
+
+def _follow(path: Path, interval: float = 0.25) -> None:
+    """Print what is appended to `path`; reopen when it is rotated (a new file at start)."""
+    f = open(path, "rb")  # noqa: SIM115 (replaced on rotation)
+    f.seek(0, os.SEEK_END)
+    ino = os.fstat(f.fileno()).st_ino
+    buf = b""
+    try:
+        while True:
+            chunk = f.read()
+            if chunk:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    click.echo(line.decode(errors="replace"))
+                continue
+            try:
+                st = os.stat(path)
+                rotated = st.st_ino != ino or st.st_size < f.tell()
+            except FileNotFoundError:
+                rotated = False
+            if rotated:
+                f.close()
+                f = open(path, "rb")  # noqa: SIM115
+                ino = os.fstat(f.fileno()).st_ino
+                continue
+            time.sleep(interval)  # nothing to wait on but the file growing
+    except KeyboardInterrupt:
+        pass
+    finally:
+        f.close()
+
+
+@lighthouse.command()
+@_config_options(defaults=False)
+@click.option("--grace", type=click.FloatRange(min=0), default=lh.DEFAULT_STOP_GRACE_S,
+              show_default=True, help="Seconds between SIGTERM and SIGKILL.")
+@_state_dir_option
+def restart(
+    bind: str | None,
+    min_replicas: int | None,
+    quorum_tick_ms: int | None,
+    join_timeout_ms: int | None,
+    heartbeat_timeout_ms: int | None,
+    advertise: str | None,
+    grace: float,
+    state_dir: Path | None,
+) -> None:
+    """Stop and start again: same options, same address and port (also after `--bind :0`).
+
+    Options given here replace the recorded ones. Replicas reconnect to the same address
+    (they need quorum retries, TORCHFT_QUORUM_RETRIES, to survive the gap).
+
+    \b
+    Example:
+      ftslurm lighthouse restart
+      ftslurm lighthouse restart --min-replicas 2
+    """
+    overrides = {
+        k: v for k, v in dict(
+            bind=bind, min_replicas=min_replicas, quorum_tick_ms=quorum_tick_ms,
+            join_timeout_ms=join_timeout_ms, heartbeat_timeout_ms=heartbeat_timeout_ms,
+            advertise=advertise,
+        ).items() if v is not None
+    }  # fmt: skip
+    t0 = time.monotonic()
+    info = lh.restart(state_dir, grace, **overrides)
+    _err(f"Lighthouse restarted (pid {info.pid}) on {info.bind} in "
+         f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
+    click.echo(info.env_line)
