@@ -1,0 +1,18 @@
+"""`ftslurm report`: what happened during a fault-tolerant run, read from its logs.
+
+Data flow, one pass: files -> lines (bytes, decoded only when a line matters) -> events
+(`lines.py`) -> merged by time -> timeline state machine (`timeline.py`) -> text / JSON / PNG
+(`render.py`). Nothing holds a whole file in memory.
+
+Python API (also what the tests and the fixtures of later runs use)::
+
+    from ftslurm.report import build_report
+    report = build_report(["outputs/torchft/tft-12"])      # a run dir, or files
+    print(report.to_text()); data = report.to_json()
+"""
+
+from __future__ import annotations
+
+from ftslurm.report.timeline import Report, build_report, find_run_files
+
+__all__ = ["Report", "build_report", "find_run_files"]

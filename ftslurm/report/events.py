@@ -1,0 +1,126 @@
+"""The failure event log: the contract between `ftslurm simulate-failure` and `ftslurm report`.
+
+Logs say when the system NOTICED a failure (a new quorum without the replica, a failed commit);
+only the tool that caused it knows when it happened. `simulate-failure` appends one JSON object
+per line to `paths.events_log()` (default `outputs/events.jsonl`, or `events.jsonl` in the run
+directory), and the report uses it as the failure / restart time.
+
+Schema (version 1), one object per line, UTF-8::
+
+    {"time": "2026-11-23T08:51:02.461+00:00",   # required, ISO-8601; with a zone (preferred)
+                                                 # or naive = the cluster's local wall clock
+     "action": "kill",                           # required, one of ACTIONS below
+     "replica": 1,                               # array index (int or "1"), null if none
+     "node": "worker-0",                         # node name, null if none
+     "job": "12",                                # Slurm job (array) id, null if none
+     "detail": "SIGKILL to worker pid 29490"}    # optional free text; other keys are ignored
+
+Actions:
+- `node-down`  a node taken DOWN (`scontrol update State=DOWN`): the replica on it dies.
+- `kill`       a replica's processes killed (signal), the job stays.
+- `requeue`    `scontrol requeue <job>_<task>`: the replica dies and its task is requeued.
+- `resume`     a node set back to RESUME: a requeued replica can start again.
+- `restart`    a replica started again by hand or by the tool (not by Slurm).
+FAILURE_ACTIONS end a replica's attempt; RESTART_ACTIONS start the wait for its next one.
+Unknown actions are kept and shown, never fatal. A line that is not a JSON object with a valid
+`time` and `action` is counted as bad and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ftslurm.report.lines import INJECTED, Event, ParseStats, _iter_lines, open_log
+
+SCHEMA_VERSION = 1
+FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue"})
+RESTART_ACTIONS = frozenset({"resume", "restart", "requeue"})
+ACTIONS = FAILURE_ACTIONS | RESTART_ACTIONS
+
+
+@dataclass(frozen=True)
+class InjectedEvent:
+    """One line of the event log, validated."""
+
+    time: str
+    action: str
+    replica: int | None = None
+    node: str | None = None
+    job: str | None = None
+    detail: str = ""
+
+    def to_json_line(self) -> str:
+        """What `simulate-failure` writes (one line, no trailing newline)."""
+        return json.dumps(
+            {
+                "time": self.time, "action": self.action, "replica": self.replica,
+                "node": self.node, "job": self.job, "detail": self.detail,
+            },
+            separators=(", ", ": "),
+        )
+
+
+def parse_event_line(line: str | bytes) -> InjectedEvent | None:
+    """One JSON line -> InjectedEvent, None if it breaks the schema (never raises)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    t, action = obj.get("time"), obj.get("action")
+    if not isinstance(t, str) or not isinstance(action, str) or not action:
+        return None
+    if to_seconds(t, 0.0) is None:
+        return None
+    replica = obj.get("replica")
+    if isinstance(replica, str) and replica.isdigit():
+        replica = int(replica)
+    if not isinstance(replica, int) or isinstance(replica, bool):
+        replica = None
+    node, job = obj.get("node"), obj.get("job")
+    return InjectedEvent(
+        t, action, replica,
+        str(node) if node is not None else None,
+        str(job) if job is not None else None,
+        str(obj.get("detail") or ""),
+    )
+
+
+def to_seconds(iso: str, utc_offset: float) -> float | None:
+    """ISO-8601 -> report seconds (the logs' local clock read as UTC), None if invalid."""
+    try:
+        dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except (ValueError, TypeError):
+        return None
+    if dt.tzinfo is None:
+        return (dt - datetime(1970, 1, 1)).total_seconds()
+    return dt.timestamp() + utc_offset
+
+
+def iter_event_log(path: Path, stats: ParseStats, *, utc_offset: float = 0.0) -> Iterator[Event]:
+    """Events of the log in file order, as `INJECTED` events (detail = action)."""
+    try:
+        fh = open_log(path)
+    except OSError:
+        stats.missing.append(str(path))
+        return
+    stats.files.append(str(path))
+    with fh:
+        for seq, raw in enumerate(_iter_lines(fh, stats)):
+            stats.lines += 1
+            if not raw.strip():
+                continue
+            ev = parse_event_line(raw)
+            if ev is None:
+                stats.bad_events += 1
+                continue
+            yield Event(
+                INJECTED, to_seconds(ev.time, utc_offset),
+                replica=str(ev.replica) if ev.replica is not None else None,
+                detail=ev.action, source=path.name, seq=seq, node=ev.node or "", job=ev.job or "",
+            )

@@ -1,0 +1,346 @@
+"""Report -> text, JSON (the stable form, documented in docs/report.md) and a PNG timeline.
+
+Times are the logs' own wall clock (local time, no zone, as torchft and torchtitan print it),
+written ISO-8601 with milliseconds; durations are seconds. Replica ids are the array index
+(`"1"`), with the full `<prefix>_<i>:<uuid>` kept next to it where one is known.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ftslurm.report.lines import split_replica_id
+
+if TYPE_CHECKING:
+    from ftslurm.report.timeline import Degraded, Failure, Recovery, Report
+
+SCHEMA_VERSION = 1
+_EPOCH = datetime(1970, 1, 1)
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return (_EPOCH + timedelta(seconds=t)).isoformat(timespec="milliseconds")
+
+
+def hms(t: float | None) -> str:
+    if t is None:
+        return "??:??:??.???"
+    return (_EPOCH + timedelta(seconds=t)).strftime("%H:%M:%S.%f")[:-3]
+
+
+def duration(s: float | None) -> str:
+    """`2 m 43 s`, `5.24 s`, `1 h 02 m`: what a person reads at a glance."""
+    if s is None:
+        return "n/a"
+    if s < 0:
+        return "-" + duration(-s)
+    if s < 60:
+        return f"{s:.2f} s"
+    if s < 3600:
+        m, sec = divmod(round(s), 60)
+        return f"{m} m {sec} s"
+    h, rem = divmod(round(s), 3600)
+    return f"{h} h {rem // 60:02d} m"
+
+
+def idx(gkey: str | None) -> str | None:
+    if gkey is None:
+        return None
+    prefix, index, _ = split_replica_id(gkey)
+    return str(index) if index is not None else gkey
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def failure_json(f: Failure) -> dict[str, Any]:
+    return {
+        "time": iso(f.time), "replica": idx(f.replica), "replica_id": f.replica_id,
+        "step": f.step, "kind": f.kind, "time_source": f.time_source,
+        "detected_time": iso(f.detected_time), "last_seen_time": iso(f.last_seen_time),
+        "quorum_id": f.quorum_id, "node": f.node or None,
+        "survivor": idx(f.survivor), "next_commit_time": iso(f.next_commit_time),
+        "next_commit_step": f.next_commit_step,
+        "to_next_commit_s": _r(_diff(f.time, f.next_commit_time)),
+    }
+
+
+def recovery_json(r: Recovery) -> dict[str, Any]:
+    return {
+        "time": iso(r.time), "step": r.step,
+        "source_replica": idx(r.source_replica), "target_replica": idx(r.target_replica),
+        "source_id": r.source_id, "target_id": r.target_id,
+        "healed_time": iso(r.healed_time),
+        "requeue_time": iso(r.requeue_time), "requeue_source": r.requeue_source or None,
+        "requeue_to_healed_s": _r(r.requeue_to_healed_s),
+        "requeue_to_quorum_s": _r(r.requeue_to_quorum_s),
+    }
+
+
+def degraded_json(d: Degraded) -> dict[str, Any]:
+    return {
+        "start_step": d.start_step, "end_step": d.end_step,
+        "start_time": iso(d.start_time), "end_time": iso(d.end_time),
+        "replicas": d.replicas, "group_size": d.group_size,
+        "duration_s": _r(d.seconds),
+        "steps": None if d.end_step is None else d.end_step - d.start_step,
+        "open": d.open,
+    }
+
+
+def summary_dict(rep: Report) -> dict[str, Any]:
+    per = {
+        idx(k): {"attempted": v.attempted, "committed": v.committed,
+                 "failed": v.attempted - v.committed}
+        for k, v in sorted(rep.steps.items())
+    }
+    attempted = sum(v["attempted"] for v in per.values())
+    committed = sum(v["committed"] for v in per.values())
+    deg_s = [d.seconds for d in rep.degraded if d.seconds is not None]
+    return {
+        "quorums": len(rep.quorums),
+        "quorum_changes": max(0, len(rep.quorums) - 1),
+        "failures": len(rep.failures),
+        "requeues": rep.requeues,
+        "recoveries": len(rep.recoveries),
+        "commit_failures": len(rep.commit_failures),
+        "init_syncs": rep.init_syncs,
+        "group_size": rep.group_size,
+        "degraded_intervals": len(rep.degraded),
+        "degraded_s": _r(sum(deg_s)) if deg_s else 0.0,
+        "degraded_steps": sum((d.end_step or d.start_step) - d.start_step for d in rep.degraded),
+        "failure_to_next_commit_s": [
+            _r(_diff(f.time, f.next_commit_time)) for f in rep.failures
+        ],
+        "requeue_to_healed_s": [_r(r.requeue_to_healed_s) for r in rep.recoveries],
+        "steps_attempted": attempted,
+        "steps_committed": committed,
+        "steps_by_replica": per,
+        "max_step": rep.max_step,
+        "start_time": iso(rep.first_time),
+        "end_time": iso(rep.last_time),
+        "duration_s": _r(_diff(rep.first_time, rep.last_time)),
+        "foreign_quorums": rep.foreign_quorums,
+        "titan_step_lines": rep.titan_steps,
+    }
+
+
+def to_json(rep: Report) -> dict[str, Any]:
+    s = rep.stats
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "files": list(s.files),
+        "replica_prefixes": list(rep.prefixes),
+        "quorums": [
+            {
+                "quorum_id": q.quorum_id, "time": iso(q.time), "step": q.step,
+                "participants": [idx(r) for r in q.participants],
+                "participant_ids": list(q.participants),
+                "commit_failures": {idx(k): v for k, v in q.commit_failures.items()},
+                "last_seen_before": iso(q.last_seen_before),
+                "lighthouse_epoch": q.epoch,
+            }
+            for q in rep.quorums
+        ],
+        "failures": [failure_json(f) for f in rep.failures],
+        "commit_failures": [
+            {"time": iso(c.time), "replica": idx(c.replica), "replica_id": c.replica_id,
+             "step": c.step, "detail": c.detail}
+            for c in rep.commit_failures
+        ],
+        "attempts": [
+            {
+                "replica": idx(a.replica), "attempt": a.number, "start_time": iso(a.start_time),
+                "source": a.source, "uuid": a.uuid, "node": a.node or None,
+                "restart_time": iso(a.restart_time), "restart_source": a.restart_source or None,
+                "quorum_time": iso(a.quorum_time), "first_commit_time": iso(a.healed_time),
+                "first_commit_step": a.healed_step,
+            }
+            for a in rep.attempts
+        ],
+        "recoveries": [recovery_json(r) for r in rep.recoveries],
+        "degraded": [degraded_json(d) for d in rep.degraded],
+        "timeline": [
+            {"time": iso(e.time), "kind": e.kind, "replica": idx(e.replica), "text": e.text}
+            for e in rep.timeline
+        ],
+        "summary": summary_dict(rep),
+        "parse": {
+            "files": len(s.files), "missing": list(s.missing), "bytes": s.bytes,
+            "lines": s.lines, "events": s.events, "skipped": s.skipped,
+            "malformed": s.malformed, "overlong": s.overlong, "untimed": s.untimed,
+            "crlf": s.crlf, "tracebacks": s.tracebacks, "bad_event_lines": s.bad_events,
+        },
+    }
+
+
+# ---------------------------------------------------------------- text
+
+
+def to_text(rep: Report) -> str:
+    s = rep.stats
+    sm = summary_dict(rep)
+    out: list[str] = []
+    names = ", ".join(Path(f).name for f in s.files) or "none"
+    reps = sorted({idx(k) or "?" for k in rep.steps} | {
+        idx(r) or "?" for q in rep.quorums for r in q.participants})
+    out.append(f"Run: {len(s.files)} files ({names})")
+    out.append(
+        f"     replicas {', '.join(reps) or 'none'} ({', '.join(rep.prefixes) or '?'}), "
+        f"group size {rep.group_size}; {iso(rep.first_time) or '?'} -> {hms(rep.last_time)} "
+        f"({duration(sm['duration_s'])}), last step {rep.max_step}"
+    )
+    out.append("")
+    out.append("Timeline")
+    if not rep.timeline:
+        out.append("  (no events)")
+    for e in rep.timeline:
+        out.append(f"  {hms(e.time)}  {e.text}")
+    out.append("")
+    out.append("Summary")
+    out.append(f"  quorum changes    {sm['quorum_changes']} "
+               f"({' -> '.join(str(q.quorum_id) for q in rep.quorums) or 'no quorum'})")
+    out.append(f"  failures          {len(rep.failures)}")
+    for f in rep.failures:
+        out.append(f"    replica {idx(f.replica)} at step {f.step} ({f.kind}) at {hms(f.time)}")
+    out.append(f"  requeues          {rep.requeues}")
+    out.append(f"  recoveries        {len(rep.recoveries)}")
+    for r in rep.recoveries:
+        out.append(f"    replica {idx(r.source_replica) or '?'} -> replica "
+                   f"{idx(r.target_replica)} at step {r.step} ({hms(r.time)})")
+    out.append(f"  commit failures   {len(rep.commit_failures)}")
+    out.append(f"  degraded          {len(rep.degraded) or 'never'}")
+    for d in rep.degraded:
+        end = f"{d.end_step}" + (" (end of logs)" if d.open else "")
+        out.append(f"    {d.replicas}/{d.group_size} replicas from step {d.start_step} to {end}, "
+                   f"{duration(d.seconds)} ({hms(d.start_time)} -> {hms(d.end_time)})")
+    if rep.failures:
+        out.append("  failure -> survivor's next committed step")
+        for f in rep.failures:
+            nxt = (f"{duration(_diff(f.time, f.next_commit_time))} (replica {idx(f.survivor)} "
+                   f"committed step {f.next_commit_step} at {hms(f.next_commit_time)})"
+                   if f.next_commit_time is not None else "n/a (no later commit in the logs)")
+            out.append(f"    replica {idx(f.replica)} failed {hms(f.time)} "
+                       f"[{f.time_source}]: {nxt}")
+    if rep.recoveries:
+        out.append("  requeue -> first healed step")
+        for r in rep.recoveries:
+            extra = (f"; back in quorum after {duration(r.requeue_to_quorum_s)}"
+                     if r.requeue_to_quorum_s is not None else "")
+            since = (f" from {r.requeue_source} at {hms(r.requeue_time)}"
+                     if r.requeue_time is not None else "")
+            out.append(f"    replica {idx(r.target_replica)} at step {r.step}: "
+                       f"{duration(r.requeue_to_healed_s)}{since}{extra}")
+    per = ", ".join(f"replica {k}: {v['committed']}/{v['attempted']}"
+                    for k, v in sm["steps_by_replica"].items())
+    out.append(f"  steps committed   {sm['steps_committed']} of {sm['steps_attempted']} "
+               f"attempted" + (f" ({per})" if per else ""))
+    out.append("")
+    notes = [f"{s.lines} lines", f"{s.events} events", f"{s.skipped} skipped"]
+    for name, n in (("malformed", s.malformed), ("overlong", s.overlong),
+                    ("without time", s.untimed), ("CRLF", s.crlf),
+                    ("tracebacks", s.tracebacks), ("bad event-log lines", s.bad_events),
+                    ("foreign quorums ignored", rep.foreign_quorums)):
+        if n:
+            notes.append(f"{n} {name}")
+    out.append("Parsed: " + ", ".join(notes))
+    for m in s.missing:
+        out.append(f"Missing: {m}")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- PNG
+
+
+def lanes(rep: Report) -> dict[str, list[tuple[float, float, str]]]:
+    """Per replica index: (start, end, state) with state alive|training|recovering.
+
+    Gaps are "absent". Built from attempts (process up), quorums (in the quorum) and
+    recoveries (from the heal decision to the first healed step).
+    """
+    end = rep.last_time
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for a in rep.attempts:
+        if a.start_time is not None and end is not None:
+            stop = a.quorum_time if a.quorum_time is not None else end
+            if stop > a.start_time:
+                out.setdefault(idx(a.replica) or "?", []).append((a.start_time, stop, "alive"))
+    for i, q in enumerate(rep.quorums):
+        nxt = rep.quorums[i + 1].time if i + 1 < len(rep.quorums) else end
+        if q.time is None or nxt is None:
+            continue
+        for r in q.participants:
+            out.setdefault(idx(r) or "?", []).append((q.time, nxt, "training"))
+    for r in rep.recoveries:
+        if r.time is not None:
+            stop = r.healed_time if r.healed_time is not None else r.time
+            out.setdefault(idx(r.target_replica) or "?", []).append(
+                (r.time, max(stop, r.time + 0.001), "recovering"))
+    return out
+
+
+def to_plot(rep: Report, path: Path) -> Path:
+    """A PNG: one lane per replica, quorum changes and failures marked, step on a 2nd axis."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the install
+        from ftslurm.errors import UserError
+
+        raise UserError("--plot needs matplotlib: pip install 'ftslurm[report]'") from e
+    t0 = rep.first_time or 0.0
+    colors = {"alive": "#bbbbbb", "training": "#2ca02c", "recovering": "#ff7f0e"}
+    data = lanes(rep)
+    names = sorted(data, key=lambda k: (len(k), k)) or ["0"]
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(names)))
+    for y, name in enumerate(names):
+        ax.broken_barh([(0, (rep.last_time or t0) - t0)], (y - 0.35, 0.7),
+                       facecolors="#f2f2f2")
+        for state in ("alive", "training", "recovering"):
+            bars = [(s - t0, e - s) for s, e, st in data.get(name, []) if st == state]
+            if bars:
+                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors[state])
+    for q in rep.quorums[1:]:
+        if q.time is not None:
+            ax.axvline(q.time - t0, color="#1f77b4", lw=0.8, ls="--")
+            ax.text(q.time - t0, len(names) - 0.4, f"q{q.quorum_id}", fontsize=7, color="#1f77b4")
+    for f in rep.failures:
+        if f.time is not None:
+            y = names.index(idx(f.replica)) if idx(f.replica) in names else 0
+            ax.plot(f.time - t0, y, "rx", ms=10, mew=2)
+    ax.set_yticks(range(len(names)), [f"replica {n}" for n in names])
+    ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
+    ax.set_ylim(-0.6, len(names))
+    steps = [(q.time - t0, q.step) for q in rep.quorums if q.time is not None]
+    if steps:
+        ax2 = ax.twinx()
+        xs, ys = zip(*steps, strict=True)
+        ax2.step(xs, ys, where="post", color="#7f7f7f", lw=1)
+        ax2.set_ylabel("step (at quorum)")
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[Patch(color=c, label=k) for k, c in colors.items()]
+        + [Patch(color="#f2f2f2", label="absent")],
+        loc="upper left", fontsize=7, ncol=4, bbox_to_anchor=(0, -0.25),
+    )
+    ax.set_title("ftslurm report: replicas, quorum changes (dashed), failures (x)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,845 @@
+"""Events -> what happened: quorums, failures, requeues, recoveries, degraded intervals.
+
+One pass over the events of all files merged by time (`heapq.merge`: each file is in time
+order by itself). The state machine keeps only what the report prints (one record per quorum
+CHANGE, per failure, per attempt, per recovery) plus bounded per-replica counters, so memory
+does not grow with the number of steps.
+
+Semantics (shared/notes/torchft-logs.md):
+- A quorum change is a new `quorum_id`; `Quorum!` repeats every round and is read once per id.
+- A replica is `<prefix>_<index>:<uuid>`; the uuid changes on every restart, so a new uuid for
+  an index is a new attempt. Report ids are the index (`"1"`).
+- A failure is a replica that leaves a quorum while others of its group stay, or comes back
+  under a new uuid without having left. Its time is, best first: the injected event
+  (events.jsonl), a survivor's failed commit after the replica was last seen, the quorum
+  change that showed it (`time_source` says which). The group leaving all at once is the run
+  ending (or another job on the same Lighthouse), not a failure.
+- Recovery ranks (`peers need recovery from us [1]`, `recover_src_replica_rank=0`) are ranks
+  in the quorum, participants ordered by replica id. Step-0 healing is the initial sync.
+- Every rank logs its own lines: commits are deduplicated by (replica, step).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftslurm.errors import UserError
+from ftslurm.report import lines as L
+from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS, iter_event_log
+from ftslurm.report.lines import Event, ParseStats, split_replica_id
+
+SLACK_S = 2.0  # clock skew allowed between the event log and the logs
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass
+class Quorum:
+    quorum_id: int
+    time: float | None
+    step: int
+    participants: list[str]  # full replica ids, ordered by replica id (= quorum rank)
+    commit_failures: dict[str, int] = field(default_factory=dict)
+    last_seen_before: float | None = None  # time of the previous quorum's last round
+    epoch: int = 0  # bumps when the Lighthouse restarts (quorum ids start again)
+
+
+@dataclass
+class Failure:
+    time: float | None
+    replica: str  # index
+    replica_id: str
+    step: int | None
+    kind: str  # injected action, "left-quorum", "restarted"
+    time_source: str  # "injected" | "commit-failure" | "quorum-change" | "injected-only"
+    detected_time: float | None = None
+    last_seen_time: float | None = None
+    quorum_id: int | None = None
+    node: str = ""
+    next_commit_time: float | None = None
+    next_commit_step: int | None = None
+    survivor: str | None = None
+
+
+@dataclass
+class CommitFailure:
+    time: float | None
+    replica: str
+    replica_id: str
+    step: int
+    detail: str
+
+
+@dataclass
+class Attempt:
+    replica: str
+    number: int  # 0 = first seen, then one per restart
+    start_time: float | None
+    source: str  # "launch" | "manager-start" | "first-seen"
+    uuid: str | None = None
+    node: str = ""
+    restart_time: float | None = None  # injected resume/requeue/restart before it, if any
+    restart_source: str = ""
+    quorum_time: float | None = None  # first quorum with this uuid
+    healed_step: int | None = None
+    healed_time: float | None = None  # first committed step of this attempt
+    manager_started: bool = False
+
+
+@dataclass
+class Recovery:
+    time: float | None
+    step: int
+    source_replica: str | None
+    target_replica: str
+    source_id: str | None = None
+    target_id: str | None = None
+    healed_time: float | None = None
+    requeue_to_healed_s: float | None = None
+    requeue_to_quorum_s: float | None = None
+    requeue_time: float | None = None  # injected resume/requeue/restart, else attempt start
+    requeue_source: str = ""  # e.g. "injected restart", "launch", "manager-start"
+
+
+@dataclass
+class Degraded:
+    start_step: int
+    end_step: int | None
+    start_time: float | None
+    end_time: float | None
+    replicas: int
+    group_size: int
+    open: bool = False  # the run's logs end while degraded
+
+    @property
+    def seconds(self) -> float | None:
+        if self.start_time is None or self.end_time is None:
+            return None
+        return self.end_time - self.start_time
+
+
+@dataclass
+class Entry:
+    """One line of the text timeline."""
+
+    time: float | None
+    kind: str
+    text: str
+    replica: str | None = None
+
+
+@dataclass
+class ReplicaSteps:
+    attempted: int = 0
+    committed: int = 0
+    last_step: int | None = None
+    recent: dict[int, bool] = field(default_factory=dict)  # bounded dedupe window
+
+
+@dataclass
+class Report:
+    """Everything `ftslurm report` prints; `to_json()` is the stable, documented form."""
+
+    quorums: list[Quorum]
+    failures: list[Failure]
+    commit_failures: list[CommitFailure]
+    attempts: list[Attempt]
+    recoveries: list[Recovery]
+    degraded: list[Degraded]
+    timeline: list[Entry]
+    steps: dict[str, ReplicaSteps]
+    group_size: int
+    prefixes: list[str]
+    stats: ParseStats
+    first_time: float | None
+    last_time: float | None
+    max_step: int | None
+    init_syncs: int = 0
+    foreign_quorums: int = 0
+    titan_steps: int = 0
+
+    @property
+    def requeues(self) -> int:
+        return sum(1 for a in self.attempts if a.number > 0)
+
+    def summary(self) -> dict[str, Any]:
+        from ftslurm.report.render import summary_dict
+
+        return summary_dict(self)
+
+    def to_json(self) -> dict[str, Any]:
+        from ftslurm.report.render import to_json
+
+        return to_json(self)
+
+    def to_text(self) -> str:
+        from ftslurm.report.render import to_text
+
+        return to_text(self)
+
+    def to_plot(self, path: str | Path) -> Path:
+        from ftslurm.report.render import to_plot
+
+        return to_plot(self, Path(path))
+
+
+# ---------------------------------------------------------------- files of a run
+
+@dataclass
+class RunFiles:
+    replica_logs: list[Path]
+    lighthouse_logs: list[Path]
+    event_logs: list[Path]
+    job: str | None = None
+    looked_in: list[str] = field(default_factory=list)
+
+
+def find_run_files(
+    paths: Sequence[str | Path] = (),
+    *,
+    lighthouse: Sequence[str | Path] = (),
+    events: Sequence[str | Path] = (),
+) -> RunFiles:
+    """The files of one run: a run directory, files, or (nothing) the newest tft-* run.
+
+    In a directory: `*lighthouse*` is the Lighthouse log, `*.jsonl` event logs, other
+    `*.out|*.log|*.err` replica logs. With a `tft-<job>` directory the global event log
+    (`paths.events_log()`) is read too, keeping the events of that job.
+    """
+    from ftslurm import paths as P
+
+    files = RunFiles([], [Path(p) for p in lighthouse], [Path(p) for p in events])
+    if not paths:
+        root = P.torchft_runs_dir()
+        files.looked_in.append(str(root))
+        runs = sorted(
+            (d for d in root.glob("tft-*") if d.is_dir()),
+            key=lambda d: (d.stat().st_mtime, d.name),
+        ) if root.is_dir() else []
+        if not runs:
+            raise UserError(
+                f"no run found: no tft-* directory in {root} "
+                "(give a run directory or log files: ftslurm report outputs/torchft/tft-<job>)"
+            )
+        paths = [runs[-1]]
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.looked_in.append(str(p))
+            m = re.match(r"tft-(\d+)$", p.name)
+            if m:
+                files.job = m.group(1)
+            for f in sorted(p.iterdir()):
+                if not f.is_file():
+                    continue
+                _classify(f, files)
+        elif p.exists():
+            _classify(p, files, explicit=True)
+        else:
+            raise UserError(f"no such file or directory: {p}")
+    if files.job and not events:
+        glob_events = P.events_log()
+        if glob_events.is_file() and glob_events not in files.event_logs:
+            files.event_logs.append(glob_events)
+    if not files.replica_logs and not files.lighthouse_logs:
+        raise UserError(
+            "no logs found in " + ", ".join(files.looked_in or [str(p) for p in paths])
+            + " (expected tft-<job>_<i>.out replica logs or a lighthouse log)"
+        )
+    return files
+
+
+def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
+    name = f.name.lower().removesuffix(".gz")
+    if name.endswith(".jsonl"):
+        if f not in files.event_logs:
+            files.event_logs.append(f)
+    elif not explicit and not name.endswith((".out", ".log", ".err")):
+        return
+    elif "lighthouse" in name:
+        if f not in files.lighthouse_logs:
+            files.lighthouse_logs.append(f)
+    else:
+        if f not in files.replica_logs:
+            files.replica_logs.append(f)
+
+
+def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> float:
+    """Seconds local-minus-UTC of the logs' clock, from the first `Quorum!` line.
+
+    A Quorum carries `created: Timestamp { seconds: S, nanos: N }` (UTC) and its line the local
+    wall clock: their difference, rounded to 15 minutes, is the zone offset. Used only to place
+    zone-aware times (event log) on the logs' clock; 0 when no quorum is found.
+    """
+    pat = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
+    for path in lighthouse_logs:
+        try:
+            with open(path, "rb") as fh:
+                for i, line in enumerate(fh):
+                    if i > max_lines:
+                        break
+                    if b"Quorum! " not in line:
+                        continue
+                    m = pat.search(line)
+                    t = L.parse_time(line)
+                    if m and t is not None:
+                        created = int(m.group(1)) + int(m.group(2)) / 1e9
+                        return round((t - created) / 900.0) * 900.0
+        except OSError:
+            continue
+    return 0.0
+
+
+# ---------------------------------------------------------------- the state machine
+
+
+def _key(ev: Event) -> float:
+    return ev.time if ev.time is not None else 0.0
+
+
+def _idx(rid: str) -> tuple[str, str]:
+    """Full or Rust-side id -> (group key `prefix_i`, index)."""
+    prefix, index, _ = split_replica_id(rid)
+    if index is None:
+        return rid, rid
+    return f"{prefix}_{index}", str(index)
+
+
+class _Builder:
+    """The one-pass state machine; see the module docstring for the rules."""
+
+    def __init__(self, group_size: int | None, job: str | None) -> None:
+        self.forced_group = group_size
+        self.job = job
+        self.epoch = 0
+        self.quorums: list[Quorum] = []
+        self.seen_qids: set[tuple[int, int]] = set()
+        self.current: Quorum | None = None
+        self.failures: list[Failure] = []
+        self.commit_failures: list[CommitFailure] = []
+        self.attempts: dict[str, list[Attempt]] = {}
+        self.recoveries: dict[tuple[str, int], Recovery] = {}
+        self.timeline: list[Entry] = []
+        self.steps: dict[str, ReplicaSteps] = {}
+        self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
+        self.qmembers: dict[tuple[int, int], list[str]] = {}
+        self.pending_injected: dict[str, list[Event]] = {}
+        self.restart_actions: dict[str, list[Event]] = {}
+        self.awaiting_commit: list[Failure] = []
+        self.recent_commit_fail: list[CommitFailure] = []
+        self.log_prefixes: dict[str, int] = {}  # prefixes seen in replica logs
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.max_step: int | None = None
+        self.init_syncs = 0
+        self.titan_steps = 0
+        self.injected_all: list[Event] = []
+
+    # -- helpers
+    def _entry(self, t: float | None, kind: str, text: str, replica: str | None = None) -> None:
+        self.timeline.append(Entry(t, kind, text, replica))
+
+    def _attempt_for_uuid(self, gkey: str, uuid: str | None, t: float | None) -> Attempt:
+        atts = self.attempts.setdefault(gkey, [])
+        for a in atts:
+            if a.uuid == uuid:
+                return a
+        last = atts[-1] if atts else None
+        if last is not None and last.uuid is None:
+            last.uuid = uuid
+            return last
+        a = Attempt(gkey, len(atts), t, "first-seen", uuid)
+        atts.append(a)
+        if a.number > 0:
+            self._entry(t, "attempt", f"replica {_short(gkey)} attempt {a.number} first seen", gkey)
+        return a
+
+    def _new_attempt(self, gkey: str, t: float | None, source: str, node: str = "",
+                     number: int | None = None) -> Attempt:
+        atts = self.attempts.setdefault(gkey, [])
+        a = Attempt(gkey, len(atts), t, source, node=node)
+        if number is not None and number > a.number:
+            a.number = number
+        atts.append(a)
+        return a
+
+    def _map_rank(self, rid: str, rank: int, t: float | None) -> str | None:
+        qid = self.reconf.get(rid)
+        members = self.qmembers.get((self.epoch, qid)) if qid is not None else None
+        if members is None and self.current is not None:
+            members = self.current.participants
+        if members is None or not (0 <= rank < len(members)):
+            return None
+        return members[rank]
+
+    def _recovery(self, target: str, step: int, t: float | None) -> Recovery:
+        tkey, tidx = _idx(target)
+        rec = self.recoveries.get((tkey, step))
+        if rec is None:
+            rec = Recovery(t, step, None, tkey)
+            self.recoveries[(tkey, step)] = rec
+        elif t is not None and (rec.time is None or t < rec.time):
+            rec.time = t
+        if ":" in target:
+            rec.target_id = target
+        return rec
+
+    # -- events
+    def feed(self, ev: Event) -> None:
+        t = ev.time
+        if t is not None:
+            if self.first_time is None or t < self.first_time:
+                self.first_time = t
+            if self.last_time is None or t > self.last_time:
+                self.last_time = t
+        if ev.step is not None and ev.kind in (L.COMMIT, L.TITAN_STEP, L.HEALED) and (
+            self.max_step is None or ev.step > self.max_step
+        ):
+            self.max_step = ev.step
+        handler = getattr(self, "on_" + ev.kind, None)
+        if handler is not None:
+            handler(ev)
+
+    def on_lighthouse_start(self, ev: Event) -> None:
+        if self.quorums:
+            self.epoch += 1
+        self._entry(ev.time, "lighthouse", "Lighthouse started")
+
+    def on_quorum(self, ev: Event) -> None:
+        assert ev.quorum_id is not None
+        qkey = (self.epoch, ev.quorum_id)
+        if qkey in self.seen_qids:
+            return
+        self.seen_qids.add(qkey)
+        members = sorted(ev.members, key=lambda m: m.replica_id)
+        ids = [m.replica_id for m in members]
+        self.qmembers[qkey] = ids
+        step = max((m.step for m in members), default=0)
+        if self.max_step is None or step > self.max_step:
+            self.max_step = step
+        q = Quorum(
+            ev.quorum_id, ev.time, step, ids,
+            {m.replica_id: m.commit_failures for m in members if m.commit_failures},
+            ev.prev_round_time, self.epoch,
+        )
+        prev = self.current
+        self.quorums.append(q)
+        self.current = q
+        for m in members:
+            gkey, _ = _idx(m.replica_id)
+            _, _, uuid = split_replica_id(m.replica_id)
+            a = self._attempt_for_uuid(gkey, uuid, ev.time)
+            if a.quorum_time is None:
+                a.quorum_time = ev.time
+        self._diff(prev, q, ev)
+
+    def _diff(self, prev: Quorum | None, q: Quorum, ev: Event) -> None:
+        """Who left, who came back with a new uuid: the failures a quorum change shows."""
+        if prev is None:
+            return
+        new_by_key = {_idx(r)[0]: r for r in q.participants}
+        new_prefixes = {split_replica_id(r)[0] for r in q.participants}
+        for old in prev.participants:
+            gkey, idx = _idx(old)
+            prefix = split_replica_id(old)[0]
+            if prefix not in new_prefixes:
+                continue  # the whole group left: end of run, or another job's quorum
+            now = new_by_key.get(gkey)
+            if now == old:
+                continue
+            kind = "left-quorum" if now is None else "restarted"
+            f = Failure(
+                ev.time, gkey, old, q.step, kind, "quorum-change",
+                detected_time=ev.time, last_seen_time=q.last_seen_before, quorum_id=q.quorum_id,
+            )
+            inj = self._take_injected(gkey, ev.time)
+            if inj is not None:
+                f.time, f.kind, f.time_source, f.node = inj.time, inj.detail, "injected", inj.node
+            else:
+                cands = [
+                    c.time for c in self.recent_commit_fail
+                    if c.time is not None and _idx(c.replica_id)[0] != gkey
+                    and (f.last_seen_time is None or c.time >= f.last_seen_time)
+                    and (ev.time is None or c.time <= ev.time)
+                ]
+                if cands:
+                    f.time, f.time_source = min(cands), "commit-failure"
+            self.failures.append(f)
+            self.awaiting_commit.append(f)
+
+    def _take_injected(self, gkey: str, t: float | None) -> Event | None:
+        idx = _idx(gkey)[1]
+        pend = self.pending_injected.get(idx)
+        if not pend:
+            return None
+        for i in range(len(pend) - 1, -1, -1):
+            e = pend[i]
+            if t is None or e.time is None or e.time <= t + SLACK_S:
+                del pend[: i + 1]
+                return e
+        return None
+
+    def on_injected(self, ev: Event) -> None:
+        self.injected_all.append(ev)
+        where = f" on {ev.node}" if ev.node else ""
+        who = f"replica {ev.replica}" if ev.replica is not None else "no replica"
+        self._entry(ev.time, "injected", f"injected {ev.detail}: {who}{where}", ev.replica)
+        if ev.replica is None:
+            return
+        if ev.detail in FAILURE_ACTIONS:
+            self.pending_injected.setdefault(ev.replica, []).append(ev)
+        if ev.detail in RESTART_ACTIONS:
+            self.restart_actions.setdefault(ev.replica, []).append(ev)
+
+    def on_commit(self, ev: Event) -> None:
+        rid = ev.replica or "?"
+        gkey, idx = _idx(rid)
+        st = self.steps.setdefault(gkey, ReplicaSteps())
+        step = ev.step if ev.step is not None else -1
+        prev_ok = st.recent.get(step)
+        if prev_ok is None:
+            st.attempted += 1
+            if ev.ok:
+                st.committed += 1
+            st.recent[step] = bool(ev.ok)
+            if len(st.recent) > 64:
+                for k in sorted(st.recent)[:32]:
+                    del st.recent[k]
+        elif ev.ok and not prev_ok:  # one rank said False, another True: count the commit
+            st.committed += 1
+            st.recent[step] = True
+        else:
+            return  # another rank's copy of the same decision
+        st.last_step = step
+        _, _, uuid = split_replica_id(rid)
+        if ev.ok:
+            a = self._attempt_for_uuid(gkey, uuid, ev.time)
+            if a.healed_time is None:
+                a.healed_time, a.healed_step = ev.time, step
+            if self.awaiting_commit:
+                left = []
+                for f in self.awaiting_commit:
+                    if f.replica != gkey and (
+                        f.detected_time is None or ev.time is None or ev.time >= f.detected_time
+                    ):
+                        f.next_commit_time, f.next_commit_step, f.survivor = ev.time, step, gkey
+                    else:
+                        left.append(f)
+                self.awaiting_commit = left
+        else:
+            cf = CommitFailure(ev.time, gkey, rid, step, ev.detail)
+            self.commit_failures.append(cf)
+            self.recent_commit_fail.append(cf)
+            del self.recent_commit_fail[:-16]
+            err = f" (errored={cf.detail})" if cf.detail else ""
+            self._entry(ev.time, "commit-failure",
+                        f"replica {_short(gkey)} failed to commit step {step}{err}", gkey)
+
+    def on_error(self, ev: Event) -> None:
+        pass  # the commit decision that follows is what the report counts
+
+    def on_reconfigure(self, ev: Event) -> None:
+        if ev.replica and ev.quorum_id is not None:
+            self.reconf[ev.replica] = ev.quorum_id
+            self._note_log_prefix(ev.replica)
+
+    def _note_log_prefix(self, rid: str) -> None:
+        p = split_replica_id(rid)[0]
+        self.log_prefixes[p] = self.log_prefixes.get(p, 0) + 1
+
+    def on_launch(self, ev: Event) -> None:
+        gkey = self._gkey_for_index(ev.replica or "?")
+        a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank)
+        where = f" on {ev.node}" if ev.node else ""
+        self._entry(ev.time, "attempt",
+                    f"replica {_short(gkey)} attempt {ev.rank} launched{where}", gkey)
+        self._bind_restart(a)
+
+    def _gkey_for_index(self, idx: str) -> str:
+        for gkey in self.attempts:
+            if _idx(gkey)[1] == idx:
+                return gkey
+        prefix = max(self.log_prefixes, key=self.log_prefixes.get) if self.log_prefixes else None
+        return f"{prefix}_{idx}" if prefix else idx
+
+    def on_manager_start(self, ev: Event) -> None:
+        if not ev.replica:
+            return
+        gkey, _ = _idx(ev.replica)
+        self._note_log_prefix(ev.replica)
+        atts = self.attempts.get(gkey)
+        last = atts[-1] if atts else None
+        if last is not None and last.source == "launch" and not last.manager_started:
+            last.manager_started = True
+            return
+        a = self._new_attempt(gkey, ev.time, "manager-start")
+        a.manager_started = True
+        if a.number > 0:
+            self._entry(ev.time, "attempt",
+                        f"replica {_short(gkey)} attempt {a.number} started (new process)", gkey)
+        self._bind_restart(a)
+
+    def _bind_restart(self, a: Attempt) -> None:
+        acts = self.restart_actions.get(_idx(a.replica)[1])
+        if not acts or a.number == 0:
+            return
+        e = acts[-1]
+        if a.start_time is None or e.time is None or e.time <= a.start_time + SLACK_S:
+            a.restart_time, a.restart_source = e.time, e.detail
+            acts.clear()
+
+    def on_peers_recover(self, ev: Event) -> None:
+        if not ev.replica:
+            return
+        self._note_log_prefix(ev.replica)
+        if not ev.step:
+            self.init_syncs += 1
+            return
+        for r in ev.ranks:
+            target = self._map_rank(ev.replica, r, ev.time)
+            if target is None:
+                continue
+            rec = self._recovery(target, ev.step, ev.time)
+            rec.source_replica = _idx(ev.replica)[0]
+            rec.source_id = ev.replica
+
+    def on_heal_required(self, ev: Event) -> None:
+        if not ev.replica or not ev.step:
+            return  # max_step=0: the initial sync, not a recovery
+        rec = self._recovery(ev.replica, ev.step, ev.time)
+        if ev.ranks and rec.source_replica is None:
+            src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
+            if src is not None:
+                rec.source_replica, rec.source_id = _idx(src)[0], src
+
+    def on_heal_fetch(self, ev: Event) -> None:
+        if not ev.replica or not ev.ranks:
+            return
+        for rec in self.recoveries.values():
+            if rec.target_id == ev.replica and rec.source_replica is None:
+                src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
+                if src is not None:
+                    rec.source_replica, rec.source_id = _idx(src)[0], src
+
+    def on_healed(self, ev: Event) -> None:
+        if not ev.replica or not ev.step:
+            return
+        rec = self._recovery(ev.replica, ev.step, ev.time)
+        if rec.healed_time is None:
+            rec.healed_time = ev.time
+
+    def on_titan_step(self, ev: Event) -> None:
+        self.titan_steps += 1
+
+    # -- the end
+    def finish(self, stats: ParseStats) -> Report:
+        # The run's replicas: prefixes seen in the replica logs, else all in the quorums.
+        if self.log_prefixes:
+            prefixes = sorted(self.log_prefixes)
+        else:
+            counts: dict[str, int] = {}
+            for q in self.quorums:
+                for r in q.participants:
+                    p = split_replica_id(r)[0]
+                    counts[p] = counts.get(p, 0) + 1
+            prefixes = [max(counts, key=counts.get)] if counts else []
+        ours = set(prefixes)
+
+        def mine(rid: str | None) -> bool:
+            return rid is not None and split_replica_id(rid)[0] in ours
+
+        quorums, foreign = [], 0
+        for q in self.quorums:
+            parts = [r for r in q.participants if mine(r)]
+            if not parts and q.participants:
+                foreign += 1
+                continue
+            q.participants = parts
+            quorums.append(q)
+        failures = [f for f in self.failures if mine(f.replica_id)]
+        # Injected failures that no quorum change accounted for (a kill the run absorbed).
+        for pend in self.pending_injected.values():
+            for e in pend:
+                gkey = self._gkey_for_index(e.replica or "?")
+                failures.append(Failure(
+                    e.time, gkey, gkey, self._step_at(quorums, e.time), e.detail,
+                    "injected-only", node=e.node,
+                ))
+        failures.sort(key=lambda f: (f.time is None, f.time or 0.0))
+        group = self.forced_group or max(
+            [len(q.participants) for q in quorums]
+            + [len({_idx(k)[0] for k in self.attempts if split_replica_id(k)[0] in ours})],
+            default=0,
+        )
+        attempts = [a for k, atts in self.attempts.items() if _mine_key(k, ours) for a in atts]
+        recoveries = sorted(
+            (r for r in self.recoveries.values() if split_replica_id(r.target_replica)[0] in ours),
+            key=lambda r: (r.time is None, r.time or 0.0),
+        )
+        for r in recoveries:
+            self._link_attempt(r)
+        degraded = _degraded(quorums, group, self.last_time, self.max_step)
+        for f in failures:
+            self._entry(f.time, "failure", _failure_text(f), f.replica)
+        for r in recoveries:
+            src = _short(r.source_replica) if r.source_replica else "?"
+            self._entry(r.time, "recovery",
+                        f"recovery: replica {src} -> replica {_short(r.target_replica)} "
+                        f"at step {r.step}", r.target_replica)
+            if r.healed_time is not None:
+                self._entry(r.healed_time, "healed",
+                            f"replica {_short(r.target_replica)} healed at step {r.step}",
+                            r.target_replica)
+        prevq = None
+        for q in quorums:
+            self._entry(q.time, "quorum", _quorum_text(q, prevq, group))
+            prevq = q
+        timeline = [e for e in self.timeline if e.replica is None or _mine_key(e.replica, ours)]
+        timeline.sort(key=lambda e: (e.time is None, e.time or 0.0))
+        steps = {k: v for k, v in self.steps.items() if split_replica_id(k)[0] in ours}
+        return Report(
+            quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
+            attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
+            self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
+            self.titan_steps,
+        )
+
+    def _link_attempt(self, r: Recovery) -> None:
+        atts = self.attempts.get(r.target_replica, [])
+        uuid = split_replica_id(r.target_id)[2] if r.target_id else None
+        att = next((a for a in atts if uuid and a.uuid == uuid), None)
+        if att is None:
+            later = [a for a in atts if a.quorum_time is not None and r.time is not None
+                     and a.quorum_time <= r.time + SLACK_S]
+            att = later[-1] if later else None
+        if att is None:
+            return
+        if att.healed_time is not None and r.healed_time is None:
+            r.healed_time = att.healed_time
+        elif att.healed_time is not None and r.healed_time is not None:
+            r.healed_time = max(r.healed_time, att.healed_time)
+        start = att.restart_time if att.restart_time is not None else att.start_time
+        if att.number > 0 and start is not None:
+            r.requeue_time = start
+            r.requeue_source = (
+                f"injected {att.restart_source}" if att.restart_time is not None else att.source
+            )
+            if r.healed_time is not None:
+                r.requeue_to_healed_s = r.healed_time - start
+            if att.quorum_time is not None:
+                r.requeue_to_quorum_s = att.quorum_time - start
+
+    @staticmethod
+    def _step_at(quorums: list[Quorum], t: float | None) -> int | None:
+        step = None
+        for q in quorums:
+            if t is not None and q.time is not None and q.time > t:
+                break
+            step = q.step
+        return step
+
+
+def _mine_key(gkey: str, ours: set[str]) -> bool:
+    prefix, index, _ = split_replica_id(gkey)
+    return index is None or prefix in ours
+
+
+def _short(gkey: str | None) -> str:
+    if gkey is None:
+        return "?"
+    return _idx(gkey)[1]
+
+
+def _failure_text(f: Failure) -> str:
+    step = f" at step {f.step}" if f.step is not None else ""
+    how = {"injected": "injected", "commit-failure": "first failed commit",
+           "quorum-change": "seen by quorum change", "injected-only": "no quorum change seen"}
+    return f"replica {_short(f.replica)} failed{step} ({f.kind}; time: {how.get(f.time_source)})"
+
+
+def _quorum_text(q: Quorum, prev: Quorum | None, group: int) -> str:
+    names = ", ".join(_short(_idx(r)[0]) for r in q.participants)
+    verb = "formed" if prev is None else "changed"
+    text = (f"quorum {q.quorum_id} {verb} at step {q.step}: "
+            f"{len(q.participants)}/{group} replicas [{names}]")
+    if prev is not None:
+        old = {_idx(r)[0] for r in prev.participants}
+        new = {_idx(r)[0] for r in q.participants}
+        left, joined = sorted(old - new), sorted(new - old)
+        renewed = sorted(_idx(r)[0] for r in q.participants
+                         if _idx(r)[0] in old and r not in prev.participants)
+        for label, xs in (("left", left), ("joined", joined), ("rejoined", renewed)):
+            if xs:
+                text += f"; {label}: " + ", ".join(_short(x) for x in xs)
+    cf = {k: v for k, v in q.commit_failures.items()}
+    if cf:
+        text += "; commit_failures " + ", ".join(
+            f"{_short(_idx(k)[0])}={v}" for k, v in sorted(cf.items()))
+    return text
+
+
+def _degraded(quorums: list[Quorum], group: int, last_time: float | None,
+              max_step: int | None) -> list[Degraded]:
+    """Contiguous stretches where fewer than `group` replicas were in the quorum."""
+    out: list[Degraded] = []
+    cur: Degraded | None = None
+    for q in quorums:
+        n = len(q.participants)
+        if cur is not None and n != cur.replicas:
+            cur.end_step, cur.end_time = q.step, q.time
+            out.append(cur)
+            cur = None
+        if cur is None and n < group:
+            cur = Degraded(q.step, None, q.time, None, n, group)
+    if cur is not None:
+        cur.end_step = max_step if max_step is not None else cur.start_step
+        cur.end_time = last_time
+        cur.open = True
+        out.append(cur)
+    return out
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> Iterator[Event]:
+    """All events of a run, merged by time (each file is time-ordered on its own)."""
+    streams: list[Iterator[Event]] = []
+    for p in files.lighthouse_logs:
+        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset))
+    for p in files.event_logs:
+        streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
+    for p in files.replica_logs:
+        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset))
+    return heapq.merge(*streams, key=_key)
+
+
+def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:
+    for ev in events:
+        if job is None or not ev.job or ev.job == job:
+            yield ev
+
+
+def build_report(
+    paths: Sequence[str | Path] = (),
+    *,
+    lighthouse: Sequence[str | Path] = (),
+    events: Sequence[str | Path] = (),
+    group_size: int | None = None,
+) -> Report:
+    """Read the files of one run (see find_run_files) and build its Report, in one pass."""
+    files = find_run_files(paths, lighthouse=lighthouse, events=events)
+    stats = ParseStats()
+    offset = clock_offset(files.lighthouse_logs + files.replica_logs)
+    b = _Builder(group_size, files.job)
+    n = 0
+    for ev in iter_run_events(files, stats, offset):
+        n += 1
+        b.feed(ev)
+    stats.events += n
+    return b.finish(stats)
