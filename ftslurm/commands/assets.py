@@ -1,0 +1,55 @@
+"""`ftslurm assets`: get the real tokenizer, or build tiny local assets for CPU runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ftslurm import paths
+
+
+@click.group()
+def assets() -> None:
+    """Tokenizer and dataset files the training needs."""
+
+
+@assets.command()
+@click.option(
+    "--token", default=None, help="Hugging Face token (default: $HF_TOKEN). Never printed."
+)
+@click.option(
+    "--dest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Target folder (default: assets/hf/Llama-3.1-8B of the checkout).",
+)
+def download(token: str | None, dest: Path | None) -> None:
+    """Download the Llama-3.1-8B tokenizer (gated: accept the licence on huggingface.co)."""
+    from ftslurm.replica import assets as lib
+    from ftslurm.replica.plan import hf_assets
+
+    dest = dest or hf_assets(paths.project_root())
+    files = lib.download_tokenizer(dest, token or os.environ.get("HF_TOKEN"))
+    for f in files:
+        click.echo(f"downloaded {f}")
+
+
+@assets.command("make-local")
+@click.option(
+    "--dest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Target folder (default: assets/local of the checkout).",
+)
+def make_local(dest: Path | None) -> None:
+    """Build a byte-level BPE tokenizer (vocab 2000) and a JSON-lines dataset from this
+    Python's standard-library sources: no network, same files every time."""
+    from ftslurm.replica import assets as lib
+    from ftslurm.replica.plan import local_assets
+
+    base = dest or local_assets(paths.project_root())[0].parent
+    tok, data = lib.make_local(base)
+    click.echo(f"tokenizer: {tok}")
+    click.echo(f"dataset:   {data}")

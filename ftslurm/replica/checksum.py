@@ -1,0 +1,147 @@
+"""A bit-exact parameter checksum, logged at committed steps, to prove replicas agree.
+
+Why: after a heal the replicas must hold identical weights. A loss curve cannot show a tiny
+constant offset (bug 2 in fixes.py); a sha256 over the raw bytes of every parameter can.
+
+When a line is logged (one per rank; each rank hashes its local shard, in name order):
+- per-step mode: after every step whose commit succeeded (the torchft manager's step grew),
+  every FTSLURM_CHECKSUM_EVERY-th step [1 on cpu, 50 on cuda; 0 = off];
+- DiLoCo: right after each successful outer sync, over the fragment that was synced (the
+  other fragments are legitimately different between syncs).
+
+Line (greppable, inside torchtitan's log prefix):
+  ftslurm-checksum replica=1 rank=0 step=12 manager_step=12 scope=model tensors=57 sha256=<64 hex>
+`scope` is `model` (per-step) or `fragment<i>` (DiLoCo).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "ftslurm-checksum"
+LINE_RE = re.compile(
+    PREFIX + r" replica=(?P<replica>\d+) rank=(?P<rank>\d+) step=(?P<step>\d+) "
+    r"manager_step=(?P<manager_step>\d+) scope=(?P<scope>\S+) tensors=(?P<tensors>\d+) "
+    r"sha256=(?P<sha256>[0-9a-f]{64})"
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One parsed checksum line."""
+
+    replica: int
+    rank: int
+    step: int
+    manager_step: int
+    scope: str
+    tensors: int
+    sha256: str
+
+
+def format_line(
+    replica: int, rank: int, step: int, manager_step: int, scope: str, tensors: int, digest: str
+) -> str:
+    return (
+        f"{PREFIX} replica={replica} rank={rank} step={step} manager_step={manager_step} "
+        f"scope={scope} tensors={tensors} sha256={digest}"
+    )
+
+
+def parse(lines: Iterable[str]) -> Iterator[Record]:
+    """Checksum records from any log text (other lines ignored)."""
+    for line in lines:
+        m = LINE_RE.search(line)
+        if m:
+            yield Record(
+                replica=int(m["replica"]),
+                rank=int(m["rank"]),
+                step=int(m["step"]),
+                manager_step=int(m["manager_step"]),
+                scope=m["scope"],
+                tensors=int(m["tensors"]),
+                sha256=m["sha256"],
+            )
+
+
+def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
+    """sha256 over (name, dtype, shape, raw bytes) of each tensor, sorted by name. DTensors
+    are hashed by their local shard (one line per rank)."""
+    import torch
+
+    h = hashlib.sha256()
+    count = 0
+    for name, t in sorted(named_tensors, key=lambda kv: kv[0]):
+        t = t.detach()
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        t = t.to("cpu").contiguous().reshape(-1)
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+        count += 1
+    return h.hexdigest(), count
+
+
+def _every(env: os._Environ[str] | dict[str, str]) -> int:
+    default = "1" if env.get("FTSLURM_DEVICE", "cuda") == "cpu" else "50"
+    return int(env.get("FTSLURM_CHECKSUM_EVERY", default) or 0)
+
+
+def install() -> None:
+    """Hook the checksum into torchtitan's FT trainer and torchft's DiLoCo fragments."""
+    every = _every(os.environ)
+    if every <= 0:
+        return
+    from torchft import local_sgd
+    from torchtitan.experiments.ft.train import FTTrainer
+    from torchtitan.tools.logging import logger
+
+    rank = int(os.environ.get("RANK", "0"))
+    state: dict[str, Any] = {"step": 0, "replica": int(os.environ.get("FTSLURM_REPLICA_ID", 0))}
+
+    upstream_train_step = FTTrainer.train_step
+
+    def train_step(self: FTTrainer, data_iterator: Any) -> None:
+        state["step"] = self.step
+        state["manager"] = self.ft_manager.manager if self.ft_manager.enabled else None
+        state["replica"] = self.job_config.fault_tolerance.replica_id
+        manager = state["manager"]
+        before = manager.current_step() if manager else None
+        upstream_train_step(self, data_iterator)
+        if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
+            return
+        after = manager.current_step()
+        if after > before and self.step % every == 0:
+            named = [(n, p) for m in self.model_parts for n, p in m.named_parameters()]
+            hexd, count = digest(named)
+            logger.info(format_line(state["replica"], rank, self.step, after, "model", count, hexd))
+
+    FTTrainer.train_step = train_step  # type: ignore[method-assign]
+
+    fragment_cls = local_sgd._StreamingDiLoCoFragment
+    upstream_sync = fragment_cls.perform_sync
+
+    def perform_sync(self: Any) -> bool:
+        committed = upstream_sync(self)
+        if committed:
+            hexd, count = digest(self._model_fragment.named_parameters())
+            manager_step = self._manager.current_step()
+            logger.info(
+                format_line(
+                    state["replica"],
+                    rank,
+                    state["step"],
+                    manager_step,
+                    f"fragment{self._fragment_id}",
+                    count,
+                    hexd,
+                )
+            )
+        return committed
+
+    fragment_cls.perform_sync = perform_sync

@@ -1,0 +1,78 @@
+"""Make torchtitan 0.2.2 train on a CPU-only machine (DEVICE=cpu).
+
+Must run BEFORE torchtitan is imported: torchtitan picks its device at import time
+(`_get_available_device_type() or "cuda"` in torchtitan.tools.utils), and its memory monitor
+calls CUDA-only helpers on that device module. See shared notes torchtitan-cpu.md.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+
+def _flag_value(argv: Sequence[str], key: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(key + "="):
+            return arg.split("=", 1)[1]
+        if arg == key and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def fix_argv(argv: Sequence[str]) -> list[str]:
+    """Force float32 compute: bfloat16 autocast on a CPU without AVX512-BF16 made a step
+    ~25 s instead of ~1 s. Kept if the caller chose explicitly."""
+    argv = list(argv)
+    if _flag_value(argv, "--training.mixed_precision_param") is None:
+        argv.append("--training.mixed_precision_param=float32")
+    return argv
+
+
+def _peak_rss_bytes() -> int:
+    # ru_maxrss is KiB on Linux: the step lines' "memory" then shows this replica's peak RSS.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _total_memory() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _memory_stats(_device: object = None) -> dict[str, int]:
+    peak = _peak_rss_bytes()
+    return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak}
+
+
+def prepare() -> None:
+    """Environment, torch.cpu shims and device type. sys.argv must already be final: importing
+    torchtitan binds `ConfigManager.parse_args(args=sys.argv[1:])` (a default argument)."""
+    if "torchtitan" in sys.modules:
+        raise RuntimeError("ftslurm.replica.cpu.prepare() must run before torchtitan is imported")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    import torch
+    import torch._utils as tutils
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    cpu = torch.cpu
+    cpu.get_device_name = lambda _device=None: "cpu"  # type: ignore[attr-defined]
+    cpu.get_device_properties = lambda _device=None: SimpleNamespace(  # type: ignore[attr-defined]
+        total_memory=_total_memory(), name="cpu"
+    )
+    cpu.memory_stats = _memory_stats  # type: ignore[attr-defined]
+    # barrier(device_ids=[current_device()]) wants an int, torch.cpu returns "cpu"
+    cpu.current_device = lambda: 0  # type: ignore[assignment]
+    cpu.reset_peak_memory_stats = lambda _device=None: None  # type: ignore[attr-defined]
+    cpu.empty_cache = lambda: None  # type: ignore[attr-defined]
+
+    original = tutils._get_available_device_type
+    tutils._get_available_device_type = lambda: "cpu"
+    try:
+        import torchtitan.tools.utils as tt_utils  # binds device_type / device_module now
+    finally:
+        tutils._get_available_device_type = original
+    assert tt_utils.device_type == "cpu", tt_utils.device_type

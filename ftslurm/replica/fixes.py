@@ -1,0 +1,157 @@
+"""Fixes for torchtitan 0.2.2 + torchft healing bugs, one place each, each with an off switch.
+
+Applied in the training process (ftslurm.replica.train) before the trainer is built. Every
+fix logs one line saying it is on; set the switch to 0 to run upstream behaviour (to
+reproduce a bug, or once upstream is fixed).
+
+1. FTSLURM_FIX_ASYNC_QUORUM (per-step mode): torchtitan's FTManager builds torchft's Manager
+   with `use_async_quorum = semi_sync_method is None`. With the async quorum, the quorum
+   thread serves the checkpoint to a healing peer (`send_checkpoint(self._manager_state_dict())`
+   -> `model.state_dict()`), and FSDP2's state-dict pre-hook swaps sharded DTensor params back
+   onto the modules while the main thread is mid-forward: the SURVIVOR crashes with
+   "aten.mm.default got mixed torch.Tensor and DTensor" at a heal (torchtitan issue 4754).
+   Fix: the torchft Manager gets use_async_quorum=False, so quorum + checkpoint send finish
+   before forward starts (cost: quorum latency on the critical path). torchtitan's own
+   `FTManager.use_async_quorum` stays True, so its cross-replica gradient all-reduce hook and
+   loss sync are still installed.
+2. FTSLURM_FIX_OPTIMIZER_STATE: `FTOptimizersContainer.state_dict()` returns a dict cached once
+   at start (`init_cache_state_dict`). Tensors in it are shared with the live optimizer, but
+   scalars such as each param group's `lr` are copied by value at cache time, so a healing
+   replica loads a stale lr and its first step differs from the survivor's: the replicas
+   are silently different forever after. Fix: return a fresh state dict (the base
+   OptimizersContainer behaviour).
+3. FTSLURM_FIX_UNSHARDED_ALLREDUCE (per-step mode, replicas of ONE rank, e.g. DEVICE=cpu):
+   torchtitan hangs its cross-replica gradient all-reduce on FSDP modules only, and applies
+   FSDP only when dp_shard > 1, so 1-rank replicas never average gradients and drift apart
+   between heals. Fix: the same all-reduce (ReduceOp.AVG over torchft's managed process
+   group) as a post-accumulate-grad hook on every parameter when the model has no FSDP module.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+SWITCHES = {
+    "async_quorum": "FTSLURM_FIX_ASYNC_QUORUM",
+    "optimizer_state": "FTSLURM_FIX_OPTIMIZER_STATE",
+    "unsharded_allreduce": "FTSLURM_FIX_UNSHARDED_ALLREDUCE",
+}
+
+
+@dataclass(frozen=True)
+class Fix:
+    name: str
+    switch: str
+    summary: str
+    apply: Callable[[], None]
+
+
+def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """A fix is on unless its switch is 0/false/off/no."""
+    env = os.environ if env is None else env
+    value = env.get(SWITCHES[name], "1").strip().lower()
+    return value not in ("0", "false", "off", "no")
+
+
+def fix_async_quorum() -> None:
+    """Bug 1: construct torchft's Manager with use_async_quorum=False."""
+    import torchft
+    import torchtitan.components.ft.manager as tt_ft
+
+    if isinstance(tt_ft.ft, _SyncQuorumTorchft):
+        return
+
+    tt_ft.ft = _SyncQuorumTorchft(torchft)
+
+
+class _SyncQuorumTorchft(types.ModuleType):
+    """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
+    torchft's, except that `Manager(...)` always gets use_async_quorum=False."""
+
+    def __init__(self, real: types.ModuleType) -> None:
+        super().__init__(real.__name__)
+        self._real = real
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+    def Manager(self, *args: object, **kwargs: object) -> object:  # noqa: N802 - torchft's name
+        kwargs["use_async_quorum"] = False
+        return self._real.Manager(*args, **kwargs)
+
+
+def fix_optimizer_state() -> None:
+    """Bug 2: FTOptimizersContainer.state_dict() returns a fresh dict, not the start-up cache."""
+    from torchtitan.components.optimizer import FTOptimizersContainer, OptimizersContainer
+
+    FTOptimizersContainer.state_dict = OptimizersContainer.state_dict  # type: ignore[method-assign]
+
+
+def fix_unsharded_allreduce() -> None:
+    """Gap 3: average gradients across replicas when the replica has no FSDP module."""
+    import torch.distributed as dist
+    from torch.distributed._composable.fsdp.fully_shard import FSDPModule
+    from torch.distributed.distributed_c10d import ReduceOp
+    from torchtitan.components.ft.manager import FTManager
+
+    upstream = FTManager.maybe_set_all_reduce_hook
+    if getattr(upstream, "_ftslurm", False):
+        return
+
+    def maybe_set_all_reduce_hook(self: FTManager, model_parts: list) -> None:
+        upstream(self, model_parts)
+        if not (self.enabled and self.use_async_quorum):
+            return  # semi-sync (DiLoCo) averages pseudo-gradients itself
+        if any(isinstance(m, FSDPModule) for part in model_parts for m in part.modules()):
+            return  # upstream's FSDP hook does it
+        pg = self.replicate_pg
+
+        def hook(param: object) -> None:
+            dist.all_reduce(param.grad, group=pg, op=ReduceOp.AVG)  # type: ignore[attr-defined]
+
+        for part in model_parts:
+            for p in part.parameters():
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(hook)
+
+    maybe_set_all_reduce_hook._ftslurm = True  # type: ignore[attr-defined]
+    FTManager.maybe_set_all_reduce_hook = maybe_set_all_reduce_hook  # type: ignore[method-assign]
+
+
+FIXES = (
+    Fix(
+        "async_quorum",
+        SWITCHES["async_quorum"],
+        "torchft Manager with use_async_quorum=False",
+        fix_async_quorum,
+    ),
+    Fix(
+        "optimizer_state",
+        SWITCHES["optimizer_state"],
+        "FT optimizer state_dict() is fresh, not cached at start",
+        fix_optimizer_state,
+    ),
+    Fix(
+        "unsharded_allreduce",
+        SWITCHES["unsharded_allreduce"],
+        "cross-replica gradient all-reduce on 1-rank (non-FSDP) replicas",
+        fix_unsharded_allreduce,
+    ),
+)
+
+
+def apply(env: Mapping[str, str] | None = None) -> list[str]:
+    """Apply every enabled fix; returns one log line per fix (on or off, and its switch)."""
+    lines = []
+    for fix in FIXES:
+        if enabled(fix.name, env):
+            fix.apply()
+            lines.append(
+                f"[ftslurm] fix {fix.name}: ON ({fix.summary}; {fix.switch}=0 turns it off)"
+            )
+        else:
+            lines.append(f"[ftslurm] fix {fix.name}: OFF ({fix.switch}=0)")
+    return lines

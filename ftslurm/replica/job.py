@@ -1,0 +1,134 @@
+"""The per-attempt wrapper the sbatch scripts exec: `python -m ftslurm.replica job|classic`.
+
+Why a wrapper and not a bare torchrun line in the script:
+- every attempt starts with one banner line (`[time]  launching replica R (attempt A) on H`)
+  that `ftslurm report` uses to tell attempts apart in an appended log;
+- torchrun runs as a child in our process group and SIGTERM is forwarded to it, so Slurm's
+  cancel / requeue / node-down tears the replica down (torchrun then stops its worker, which
+  lives in its own session and would otherwise keep training);
+- a crash that Slurm did not cause (OOM kill, a SIGKILLed worker, a Python exception) is
+  turned into `scontrol requeue <array job>_<task>`: Slurm's --requeue only covers node
+  failures, and a replica that simply exits would leave the group short for good.
+`FTSLURM_DRY_RUN=1` prints the banner and the exact command and runs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ftslurm import paths, runner
+from ftslurm.errors import UserError
+from ftslurm.replica import plan as planlib
+
+# Where the child's output goes: our own stdout, re-opened. The sbatch script redirects us
+# with `>>` (O_APPEND), so the child's lines and ours interleave without overwriting.
+_OWN_STDOUT = "/proc/self/fd/1"
+
+
+def default_torchrun(env: Mapping[str, str]) -> list[str]:
+    """torchrun of the interpreter running us (the sbatch script picks it with
+    FTSLURM_PYTHON), so the training runs in the same environment as the launcher."""
+    if env.get("FTSLURM_TORCHRUN"):
+        return [env["FTSLURM_TORCHRUN"]]
+    sibling = Path(sys.executable).parent / "torchrun"
+    return [str(sibling)] if sibling.exists() else ["torchrun"]
+
+
+def head_node(env: Mapping[str, str]) -> str:
+    """First host of the allocation, as the cookbook does with `scontrol show hostnames`."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise UserError(
+            "SLURM_JOB_NODELIST is not set: run the classic script with sbatch -N <nodes>"
+        )
+    out = runner.run(["scontrol", "show", "hostnames", nodelist], timeout=30).stdout.split()
+    if not out:
+        raise UserError(f"`scontrol show hostnames {nodelist}` printed nothing; check Slurm")
+    return out[0]
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _ensure_cpu_assets(root: Path) -> None:
+    tok, data = planlib.local_assets(root)
+    if (tok / "tokenizer.json").exists() and any(data.glob("*.jsonl")):
+        return
+    from ftslurm.replica import assets
+
+    _say(f"local assets missing under {tok.parent}: building them (ftslurm assets make-local)")
+    assets.make_local(tok.parent)
+
+
+def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Run one attempt. argv[0] is `job` (fault-tolerant replica) or `classic`."""
+    env = dict(os.environ if env is None else env)
+    what = argv[0] if argv else "job"
+    root = paths.project_root()
+    torchrun = default_torchrun(env)
+    if what == "job":
+        plan = planlib.build_ft_plan(env, root, torchrun)
+    elif what == "classic":
+        plan = planlib.build_classic_plan(env, root, head_node(env), torchrun)
+    else:
+        raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
+
+    host = socket.gethostname()
+    _say(planlib.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host))
+    _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
+    _say("command: " + plan.command_line())
+    for note in plan.notes:
+        _say(f"note: {note}")
+    if _truthy(env.get("FTSLURM_DRY_RUN")):
+        _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
+        return 0
+    if plan.device == "cpu":
+        _ensure_cpu_assets(root)
+    return _run_attempt(plan, env)
+
+
+def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    cancelled = False
+    child = runner.spawn(plan.argv, log_path=_OWN_STDOUT, env=env, extra_env=plan.env, detach=False)
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal cancelled
+        cancelled = True
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    rc = child.wait()
+    code = rc if rc >= 0 else 128 - rc
+    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  torchrun exited with code {code}")
+    if plan.kind != "ft":
+        return code
+    requeue, why = planlib.should_requeue(plan, rc, cancelled)
+    if not requeue:
+        _say(f"not requeueing: {why}")
+        return code
+    target = planlib.requeue_target(plan, env)
+    if target is None:
+        _say(f"not requeueing ({why}): not inside a Slurm job array")
+        return code
+    _say(
+        f"requeueing {target}: {why} (attempt {plan.attempt} of FT_MAX_REQUEUES "
+        f"{plan.max_requeues})"
+    )
+    try:
+        runner.run(["scontrol", "requeue", target], timeout=60)
+    except runner.CommandError as e:
+        _say(f"requeue failed: {e.one_line()}")
+    return code

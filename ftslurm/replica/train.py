@@ -1,0 +1,52 @@
+"""What torchrun runs on every rank: `python -m ftslurm.replica.train <torchtitan args>`.
+
+Order matters, and is the reason this module exists instead of calling torchtitan directly:
+1. sys.argv is made final first: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
+   sys.argv[1:])` as a default argument when torchtitan is first imported;
+2. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
+   import time), see cpu.py;
+3. the healing fixes (fixes.py) and the parameter checksum (checksum.py) patch torchtitan /
+   torchft classes before the trainer is built;
+4. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
+   classic script without FT runs the plain `torchtitan.train.Trainer`).
+The only module of the launcher that imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    device = os.environ.get("FTSLURM_DEVICE") or os.environ.get("DEVICE") or "cuda"
+    fault_tolerant = bool(os.environ.get("FTSLURM_FT_MODE"))
+    argv = sys.argv[1:]
+    if device == "cpu":
+        from ftslurm.replica import cpu
+
+        argv = cpu.fix_argv(argv)
+    sys.argv = [sys.argv[0], *argv]
+    if device == "cpu":
+        cpu.prepare()
+
+    from ftslurm.replica import checksum, fixes
+
+    if fault_tolerant:
+        for line in fixes.apply():
+            print(line, flush=True)
+        checksum.install()
+
+    from torchtitan.train import Trainer
+    from torchtitan.train import main as torchtitan_main
+
+    if fault_tolerant:
+        from torchtitan.experiments.ft.train import FTTrainer
+
+        torchtitan_main(FTTrainer)
+    else:
+        torchtitan_main(Trainer)
+
+
+if __name__ == "__main__":
+    main()
