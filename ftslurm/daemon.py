@@ -111,7 +111,9 @@ def exiting(pid: int) -> bool:
 
 
 def _reap(pid: int) -> None:
-    """Reap `pid` if it is our own child (tests, the demo), so it does not stay a zombie."""
+    """Reap `pid` if it is our own child (tests, the demo), so it does not stay a zombie.
+
+    Side effect: a `Popen` for that child no longer sees the real exit code."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
@@ -139,10 +141,12 @@ def stop(
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     if _wait_gone(alive, grace) and _wait_gone(lambda: exiting(pid), kill_timeout):
+        _reap(pid)
         return "terminated"
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if _wait_gone(alive, kill_timeout) and _wait_gone(lambda: exiting(pid), kill_timeout):
+        _reap(pid)
         return "killed"
     raise RuntimeError(f"pid {pid} survived SIGKILL for {kill_timeout:g} s (uninterruptible?)")
 
@@ -185,15 +189,12 @@ def wait_ready(
     """
     deadline = time.monotonic() + timeout
     while True:
+        code = poll() if poll is not None else None
+        if code is not None or (poll is None and not is_alive(pid)):
+            raise ProcessExited(pid, code)
         value = cond()
         if value:
             return value
-        code = poll() if poll is not None else None
-        if code is not None or (poll is None and not is_alive(pid)):
-            value = cond()  # it may have answered just before dying; unlikely but cheap
-            if value and code is None:
-                return value
-            raise ProcessExited(pid, code)
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
@@ -308,7 +309,7 @@ class Daemon:
             return Lookup(state)
         if clean_stale:
             st = proc_stat(state.pid)
-            if st is not None and st.start_ticks == state.start_ticks:
+            if st is not None and st.state == "Z" and st.start_ticks == state.start_ticks:
                 # our process, dead or dying: let its threads finish so its port is free
                 _wait_gone(lambda: exiting(state.pid), 5.0)
             self.clear()

@@ -25,6 +25,7 @@ import contextlib
 import errno
 import html
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -661,7 +662,14 @@ def _start_locked(
         probe_url=probe_url,
     )
     d.write_state(state)
+    _last_file(d).write_text(json.dumps(state.extra, indent=2) + "\n")
     return _info(state, d, stale_pid=stale_pid)
+
+
+def _last_file(d: daemon.Daemon) -> Path:
+    """Options and port of the last successful start; kept after `stop` so that `restart`
+    of a stopped (or crashed) Lighthouse comes back on the same address."""
+    return d.state_dir / f"{NAME}.last.json"
 
 
 def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_S) -> str:
@@ -717,15 +725,20 @@ def restart(
 ) -> LighthouseInfo:
     """Stop and start again with the same options and the SAME address and port (also when it
     was started on port 0), so running replicas can reconnect. `overrides` are `start`
-    keyword arguments (e.g. min_replicas=2). Starts with defaults when nothing was recorded."""
+    keyword arguments (e.g. min_replicas=2). When nothing runs, starts with the options of the
+    last successful start (`lighthouse.last.json`), else the defaults."""
     d = _daemon(state_dir)
     prev = d.read_state()
+    extra = prev.extra if prev is not None and prev.extra.get("config") else None
+    if extra is None:
+        with contextlib.suppress(OSError, ValueError):
+            extra = json.loads(_last_file(d).read_text())
     kwargs: dict[str, Any] = {}
-    if prev is not None and prev.extra.get("config"):
-        cfg = dict(prev.extra["config"])
-        if prev.extra.get("port"):
+    if extra and extra.get("config"):
+        cfg = dict(extra["config"])
+        if extra.get("port"):
             host, _ = parse_bind(cfg.get("bind"))
-            cfg["bind"] = format_bind(host, int(prev.extra["port"]))
+            cfg["bind"] = format_bind(host, int(extra["port"]))
         kwargs.update(cfg)
     kwargs.update(overrides)
     stop(state_dir, grace)

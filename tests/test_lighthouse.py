@@ -1,0 +1,273 @@
+"""The managed Lighthouse against the real torchft Lighthouse (torchft-nightly), Python API.
+
+Every test: its own state dir in tmp_path, free ports only (never 29510: a user's Lighthouse
+may hold it), a timeout, and a fixture that stops whatever it started by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ftslurm import daemon, runner
+from ftslurm import lighthouse as lh
+from ftslurm.errors import UserError
+from ftslurm.wait import free_port, wait_for
+
+pytestmark = [
+    pytest.mark.timeout(90),
+    pytest.mark.skipif(
+        lh._torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
+        reason="torchft is not installed",
+    ),
+]
+
+
+def kill_leftovers(marker: str) -> list[int]:
+    """Stop every process whose command line contains `marker` (our state dir: the launcher
+    lives there), so no test leaves a Lighthouse behind even when it fails half-way."""
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            if marker in daemon.proc_cmdline(int(proc.name)):
+                daemon.stop(int(proc.name), grace=2)
+                killed.append(int(proc.name))
+    return killed
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path):
+    d = tmp_path / "lighthouse"
+    yield d
+    lh.stop(d, grace=2)
+    kill_leftovers(str(d))
+
+
+@pytest.fixture
+def held_port():
+    """A port held by a plain listening socket of this test process (a 'foreign' owner)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("0.0.0.0", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def test_lifecycle(state_dir: Path):
+    """start → running + HTTP → start again no-op → kill -9 → stale → start → stop → stop."""
+    port = free_port()
+    t0 = time.monotonic()
+    info = lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
+    ready_s = time.monotonic() - t0
+    assert info.port == port and not info.already_running
+    assert info.address == f"http://127.0.0.1:{port}"  # specific bind address is advertised
+    assert info.env_line == f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}"
+    assert ready_s < 10
+
+    st = lh.status(state_dir)
+    assert st.running and st.pid == info.pid and st.http_ok
+    assert st.quorum is not None and st.quorum.quorum_id == 0
+    assert st.uptime_s is not None and st.uptime_s < 60
+    code, page = lh.http_get(f"http://127.0.0.1:{port}/")
+    assert code == 200 and "Lighthouse Dashboard" in page
+    # detached: own session, so the user's logout (SIGHUP to the session) does not reach it
+    assert os.getsid(info.pid) == info.pid
+    # the state file: address, pid, start time, arguments
+    saved = json.loads((state_dir / "lighthouse.json").read_text())
+    assert saved["pid"] == info.pid and saved["extra"]["address"] == info.address
+    assert "--min_replicas" in saved["cmd"] and saved["started_at"] > 0
+    assert (state_dir / "lighthouse.pid").read_text().strip() == str(info.pid)
+    assert "Lighthouse listening on" in (state_dir / "lighthouse.log").read_text()
+
+    again = lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
+    assert again.already_running and again.pid == info.pid and again.address == info.address
+
+    os.kill(info.pid, signal.SIGKILL)
+    wait_for(lambda: not daemon.is_alive(info.pid), timeout=10, interval=0.01, what="death")
+    st = lh.status(state_dir)
+    assert not st.running and st.stale_pid == info.pid
+    assert not (state_dir / "lighthouse.pid").exists()
+
+    info2 = lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
+    assert info2.pid != info.pid and info2.port == port and not info2.already_running
+    assert lh.status(state_dir).running
+
+    assert lh.stop(state_dir) == "terminated"
+    assert not daemon.is_alive(info2.pid)
+    assert lh.stop(state_dir) == "not-running"
+    assert not lh.status(state_dir).running
+
+
+def test_start_after_kill_without_status(state_dir: Path):
+    """kill -9 and start right away (no status in between): the stale pidfile is cleaned by
+    start itself and the port is reused."""
+    info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
+    os.kill(info.pid, signal.SIGKILL)
+    # only until the main thread is dead: its other threads may still hold the port
+    wait_for(lambda: not daemon.is_alive(info.pid), timeout=10, interval=0.005, what="death")
+    info2 = lh.start(bind=info.bind, state_dir=state_dir)
+    assert info2.port == info.port and info2.pid != info.pid
+    assert info2.stale_pid == info.pid
+
+
+def test_port_zero_and_restart_keeps_address(state_dir: Path):
+    info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
+    assert info.port > 0 and info.bind == f"127.0.0.1:{info.port}"
+    assert lh.http_get(info.probe_url)[0] == 200
+    new = lh.restart(state_dir, grace=5)
+    assert new.pid != info.pid
+    assert (new.address, new.port, new.bind) == (info.address, info.port, info.bind)
+    assert lh.http_get(new.probe_url)[0] == 200
+    # options given to restart replace the recorded ones; the port still stays
+    new2 = lh.restart(state_dir, grace=5, min_replicas=2, advertise="login-0")
+    assert new2.port == info.port and new2.address == f"http://login-0:{info.port}"
+    assert new2.config["min_replicas"] == 2
+    assert "need min_replicas 2" in (lh.status(state_dir).quorum.next_status or "")
+
+
+def test_restart_after_stop_or_crash_keeps_the_port(state_dir: Path):
+    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
+    lh.stop(state_dir)
+    again = lh.restart(state_dir)  # nothing runs: the last start's options and port
+    assert (again.port, again.config["min_replicas"]) == (info.port, 2)
+    os.kill(again.pid, signal.SIGKILL)  # crash
+    third = lh.restart(state_dir)
+    assert third.port == info.port and lh.status(state_dir).running
+
+
+def test_port_in_use_by_another_program(state_dir: Path, held_port: int):
+    with pytest.raises(lh.PortInUse) as e:
+        lh.start(bind=f":{held_port}", state_dir=state_dir)
+    msg = str(e.value)
+    assert f"port {held_port}" in msg and f"pid {os.getpid()}" in msg
+    assert "\n" not in msg
+    assert not (state_dir / "lighthouse.pid").exists()
+    assert not kill_leftovers(str(state_dir))  # nothing was started
+
+
+def test_port_in_use_detected_from_the_binary(state_dir: Path, held_port: int, monkeypatch):
+    """If the port is taken between our check and the bind (a race), the binary's own
+    'Address already in use (os error 98)' is turned into the same clear error."""
+    monkeypatch.setattr(lh, "port_free", lambda host, port: True)
+    with pytest.raises(lh.PortInUse) as e:
+        lh.start(bind=f"0.0.0.0:{held_port}", state_dir=state_dir)
+    assert f"port {held_port}" in str(e.value)
+    assert "Address already in use" in (state_dir / "lighthouse.log").read_text()
+    assert not (state_dir / "lighthouse.json").exists()
+
+
+def test_port_in_use_by_another_lighthouse(state_dir: Path, tmp_path: Path):
+    other = tmp_path / "other"
+    try:
+        info = lh.start(bind="127.0.0.1:0", state_dir=other)
+        with pytest.raises(lh.PortInUse, match="another Lighthouse"):
+            lh.start(bind=info.bind, state_dir=state_dir)
+    finally:
+        lh.stop(other)
+
+
+def test_bad_bind_address_is_a_user_error(state_dir: Path):
+    with pytest.raises(UserError, match="not an address of this machine"):
+        lh.start(bind=f"10.255.255.254:{free_port()}", state_dir=state_dir)
+    with pytest.raises(UserError, match="0 to 65535"):
+        lh.start(bind="127.0.0.1:70000", state_dir=state_dir)
+
+
+def test_stale_pidfile_with_reused_pid(state_dir: Path):
+    """The pidfile names a live process that is not a Lighthouse (pid reuse): not running,
+    cleaned, never signalled, and start works."""
+    sleeper = runner.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        d = daemon.Daemon(state_dir, "lighthouse")
+        st = daemon.proc_stat(sleeper.pid)
+        d.write_state(daemon.DaemonState("lighthouse", sleeper.pid, st.start_ticks, time.time(),
+                                         ["torchft_lighthouse"], lh.MARKER))  # fmt: skip
+        status = lh.status(state_dir)
+        assert not status.running and status.stale_pid == sleeper.pid
+        assert lh.stop(state_dir) == "not-running"
+        info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
+        assert info.pid != sleeper.pid
+        assert sleeper.poll() is None  # untouched
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+
+
+def test_log_rotated_at_start(state_dir: Path):
+    state_dir.mkdir(parents=True)
+    log = state_dir / "lighthouse.log"
+    log.write_text("old line\n" * 2000)  # ~18 KB
+    lh.start(bind="127.0.0.1:0", state_dir=state_dir, log_max_mb=0.01)  # 10 KB cap
+    assert (state_dir / "lighthouse.log.1").read_text().startswith("old line")
+    assert "old line" not in log.read_text()
+    assert "Lighthouse listening on" in log.read_text()
+
+
+CLIENTS = textwrap.dedent(
+    """
+    # Two fake replicas talking to the real Lighthouse with torchft's own client.
+    import importlib.util, sys, threading
+    from datetime import timedelta
+    spec = importlib.util.spec_from_file_location("torchft._torchft", sys.argv[1])
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    c = m.LighthouseClient(sys.argv[2], timedelta(seconds=5))
+    def q(rid, step):
+        c.quorum(replica_id=rid, timeout=timedelta(seconds=20), address="http://w:1",
+                 store_address="w:2", step=step, world_size=1, shrink_only=False)
+    ts = [threading.Thread(target=q, args=(f"train_{i}:uuid{i}", 10 * i)) for i in range(2)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    print("QUORUM OK")
+    """
+)
+
+
+@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+def test_status_shows_the_live_quorum(state_dir: Path):
+    """Two clients (in a subprocess: loading torchft's extension into pytest could clash
+    with a later real `import torchft`) form a quorum; status reports it."""
+    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
+    out = runner.run(
+        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
+         f"http://127.0.0.1:{info.port}"],
+        timeout=60,
+    )  # fmt: skip
+    assert "QUORUM OK" in out.stdout
+    st = lh.status(state_dir)
+    q = st.quorum
+    assert q is not None and q.quorum_id == 1 and q.num_participants == 2
+    assert {(m.replica_id, m.step) for m in q.members} == {("train_0:uuid0", 0),
+                                                          ("train_1:uuid1", 10)}
+    assert [m.recovering for m in q.members] == [True, False]
+    assert {h.replica_id for h in q.heartbeats} == {"train_0:uuid0", "train_1:uuid1"}
+    assert "Quorum!" in (state_dir / "lighthouse.log").read_text()
+
+
+def test_foreground_execs_with_same_pid(state_dir: Path):
+    """`start --foreground` becomes the Lighthouse (exec): the pid in the state file is the
+    process we started, `status` sees it, `stop` ends it."""
+    port = free_port()
+    ftslurm = Path(sys.executable).with_name("ftslurm")
+    cmd = [str(ftslurm) if ftslurm.exists() else "ftslurm", "lighthouse", "start",
+           "--foreground", "--bind", f"127.0.0.1:{port}", "--state-dir", str(state_dir)]
+    log = state_dir.parent / "fg.log"
+    proc = runner.spawn(cmd, log_path=log)
+    try:
+        st = wait_for(lambda: (s := lh.status(state_dir)).running and s.http_ok and s,
+                      timeout=30, interval=0.05, what="foreground Lighthouse")  # fmt: skip
+        assert st.pid == proc.pid
+        assert f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}" in log.read_text()
+        assert lh.stop(state_dir, grace=5) == "terminated"
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
