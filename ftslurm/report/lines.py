@@ -99,15 +99,24 @@ class ParseStats:
     crlf: int = 0
     tracebacks: int = 0
     bad_events: int = 0  # event-log lines that are not valid JSON objects of the schema
+    titan_steps: int = 0  # torchtitan `step: N  loss: L` lines
+    matched: int = 0  # lines holding a marker the parser used
+    # commit decisions per replica id (bytes, as logged), deduplicated across ranks
+    commits: dict[bytes, _Commits] = field(default_factory=dict)
 
     def merge(self, other: ParseStats) -> None:
         for name in (
             "bytes", "lines", "events", "skipped", "malformed", "overlong", "undecodable",
-            "untimed", "crlf", "tracebacks", "bad_events",
+            "untimed", "crlf", "tracebacks", "bad_events", "titan_steps", "matched",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.files += other.files
         self.missing += other.missing
+        for k, c in other.commits.items():
+            mine = self.commits.setdefault(k, _Commits())
+            mine.attempted += c.attempted
+            mine.committed += c.committed
+            mine.max_step = max(mine.max_step, c.max_step)
 
 
 # ---------------------------------------------------------------- replica ids
@@ -305,8 +314,11 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
 
 # ---------------------------------------------------------------- a file, streaming
 
-def _iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
-    """Lines of a binary file in big chunks; memory bounded by CHUNK + MAX_LINE."""
+def _iter_chunks(fh, stats: ParseStats) -> Iterator[list[bytes]]:
+    """Lists of lines of a binary file read in big chunks; memory bounded by CHUNK + MAX_LINE.
+
+    A line longer than MAX_LINE (binary junk without newlines) is dropped and counted.
+    """
     rest = b""
     dropping = False
     while True:
@@ -317,25 +329,111 @@ def _iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
         parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
         rest = parts.pop()
         if dropping and parts:
-            parts[0] = b""  # tail of an overlong line
+            parts[0] = b""  # the tail of an overlong line
             dropping = False
-        yield from parts
+        if parts:
+            yield parts
         if len(rest) > MAX_LINE:
             stats.overlong += 1
             rest = b""
             dropping = True
     if rest and not dropping:
-        yield rest
+        yield [rest]
+
+
+def _iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
+    for parts in _iter_chunks(fh, stats):
+        yield from parts
+
+
+def _has_time(line: bytes) -> bool:
+    c = line[:1]
+    return (c == b"2" and line[4:5] == b"-") or (
+        c == b"[" and (line[5:6] == b"-" or line[:8] == b"[titan] ")
+    )
+
+
+class _Commits:
+    """Per replica id: commit decisions deduplicated by step (every rank logs its own)."""
+
+    __slots__ = ("attempted", "committed", "max_step", "recent", "mark")
+
+    def __init__(self) -> None:
+        self.attempted = 0
+        self.committed = 0
+        self.max_step = -1
+        self.recent: dict[int, bool] = {}
+        self.mark = -1  # the file's change counter when a commit was last emitted
+
+
+# The markers the scanner looks for in whole chunks (C-speed `bytes.find`); a line without one
+# of them is skipped without Python ever looking at it.
+# Each needle costs a pass over the chunk, so there are few: the Rust `healing is required`
+# line is not needed (the Python side logs the same heal with the replica's uuid), and a
+# Lighthouse log only needs its quorums and its start.
+_PY_MGR, _QUORUM, _LISTEN, _LAUNCH_M = range(4)
+_NEEDLES = (
+    (b" - step ", _PY_MGR),
+    (b"quorum_id: ", _QUORUM),
+    (b"listening on", _LISTEN),
+    (b"launching replica ", _LAUNCH_M),
+)
+_LIGHTHOUSE_NEEDLES = _NEEDLES[1:3]
+_HEAD = 48  # bytes of a line that hold its timestamp
+
+
+def _scan(buf: bytes, needles=_NEEDLES) -> list[tuple[int, int, int, int]]:
+    """(line start, line end, marker position, marker code) of the lines with a marker."""
+    hits = []
+    find, rfind = buf.find, buf.rfind
+    for needle, code in needles:
+        p = find(needle)
+        while p >= 0:
+            e = find(b"\n", p)
+            if e < 0:
+                e = len(buf)
+            hits.append((rfind(b"\n", 0, p) + 1, e, p, code))
+            p = find(needle, e)
+    hits.sort()
+    return hits
+
+
+def _last_time_head(buf: bytes, end: int) -> bytes:
+    """The head of the last timestamped line before `end` (64 lines back at most)."""
+    e = end
+    for _ in range(64):
+        if e <= 0:
+            break
+        s = buf.rfind(b"\n", 0, e - 1) + 1
+        head = buf[s : s + _HEAD]
+        if _has_time(head):
+            return head
+        e = s
+    return b""
 
 
 def iter_file_events(
-    path: Path, stats: ParseStats, *, utc_offset: float = 0.0, label: str | None = None
+    path: Path,
+    stats: ParseStats,
+    *,
+    utc_offset: float = 0.0,
+    label: str | None = None,
+    lighthouse: bool = False,
 ) -> Iterator[Event]:
-    """Events of one log file in file order; lines without a time inherit the previous one.
+    """Events of one log file in file order; lines without a time take the previous one's.
 
     Tolerant by construction: unknown lines are counted and skipped, a line that looks like an
     event but does not parse is counted as malformed, nothing raises on content.
+
+    Hot path: each 1 MiB chunk is searched for a few markers with `bytes.find` (C speed); only
+    the lines holding one are sliced out and parsed, and a timestamp is parsed only for an
+    emitted event (searching back for the nearest timestamped line). Commit decisions (one per
+    rank per step) are counted here, into `stats.commits`; only those the timeline needs are
+    emitted: failed ones, a replica id's first, the first after each quorum change /
+    reconfiguration / heal seen in this file. `lighthouse=True`: only quorums and the
+    Lighthouse's start are looked for.
     """
+    needles = _LIGHTHOUSE_NEEDLES if lighthouse else _NEEDLES
     label = label or path.name
     try:
         fh = open_log(path)
@@ -343,86 +441,158 @@ def iter_file_events(
         stats.missing.append(str(path))
         return
     stats.files.append(str(path))
-    last_ts_line = b""  # the last line that may start with a time; parsed lazily
-    last_t: float | None = None
-    last_t_line = None
-    last_qid = -1
-    last_round_line = b""  # the previous quorum round: its time is "last seen alive"
+    prev_ts = b""  # head of the last timestamped line of the previous chunks
+    last_qid = b""
+    round_buf, round_ls = b"", 0  # the previous quorum round: its time is "last seen alive"
     seq = 0
-    nlines = skipped = 0
-    cur_replica: str | None = None  # last Python manager id seen: owner of titan step lines
+    matched = file_lines = 0
+    changes = 0  # quorum changes / reconfigurations / heals emitted: re-arm commit emission
+    commits = stats.commits
     with fh:
-        for line in _iter_lines(fh, stats):
-            nlines += 1
-            c = line[:1]
-            if (c == b"2" and line[4:5] == b"-") or (
-                c == b"[" and (line[5:6] == b"-" or line[:8] == b"[titan] ")
-            ):
-                last_ts_line = line
-            if b"quorum_id: " in line and b"Quorum {" in line:
-                m = _QID.search(line)
-                qid = int(m.group(1)) if m else -1
-                if qid == last_qid:
-                    last_round_line = line  # time parsed only if the next round is a change
+        for buf in _iter_buffers(fh, stats):
+            n = buf.count(b"\n") + (0 if buf.endswith(b"\n") else 1)
+            file_lines += n
+            stats.lines += n
+
+            def time_at(ls: int, buf: bytes = buf, prev_ts: bytes = prev_ts) -> float | None:
+                head = buf[ls : ls + _HEAD]
+                if not _has_time(head):
+                    head = _last_time_head(buf, ls) if ls else b""
+                    if not head:
+                        head = prev_ts
+                return parse_time(head, utc_offset) if head else None
+
+            last_ls = -1
+            for ls, le, p, code in _scan(buf, needles):
+                if ls == last_ls:
                     continue
-                t = _time(line, last_ts_line, utc_offset)
-                ev = parse_quorum(line, t)
-                if ev is None:
-                    stats.malformed += 1
+                last_ls = ls
+                matched += 1
+                ev: Event | None
+                if code == _PY_MGR:
+                    # `[<replica_id>/<rank> - step N] should_commit=True|False ...`, by position
+                    q = buf.find(b"] ", p + 8, le)
+                    if q > 0 and buf.startswith(b"should_commit=", q + 2):
+                        try:
+                            step = int(buf[p + 8 : q])
+                        except ValueError:
+                            stats.malformed += 1
+                            continue
+                        rid = buf[buf.rfind(b"[", ls, p) + 1 : buf.rfind(b"/", ls, p)]
+                        ok = buf.startswith(b"True", q + 16)
+                        c = commits.get(rid)
+                        if c is None:
+                            c = commits[rid] = _Commits()
+                        seen = c.recent.get(step)
+                        if seen is None:
+                            c.attempted += 1
+                            c.committed += ok
+                            c.recent[step] = ok
+                            if step > c.max_step:
+                                c.max_step = step
+                            if len(c.recent) > 256:
+                                c.recent = {k: v for k, v in c.recent.items() if k > step - 64}
+                        elif ok and not seen:
+                            c.committed += 1
+                            c.recent[step] = True
+                        else:
+                            continue  # another rank's copy
+                        if ok and c.mark == changes:
+                            continue
+                        c.mark = changes
+                        ev = parse_manager(buf[ls:le], time_at(ls))
+                    else:
+                        ev = parse_manager(buf[ls:le], None)
+                        if ev is None:
+                            matched -= 1
+                            continue
+                        ev.time = time_at(ls)
+                        if ev.kind is not ERROR:
+                            changes += 1
+                    if ev is None:
+                        continue
+                elif code == _QUORUM:
+                    j = p + 11
+                    qid = buf[j : buf.find(b",", j, le)]
+                    if qid == last_qid:
+                        round_buf, round_ls = buf, ls  # sliced only if the next is a change
+                        continue
+                    line = buf[ls:le]
+                    if b"Quorum {" not in line:
+                        matched -= 1
+                        continue
+                    ev = parse_quorum(line, time_at(ls))
+                    if ev is None:
+                        stats.malformed += 1
+                        continue
+                    if round_buf:
+                        ev.prev_round_time = parse_time(
+                            round_buf[round_ls : round_ls + _HEAD], utc_offset
+                        )
+                    round_buf, round_ls = buf, ls
+                    last_qid = qid
+                    changes += 1
+                elif code == _LISTEN:
+                    line = buf[ls:le]
+                    if b"Lighthouse listening on" in line:
+                        ev = Event(LIGHTHOUSE_START, time_at(ls))
+                    else:
+                        ev = parse_rust_replica(line, None)
+                        if ev is None:
+                            matched -= 1
+                            continue
+                        ev.time = time_at(ls)
+                elif code == _LAUNCH_M:
+                    ev = parse_launch(buf[ls:le], None)
+                    if ev is None:
+                        stats.malformed += 1
+                        continue
+                    ev.time = time_at(ls)
+                else:
                     continue
-                if last_round_line:
-                    ev.prev_round_time = parse_time(last_round_line, utc_offset)
-                last_round_line = line
-                last_qid = qid
+                if ev.time is None:
+                    stats.untimed += 1
+                if buf[le - 1 : le] == b"\r":
+                    stats.crlf += 1
                 ev.source, ev.seq = label, seq
                 seq += 1
-                if t is None:
-                    stats.untimed += 1
                 yield ev
-                continue
-            if b" - step " in line:
-                if last_ts_line is not last_t_line:
-                    last_t_line = last_ts_line
-                    last_t = parse_time(last_ts_line, utc_offset) if last_ts_line else None
-                ev = parse_manager(line, last_t)
-                if ev is None:
-                    skipped += 1
-                    continue
-                cur_replica = ev.replica
-            elif b"[Replica " in line:
-                ev = parse_rust_replica(line, None)
-                if ev is None:
-                    skipped += 1
-                    continue
-                ev.time = _time(line, last_ts_line, utc_offset)
-            elif b"loss:" in line:
-                ev = parse_titan_step(line, _time(line, last_ts_line, utc_offset))
-                if ev is None:
-                    skipped += 1
-                    continue
-                ev.replica = cur_replica
-            elif b"Traceback (most recent" in line:
-                stats.tracebacks += 1
-                continue
-            elif b"launching replica " in line:
-                ev = parse_launch(line, _time(line, last_ts_line, utc_offset))
-                if ev is None:
-                    stats.malformed += 1
-                    continue
-            elif b"Lighthouse listening on" in line:
-                ev = Event(LIGHTHOUSE_START, _time(line, last_ts_line, utc_offset))
-            else:
-                skipped += 1
-                continue
-            if line.endswith(b"\r"):
-                stats.crlf += 1
-            if ev.time is None:
-                stats.untimed += 1
-            ev.source, ev.seq = label, seq
-            seq += 1
-            yield ev
-    stats.lines += nlines
-    stats.skipped += skipped
+            head = _last_time_head(buf, len(buf))
+            if head:
+                prev_ts = head
+    stats.skipped += max(0, file_lines - matched)
+    stats.matched += matched
+
+
+def _iter_buffers(fh, stats: ParseStats) -> Iterator[bytes]:
+    """Chunks of whole lines (the last one may lack its newline); memory bounded.
+
+    A line longer than MAX_LINE (binary junk without newlines) is dropped and counted.
+    """
+    rest = b""
+    dropping = False
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        buf = rest + chunk if rest else chunk
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            rest = buf
+            if len(rest) > MAX_LINE:
+                stats.overlong += 1
+                rest = b""
+                dropping = True
+            continue
+        out, rest = buf[:cut], buf[cut:]
+        if dropping:
+            out = out[out.find(b"\n") + 1 :]  # the tail of an overlong line
+            dropping = False
+        if out:
+            yield out
+    if rest and not dropping:
+        yield rest
 
 
 def open_log(path: Path):

@@ -139,7 +139,6 @@ class ReplicaSteps:
     attempted: int = 0
     committed: int = 0
     last_step: int | None = None
-    recent: dict[int, bool] = field(default_factory=dict)  # bounded dedupe window
 
 
 @dataclass
@@ -325,7 +324,6 @@ class _Builder:
         self.attempts: dict[str, list[Attempt]] = {}
         self.recoveries: dict[tuple[str, int], Recovery] = {}
         self.timeline: list[Entry] = []
-        self.steps: dict[str, ReplicaSteps] = {}
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
         self.qmembers: dict[tuple[int, int], list[str]] = {}
         self.pending_injected: dict[str, list[Event]] = {}
@@ -337,7 +335,6 @@ class _Builder:
         self.last_time: float | None = None
         self.max_step: int | None = None
         self.init_syncs = 0
-        self.titan_steps = 0
         self.injected_all: list[Event] = []
 
     # -- helpers
@@ -397,7 +394,7 @@ class _Builder:
                 self.first_time = t
             if self.last_time is None or t > self.last_time:
                 self.last_time = t
-        if ev.step is not None and ev.kind in (L.COMMIT, L.TITAN_STEP, L.HEALED) and (
+        if ev.step is not None and ev.kind in (L.COMMIT, L.HEALED) and (
             self.max_step is None or ev.step > self.max_step
         ):
             self.max_step = ev.step
@@ -497,25 +494,10 @@ class _Builder:
             self.restart_actions.setdefault(ev.replica, []).append(ev)
 
     def on_commit(self, ev: Event) -> None:
+        """Emitted commits only (see lines.iter_file_events); the counts are in stats."""
         rid = ev.replica or "?"
-        gkey, idx = _idx(rid)
-        st = self.steps.setdefault(gkey, ReplicaSteps())
+        gkey, _ = _idx(rid)
         step = ev.step if ev.step is not None else -1
-        prev_ok = st.recent.get(step)
-        if prev_ok is None:
-            st.attempted += 1
-            if ev.ok:
-                st.committed += 1
-            st.recent[step] = bool(ev.ok)
-            if len(st.recent) > 64:
-                for k in sorted(st.recent)[:32]:
-                    del st.recent[k]
-        elif ev.ok and not prev_ok:  # one rank said False, another True: count the commit
-            st.committed += 1
-            st.recent[step] = True
-        else:
-            return  # another rank's copy of the same decision
-        st.last_step = step
         _, _, uuid = split_replica_id(rid)
         if ev.ok:
             a = self._attempt_for_uuid(gkey, uuid, ev.time)
@@ -633,9 +615,6 @@ class _Builder:
         if rec.healed_time is None:
             rec.healed_time = ev.time
 
-    def on_titan_step(self, ev: Event) -> None:
-        self.titan_steps += 1
-
     # -- the end
     def finish(self, stats: ParseStats) -> Report:
         # The run's replicas: prefixes seen in the replica logs, else all in the quorums.
@@ -701,12 +680,23 @@ class _Builder:
             prevq = q
         timeline = [e for e in self.timeline if e.replica is None or _mine_key(e.replica, ours)]
         timeline.sort(key=lambda e: (e.time is None, e.time or 0.0))
-        steps = {k: v for k, v in self.steps.items() if split_replica_id(k)[0] in ours}
+        steps: dict[str, ReplicaSteps] = {}
+        for rid_b, c in stats.commits.items():
+            gkey, _ = _idx(rid_b.decode("utf-8", "replace"))
+            if split_replica_id(gkey)[0] not in ours:
+                continue
+            st = steps.setdefault(gkey, ReplicaSteps())
+            st.attempted += c.attempted
+            st.committed += c.committed
+            if c.max_step >= 0:
+                st.last_step = max(st.last_step or 0, c.max_step)
+                if self.max_step is None or c.max_step > self.max_step:
+                    self.max_step = c.max_step
         return Report(
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
             self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
-            self.titan_steps,
+            stats.titan_steps,
         )
 
     def _link_attempt(self, r: Recovery) -> None:
@@ -811,7 +801,7 @@ def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> It
     """All events of a run, merged by time (each file is time-ordered on its own)."""
     streams: list[Iterator[Event]] = []
     for p in files.lighthouse_logs:
-        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset))
+        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
         streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
     for p in files.replica_logs:
