@@ -97,9 +97,7 @@ class ParseStats:
     undecodable: int = 0  # event lines with invalid UTF-8 (decoded with replacement)
     untimed: int = 0  # events with no time (no timestamped line before them in the file)
     crlf: int = 0
-    tracebacks: int = 0
     bad_events: int = 0  # event-log lines that are not valid JSON objects of the schema
-    titan_steps: int = 0  # torchtitan `step: N  loss: L` lines
     matched: int = 0  # lines holding a marker the parser used
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
@@ -107,7 +105,7 @@ class ParseStats:
     def merge(self, other: ParseStats) -> None:
         for name in (
             "bytes", "lines", "events", "skipped", "malformed", "overlong", "undecodable",
-            "untimed", "crlf", "tracebacks", "bad_events", "titan_steps", "matched",
+            "untimed", "crlf", "bad_events", "matched",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.files += other.files

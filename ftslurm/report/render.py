@@ -133,7 +133,6 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "end_time": iso(rep.last_time),
         "duration_s": _r(_diff(rep.first_time, rep.last_time)),
         "foreign_quorums": rep.foreign_quorums,
-        "titan_step_lines": rep.titan_steps,
     }
 
 
@@ -181,7 +180,7 @@ def to_json(rep: Report) -> dict[str, Any]:
             "files": len(s.files), "missing": list(s.missing), "bytes": s.bytes,
             "lines": s.lines, "events": s.events, "skipped": s.skipped,
             "malformed": s.malformed, "overlong": s.overlong, "untimed": s.untimed,
-            "crlf": s.crlf, "tracebacks": s.tracebacks, "bad_event_lines": s.bad_events,
+            "crlf": s.crlf, "bad_event_lines": s.bad_events,
         },
     }
 
@@ -251,7 +250,7 @@ def to_text(rep: Report) -> str:
     notes = [f"{s.lines} lines", f"{s.events} events", f"{s.skipped} skipped"]
     for name, n in (("malformed", s.malformed), ("overlong", s.overlong),
                     ("without time", s.untimed), ("CRLF", s.crlf),
-                    ("tracebacks", s.tracebacks), ("bad event-log lines", s.bad_events),
+                    ("bad event-log lines", s.bad_events),
                     ("foreign quorums ignored", rep.foreign_quorums)):
         if n:
             notes.append(f"{n} {name}")

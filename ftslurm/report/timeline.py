@@ -161,7 +161,6 @@ class Report:
     max_step: int | None
     init_syncs: int = 0
     foreign_quorums: int = 0
-    titan_steps: int = 0
 
     @property
     def requeues(self) -> int:
@@ -214,7 +213,7 @@ def find_run_files(
     from ftslurm import paths as P
 
     files = RunFiles([], [Path(p) for p in lighthouse], [Path(p) for p in events])
-    if not paths:
+    if not paths and not lighthouse:
         root = P.torchft_runs_dir()
         files.looked_in.append(str(root))
         runs = sorted(
@@ -696,7 +695,6 @@ class _Builder:
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
             self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
-            stats.titan_steps,
         )
 
     def _link_attempt(self, r: Recovery) -> None:

@@ -1,0 +1,194 @@
+"""One line -> one event, on lines copied verbatim from real logs (notes/torchft-logs.md,
+the cluster guide's excerpt, shared/data/torchft-ddp-cpu-run1)."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from ftslurm.report import events as E
+from ftslurm.report import lines as L
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+GUIDE_LH = (FIX / "guide" / "lighthouse.log").read_bytes().splitlines()
+
+
+def ts(s: str) -> float:
+    return (datetime.fromisoformat(s) - datetime(1970, 1, 1)).total_seconds()
+
+
+def test_parse_time_all_shapes():
+    assert L.parse_time(b"2025-07-16T13:49:41.512 [INFO] [torchft::lighthouse] - x") == ts(
+        "2025-07-16T13:49:41.512"
+    )
+    titan = b"[titan] 2025-07-16 13:49:32,462 - torchft.manager - INFO - x"
+    assert L.parse_time(titan) == pytest.approx(ts("2025-07-16T13:49:32.462"))
+    launch = b"[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0"
+    assert L.parse_time(launch) == ts("2025-07-16T13:51:42")
+    # zone-aware (the recorded trainer's own lines): moved onto the logs' clock by the offset
+    z = b"2026-11-23T08:51:02.244Z replica=1 iter=21 step=21 committed=True"
+    assert L.parse_time(z, utc_offset=3600) == pytest.approx(ts("2026-11-23T09:51:02.244"))
+    assert L.parse_time(b"INFO:torchft.manager:[train_ddp_0:x/0 - step 1] y") is None
+    assert L.parse_time(b"[W1123 08:50:55.312468856 reducer.cpp:1529] Warning") is None
+
+
+def test_split_replica_id_any_prefix():
+    assert L.split_replica_id("torchtitan_ft_1:5ea849a1-5cd7-40c6-a1e3-b307716c8088") == (
+        "torchtitan_ft", 1, "5ea849a1-5cd7-40c6-a1e3-b307716c8088"
+    )
+    assert L.split_replica_id("train_ddp_0") == ("train_ddp", 0, None)
+    assert L.split_replica_id("nounderscore") == ("nounderscore", None, None)
+
+
+def test_guide_quorum_lines():
+    evs = [L.parse_line(x) for x in GUIDE_LH]
+    quorums = [e for e in evs if e is not None and e.kind == L.QUORUM]
+    assert [q.quorum_id for q in quorums] == [2, 3, 4]
+    q3 = quorums[1]
+    assert q3.time == ts("2025-07-16T13:49:41.512")
+    assert q3.members == (
+        L.Member("torchtitan_ft_0:6cc4c926-56d9-4bb9-96f6-544803cae49c", 21, 1),
+    )
+    q4 = quorums[2]
+    assert [(m.replica_id[:20], m.step) for m in q4.members] == [
+        ("torchtitan_ft_0:6cc4", 142), ("torchtitan_ft_1:5ea8", 0)
+    ]
+    # "Detected quorum change, bumping quorum_id to 3" is not a quorum by itself
+    assert evs[1] is None
+
+
+def test_real_quorum_with_reconfigure_handles():
+    with gzip.open(FIX / "cpu-run1" / "lighthouse.log.gz") as fh:
+        line = [x for x in fh if b"Quorum! Quorum { quorum_id: 3" in x][0]
+    ev = L.parse_line(line)
+    assert ev is not None and ev.quorum_id == 3
+    assert [(m.replica_id, m.step) for m in ev.members] == [
+        ("train_ddp_0:59ccd9f9-4dfa-412b-bc27-2cb6e4b1cf37", 59),
+        ("train_ddp_1:5c0a26c2-577c-439f-9d62-4c36d6037a9c", 0),
+    ]
+
+
+def test_truncated_quorum_is_not_a_quorum():
+    line = GUIDE_LH[-1]
+    assert L.parse_line(line) is not None
+    cut = line[: line.index(b"QuorumMember", 200) + 30]  # second member cut off
+    assert L.parse_line(cut) is None
+
+
+def test_manager_lines_titan_and_bare():
+    ev = L.parse_line(
+        b"[titan] 2025-07-16 13:49:32,462 - torchft.manager - INFO - [torchtitan_ft_0:"
+        b"6cc4c926-56d9-4bb9-96f6-544803cae49c/0 - step 21] should_commit=False "
+        b"enough_replicas=True, errored=aborted"
+    )
+    assert (ev.kind, ev.replica[:18], ev.rank, ev.step, ev.ok, ev.detail) == (
+        L.COMMIT, "torchtitan_ft_0:6c", 0, 21, False, "aborted"
+    )
+    ev = L.parse_line(
+        b"[titan] 2025-07-16 13:52:26,769 - torchft.manager - INFO - [torchtitan_ft_0:"
+        b"6cc4c926-56d9-4bb9-96f6-544803cae49c/1 - step 142] peers need recovery from us [1]"
+    )
+    assert (ev.kind, ev.rank, ev.step, ev.ranks) == (L.PEERS_RECOVER, 1, 142, (1,))
+    bare = (
+        b"INFO:torchft.manager:[train_ddp_1:5c0a26c2-577c-439f-9d62-4c36d6037a9c/0 - step 0] "
+        b"fetching checkpoint from recover_src_replica_rank=0 with checkpoint_metadata='<n/a>'"
+    )
+    ev = L.parse_line(bare)
+    assert (ev.kind, ev.time, ev.ranks) == (L.HEAL_FETCH, None, (0,))
+    ev = L.parse_line(
+        b"INFO:torchft.manager:[train_ddp_1:5c0a26c2-577c-439f-9d62-4c36d6037a9c/0 - step 0] "
+        b"healing required, fetching checkpoint metadata from "
+        b"recover_src_manager_address='http://vm:45223' max_step=59"
+    )
+    assert (ev.kind, ev.step) == (L.HEAL_REQUIRED, 59)
+    ev = L.parse_line(
+        b"INFO:torchft.manager:[train_ddp_1:5c0a26c2-577c-439f-9d62-4c36d6037a9c/0 - step 59] "
+        b"Loaded state dict."
+    )
+    assert (ev.kind, ev.step) == (L.HEALED, 59)
+
+
+def test_rust_and_launcher_lines():
+    ev = L.parse_line(
+        b"2026-11-23T08:51:19.641 [INFO] [torchft::manager] - [Replica train_ddp_1] healing is "
+        b"required step=0, max_step=59, recover_src_replica_rank=0"
+    )
+    assert (ev.kind, ev.replica, ev.step, ev.ranks) == (L.HEAL_REQUIRED, "train_ddp_1", 59, (0,))
+    ev = L.parse_line(
+        b"2026-11-23T08:50:53.956 [INFO] [torchft::manager] - [Replica train_ddp_0] Manager "
+        b"listening on http://vm:45223"
+    )
+    assert (ev.kind, ev.replica, ev.detail) == (L.MANAGER_START, "train_ddp_0", "http://vm:45223")
+    ev = L.parse_line(b"[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0")
+    assert (ev.kind, ev.replica, ev.rank, ev.node) == (L.LAUNCH, "1", 1, "worker-0")
+
+
+def test_titan_step_line_with_ansi():
+    line = (
+        b"[titan] 2026-11-23 08:54:46,955 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss:  "
+        b"8.09969  \x1b[38;2;180;60;0mgrad_norm:  0.3656  \x1b[38;2;54;234;195mmemory: "
+        b"-0.00GiB(-0.00%)  \x1b[34mtps: 68  \x1b[36mtflops: 0.00  \x1b[35mmfu: 0.00%\x1b[39m"
+    )
+    ev = L.parse_line(line)
+    assert (ev.kind, ev.step, ev.detail) == (L.TITAN_STEP, 1, "8.09969")
+
+
+def test_unknown_lines_are_none():
+    for line in (
+        b"NoneType: None",
+        b"INFO:torchft_commits:",
+        b"2026-11-23T08:50:55.128 [INFO] [torchft::lighthouse] - Quorum status: New quorum not "
+        b"ready, only have 1 participants, need at least half of 2 healthy workers",
+        b"\xff\xfe\x00garbage",
+        b"",
+    ):
+        assert L.parse_line(line) is None
+
+
+def test_file_reader_inherits_time_and_dedupes_ranks(tmp_path):
+    log = tmp_path / "r.out"
+    log.write_bytes(
+        b"2026-11-23T08:51:07.703 [INFO] [torchft::manager] - [Replica train_ddp_0] "
+        b"should_commit completed should_commit=true\r\n"
+        b"INFO:torchft.manager:[train_ddp_0:aa/0 - step 22] should_commit=True "
+        b"enough_replicas=True, errored=None\r\n"
+        b"INFO:torchft.manager:[train_ddp_0:aa/1 - step 22] should_commit=True "
+        b"enough_replicas=True, errored=None\r\n"
+        b"INFO:torchft.manager:[train_ddp_0:aa/0 - step 23] should_commit=False "
+        b"enough_replicas=True, errored=aborted\r\n"
+    )
+    st = L.ParseStats()
+    evs = list(L.iter_file_events(log, st))
+    assert [(e.kind, e.step, e.ok) for e in evs] == [(L.COMMIT, 22, True), (L.COMMIT, 23, False)]
+    assert evs[0].time == ts("2026-11-23T08:51:07.703")  # taken from the Rust line above
+    c = st.commits[b"train_ddp_0:aa"]
+    assert (c.attempted, c.committed) == (2, 1)
+    assert (st.lines, st.crlf) == (4, 2)
+
+
+def test_missing_file_and_overlong_line(tmp_path):
+    st = L.ParseStats()
+    assert list(L.iter_file_events(tmp_path / "nope.out", st)) == []
+    assert st.missing == [str(tmp_path / "nope.out")]
+    big = tmp_path / "junk.out"
+    big.write_bytes(b"x" * (L.MAX_LINE + L.CHUNK) + b"\n" + GUIDE_LH[0] + b"\n")
+    st = L.ParseStats()
+    evs = list(L.iter_file_events(big, st))
+    assert st.overlong == 1 and [e.quorum_id for e in evs] == [2]
+
+
+def test_event_log_schema():
+    ev = E.parse_event_line(
+        '{"time": "2026-11-23T08:51:02.461+00:00", "action": "kill", "replica": "1", '
+        '"node": "vm", "job": 12}'
+    )
+    assert ev == E.InjectedEvent("2026-11-23T08:51:02.461+00:00", "kill", 1, "vm", "12")
+    assert E.parse_event_line(ev.to_json_line()) == ev
+    for bad in ("", "[]", "{}", '{"time": "yesterday", "action": "kill"}', "\xff", "nan"):
+        assert E.parse_event_line(bad) is None
+    assert E.to_seconds("2026-11-23T08:51:02.461Z", 0.0) == ts("2026-11-23T08:51:02.461")
+    assert E.to_seconds("2026-11-23T10:51:02+02:00", 0.0) == ts("2026-11-23T08:51:02")
+    assert E.to_seconds("2026-11-23T08:51:02", 999.0) == ts("2026-11-23T08:51:02")  # naive

@@ -1,0 +1,198 @@
+"""The report on the cluster guide's excerpt and on the recorded real CPU run.
+
+Expected values are read off the logs themselves (see tests/fixtures/report/*/ and
+/work/shared/data/torchft-ddp-cpu-run1/README.md: kill -> next commit 5.24 s, restart ->
+first healed step 7.29 s).
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ftslurm.errors import UserError
+from ftslurm.report import build_report, find_run_files
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+GUIDE = FIX / "guide"
+RUN1 = FIX / "cpu-run1"
+
+
+def test_guide_excerpt_story():
+    rep = build_report([GUIDE])
+    j = rep.to_json()
+    assert [q["quorum_id"] for q in j["quorums"]] == [2, 3, 4]
+    assert [q["participants"] for q in j["quorums"]] == [["0", "1"], ["0"], ["0", "1"]]
+    assert [q["step"] for q in j["quorums"]] == [20, 21, 142]
+    assert j["quorums"][2]["participant_ids"][1] == (
+        "torchtitan_ft_1:5ea849a1-5cd7-40c6-a1e3-b307716c8088"
+    )
+    [f] = j["failures"]
+    assert (f["replica"], f["step"], f["kind"]) == ("1", 21, "left-quorum")
+    # the survivor's failed commit is the earliest sign of the failure
+    assert (f["time"], f["time_source"]) == ("2025-07-16T13:49:32.462", "commit-failure")
+    assert f["detected_time"] == "2025-07-16T13:49:41.512"
+    [d] = j["degraded"]
+    assert (d["replicas"], d["group_size"], d["start_step"], d["end_step"]) == (1, 2, 21, 142)
+    assert d["start_time"] == "2025-07-16T13:49:41.512"
+    assert d["end_time"] == "2025-07-16T13:52:24.923"
+    assert d["duration_s"] == pytest.approx(163.411)
+    [r] = j["recoveries"]
+    assert (r["source_replica"], r["target_replica"], r["step"]) == ("0", "1", 142)
+    assert r["time"] == "2025-07-16T13:52:26.769"
+    assert r["requeue_time"] == "2025-07-16T13:51:42.000"  # the launcher's attempt line
+    assert r["requeue_to_quorum_s"] == pytest.approx(42.923)
+    s = j["summary"]
+    assert (s["quorum_changes"], s["failures"], s["requeues"], s["recoveries"]) == (2, 1, 1, 1)
+    assert (s["commit_failures"], s["steps_attempted"], s["steps_committed"]) == (1, 1, 0)
+    text = rep.to_text()
+    assert "1/2 replicas from step 21 to 142, 2 m 43 s" in text
+    assert "quorum changes    2 (2 -> 3 -> 4)" in text
+    assert "recovery: replica 0 -> replica 1 at step 142" in text
+
+
+def test_real_run_with_event_log():
+    j = build_report([RUN1]).to_json()
+    assert [(q["quorum_id"], q["time"], q["step"], q["participants"]) for q in j["quorums"]] == [
+        (1, "2026-11-23T08:50:55.316", 0, ["0", "1"]),
+        (2, "2026-11-23T08:51:07.406", 22, ["0"]),
+        (3, "2026-11-23T08:51:19.640", 59, ["0", "1"]),
+    ]  # quorum 4 is a foreign torchtitan_ft_0 that joined the same Lighthouse afterwards
+    [f] = j["failures"]
+    assert (f["replica"], f["kind"], f["time_source"], f["step"]) == ("1", "kill", "injected", 22)
+    assert f["time"] == "2026-11-23T08:51:02.461"
+    assert f["replica_id"] == "train_ddp_1:536ef6e1-05a8-40a1-8f68-197240c24336"
+    assert f["last_seen_time"] == "2026-11-23T08:51:02.247"  # last quorum round with it
+    assert (f["survivor"], f["next_commit_step"]) == ("0", 22)
+    assert f["to_next_commit_s"] == pytest.approx(5.242)  # README: 5.24 s
+    [r] = j["recoveries"]
+    assert (r["source_replica"], r["target_replica"], r["step"]) == ("0", "1", 59)
+    assert r["target_id"] == "train_ddp_1:5c0a26c2-577c-439f-9d62-4c36d6037a9c"
+    assert r["healed_time"] == "2026-11-23T08:51:19.952"
+    assert r["requeue_to_healed_s"] == pytest.approx(7.293)  # README: 7.29 s
+    [d] = j["degraded"]
+    assert (d["start_step"], d["end_step"], d["replicas"], d["open"]) == (22, 59, 1, False)
+    assert d["duration_s"] == pytest.approx(12.234)
+    s = j["summary"]
+    assert s["steps_by_replica"] == {
+        "0": {"attempted": 200, "committed": 200, "failed": 0},
+        "1": {"attempted": 162, "committed": 162, "failed": 0},
+    }
+    assert (s["requeues"], s["init_syncs"], s["foreign_quorums"], s["max_step"]) == (1, 1, 1, 199)
+    assert [a["uuid"][:8] for a in j["attempts"]] == ["59ccd9f9", "536ef6e1", "5c0a26c2"]
+    assert j["parse"]["lines"] == 1144 + 1828 + 1498 + 2
+    assert j["parse"]["missing"] == [] and j["parse"]["malformed"] == 0
+
+
+def _copy_logs(dst: Path, crlf: bool = False) -> Path:
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("lighthouse", "replica_0", "replica_1"):
+        data = gzip.decompress((RUN1 / f"{name}.log.gz").read_bytes())
+        if crlf:
+            data = data.replace(b"\n", b"\r\n")
+        (dst / f"{name}.log").write_bytes(data)
+    return dst
+
+
+def test_real_run_without_event_log_uses_the_logs_only(tmp_path):
+    j = build_report([_copy_logs(tmp_path / "run")]).to_json()
+    [f] = j["failures"]
+    # no injected time: the failure is what the quorum change showed
+    assert (f["time"], f["time_source"], f["kind"]) == (
+        "2026-11-23T08:51:07.406", "quorum-change", "left-quorum"
+    )
+    assert f["to_next_commit_s"] == pytest.approx(0.297)
+    [r] = j["recoveries"]
+    # restart time = the new process's `Manager listening on` line
+    assert (r["requeue_source"], r["requeue_time"]) == ("manager-start", "2026-11-23T08:51:18.397")
+    assert r["requeue_to_healed_s"] == pytest.approx(1.555)
+
+
+def test_crlf_and_explicit_files_give_the_same_report(tmp_path):
+    run = _copy_logs(tmp_path / "crlf", crlf=True)
+    rep = build_report(
+        [run / "replica_0.log", run / "replica_1.log"], lighthouse=[run / "lighthouse.log"],
+        events=[RUN1 / "events.jsonl"],
+    )
+    a, b = rep.to_json(), build_report([RUN1]).to_json()
+    for key in ("quorums", "failures", "recoveries", "degraded"):
+        assert a[key] == b[key]
+    assert a["parse"]["crlf"] > 0
+
+
+def test_only_the_lighthouse_log(tmp_path):
+    run = _copy_logs(tmp_path / "lh")
+    j = build_report([], lighthouse=[run / "lighthouse.log"]).to_json()
+    assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
+    assert [f["replica"] for f in j["failures"]] == ["1"]
+    assert j["summary"]["requeues"] == 1  # the new uuid of replica 1 in quorum 3
+
+
+def test_interleaved_processes_in_one_file(tmp_path):
+    """Both replicas' output in one file, line by line interleaved: same story."""
+    run = tmp_path / "mixed"
+    run.mkdir()
+
+    def records(name: str) -> list[tuple[bytes, bytes]]:
+        """(time, a timestamped line + the untimestamped lines after it)."""
+        out: list[tuple[bytes, bytes]] = []
+        for line in gzip.decompress((RUN1 / name).read_bytes()).splitlines(keepends=True):
+            if line[:2] == b"20" or not out:
+                out.append((line[:23], line))
+            else:
+                out[-1] = (out[-1][0], out[-1][1] + line)
+        return out
+
+    merged = heapq.merge(records("replica_0.log.gz"), records("replica_1.log.gz"))
+    (run / "both.out").write_bytes(b"".join(block for _, block in merged))
+    shutil.copy(RUN1 / "lighthouse.log.gz", run)
+    j = build_report([run]).to_json()
+    assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
+    assert [(r["source_replica"], r["target_replica"], r["step"]) for r in j["recoveries"]] == [
+        ("0", "1", 59)
+    ]
+
+
+def test_find_newest_run_and_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "events.jsonl"))
+    runs = tmp_path / "torchft"
+    with pytest.raises(UserError, match=f"no tft-\\* directory in {runs}"):
+        find_run_files()
+    old, new = runs / "tft-7", runs / "tft-12"
+    for d in (old, new):
+        d.mkdir(parents=True)
+    shutil.copy(GUIDE / "tft-12_0.out", old / "tft-7_0.out")
+    shutil.copy(GUIDE / "tft-12_0.out", new / "tft-12_0.out")
+    (new / "tft-12_0.err").write_text("")
+    (new / "notes.txt").write_text("not a log")
+    os.utime(old, (1, 1))
+    (tmp_path / "events.jsonl").write_text(
+        '{"time": "2025-07-16T13:49:30", "action": "node-down", "replica": 1, "job": "12"}\n'
+        '{"time": "2025-07-16T13:49:31", "action": "kill", "replica": 0, "job": "99"}\n'
+    )
+    files = find_run_files()
+    assert files.job == "12"
+    assert [p.name for p in files.replica_logs] == ["tft-12_0.err", "tft-12_0.out"]
+    assert files.event_logs == [tmp_path / "events.jsonl"]
+    j = build_report().to_json()
+    # only job 12's event is kept; it never showed as a quorum change here
+    assert [(f["replica"], f["kind"], f["time_source"]) for f in j["failures"]] == [
+        ("1", "node-down", "injected-only")
+    ]
+    with pytest.raises(UserError, match="no logs found in"):
+        find_run_files([tmp_path / "torchft"])
+    with pytest.raises(UserError, match="no such file or directory"):
+        find_run_files([tmp_path / "nope"])
+
+
+def test_plot_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = build_report([RUN1]).to_plot(tmp_path / "t.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
