@@ -102,12 +102,16 @@ def install() -> None:
     from torchtitan.tools.logging import logger
 
     rank = int(os.environ.get("RANK", "0"))
-    state: dict[str, Any] = {"step": 0, "replica": int(os.environ.get("FTSLURM_REPLICA_ID", 0))}
+    # the trainer, read live: a heal inside a DiLoCo sync reloads trainer.step mid-train_step
+    state: dict[str, Any] = {
+        "trainer": None,
+        "replica": int(os.environ.get("FTSLURM_REPLICA_ID", 0)),
+    }
 
     upstream_train_step = FTTrainer.train_step
 
     def train_step(self: FTTrainer, data_iterator: Any) -> None:
-        state["step"] = self.step
+        state["trainer"] = self
         state["manager"] = self.ft_manager.manager if self.ft_manager.enabled else None
         state["replica"] = self.job_config.fault_tolerance.replica_id
         manager = state["manager"]
@@ -131,11 +135,12 @@ def install() -> None:
         if committed:
             hexd, count = digest(self._model_fragment.named_parameters())
             manager_step = self._manager.current_step()
+            trainer = state["trainer"]
             logger.info(
                 format_line(
                     state["replica"],
                     rank,
-                    state["step"],
+                    trainer.step if trainer is not None else -1,
                     manager_step,
                     f"fragment{self._fragment_id}",
                     count,

@@ -389,4 +389,5 @@ def should_requeue(plan: Plan, returncode: int, cancelled: bool) -> tuple[bool, 
             f"attempt {plan.attempt} reached FT_MAX_REQUEUES={plan.max_requeues}; "
             "raise FT_MAX_REQUEUES to allow more restarts"
         )
-    return True, f"training exited with code {returncode}"
+    code = returncode if returncode >= 0 else 128 - returncode
+    return True, f"training exited with code {code}"
