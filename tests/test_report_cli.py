@@ -1,0 +1,72 @@
+"""`ftslurm report` through click (CliRunner) and through the console entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm.commands.report import report
+from ftslurm.errors import UserError
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+
+
+def test_text_on_guide_excerpt():
+    res = CliRunner().invoke(report, [str(FIX / "guide")])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "13:49:41.512  quorum 3 changed at step 21: 1/2 replicas [0]; left: 1" in out
+    assert "replica 1 at step 21 (left-quorum) at 13:49:32.462" in out
+    assert "1/2 replicas from step 21 to 142, 2 m 43 s (13:49:41.512 -> 13:52:24.923)" in out
+    assert "replica 0 -> replica 1 at step 142 (13:52:26.769)" in out
+    assert "13:51:42.000  replica 1 attempt 1 launched on worker-0" in out
+
+
+def test_json_is_the_documented_structure():
+    res = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--json"])
+    assert res.exit_code == 0, res.output
+    j = json.loads(res.output)
+    for key in ("quorums", "failures", "recoveries", "degraded", "summary"):
+        assert key in j
+    assert set(j["quorums"][0]) >= {"quorum_id", "time", "step", "participants"}
+    assert set(j["failures"][0]) >= {"time", "replica", "step", "kind"}
+    assert set(j["recoveries"][0]) >= {"time", "step", "source_replica", "target_replica"}
+    assert set(j["degraded"][0]) >= {
+        "start_step", "end_step", "start_time", "end_time", "replicas", "group_size"
+    }
+    assert j["summary"]["failure_to_next_commit_s"] == [5.242]
+    # docs/report.md documents every top-level key
+    doc = (Path(__file__).parent.parent / "docs" / "report.md").read_text()
+    for key in j:
+        assert f"`{key}`" in doc, key
+
+
+def test_plot_option(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "out" / "run.png"
+    res = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_help_has_an_example():
+    res = CliRunner().invoke(report, ["--help"])
+    assert res.exit_code == 0
+    assert "ftslurm report outputs/torchft/tft-12" in res.output
+
+
+def test_user_error_not_traceback(tmp_path):
+    res = CliRunner().invoke(report, [str(tmp_path / "missing")])
+    assert isinstance(res.exception, UserError)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "report", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"Error: no logs found in {tmp_path} " \
+        "(expected tft-<job>_<i>.out replica logs or a lighthouse log)"

@@ -1,0 +1,108 @@
+"""Mutated real logs never make the report raise (hypothesis)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ftslurm.report import build_report
+from ftslurm.report import events as E
+from ftslurm.report import lines as L
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+
+
+def _sample() -> list[bytes]:
+    """Real lines of every shape: the guide excerpt and the recorded run around its failure."""
+    out = (FIX / "guide" / "lighthouse.log").read_bytes().splitlines()
+    out += (FIX / "guide" / "tft-12_0.out").read_bytes().splitlines()
+    out += (FIX / "guide" / "tft-12_1.out").read_bytes().splitlines()
+    for name, lo, hi in (("lighthouse", 130, 300), ("replica_0", 0, 60), ("replica_1", 195, 240)):
+        lines = gzip.decompress((FIX / "cpu-run1" / f"{name}.log.gz").read_bytes()).splitlines()
+        out += lines[lo:hi]
+    out += (FIX / "cpu-run1" / "events.jsonl").read_bytes().splitlines()
+    return out
+
+
+SAMPLE = _sample()
+
+mutation = st.one_of(
+    st.tuples(st.just("truncate"), st.integers(0, 2000)),
+    st.tuples(st.just("insert"), st.integers(0, 2000), st.binary(max_size=12)),
+    st.tuples(st.just("flip"), st.integers(0, 2000), st.integers(0, 255)),
+    st.tuples(st.just("crlf")),
+    st.tuples(st.just("digits"), st.sampled_from([b"99999999999999999999999", b"-1", b"", b"x"])),
+    st.tuples(st.just("junk"), st.binary(min_size=1, max_size=200)),
+)
+
+
+def _mutate(line: bytes, m: tuple) -> bytes:
+    kind = m[0]
+    if kind == "truncate":
+        return line[: m[1]]
+    if kind == "insert":
+        return line[: m[1]] + m[2] + line[m[1] :]
+    if kind == "flip":
+        if not line:
+            return line
+        i = m[1] % len(line)
+        return line[:i] + bytes([m[2]]) + line[i + 1 :]
+    if kind == "crlf":
+        return line + b"\r"
+    if kind == "digits":
+        import re
+
+        return re.sub(rb"\d+", m[1], line, count=2)
+    return m[1]
+
+
+log_lines = st.lists(
+    st.tuples(st.integers(0, len(SAMPLE) - 1), st.lists(mutation, max_size=2)),
+    min_size=0, max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=st.lists(log_lines, min_size=1, max_size=4), missing=st.booleans())
+def test_mutated_logs_never_raise(files, missing):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "tft-3"
+        run.mkdir()
+        names = ["lighthouse.log", "tft-3_0.out", "tft-3_1.out", "events.jsonl"]
+        for name, picks in zip(names, files, strict=False):
+            body = []
+            for idx, muts in picks:
+                line = SAMPLE[idx]
+                for m in muts:
+                    line = _mutate(line, m)
+                body.append(line)
+            (run / name).write_bytes(b"\n".join(body))
+        gone = [run / "gone-lighthouse.log"] if missing else []
+        rep = build_report([run], lighthouse=gone)
+        json.dumps(rep.to_json())
+        assert rep.to_text()
+        if missing:
+            assert rep.stats.missing == [str(run / "gone-lighthouse.log")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_parse_line_on_arbitrary_bytes(data):
+    L.parse_line(data)
+    L.parse_time(data)
+    E.parse_event_line(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(idx=st.integers(0, len(SAMPLE) - 1), muts=st.lists(mutation, max_size=3))
+def test_parse_line_on_mutated_real_lines(idx, muts):
+    line = SAMPLE[idx]
+    for m in muts:
+        line = _mutate(line, m)
+    ev = L.parse_line(line)
+    assert ev is None or isinstance(ev, L.Event)
