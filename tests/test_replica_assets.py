@@ -1,0 +1,129 @@
+"""Assets: the download's error paths with a fake hub (never the network), and the local
+tokenizer + dataset builder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm.errors import UserError
+from ftslurm.replica import assets
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "hf_secret_token_never_printed_123"
+
+
+def _hub_error(cls_name: str, status: int | None = None) -> Exception:
+    """An exception shaped like huggingface_hub's (class name in the MRO, response.status_code),
+    built without a network response object."""
+    import huggingface_hub.errors as hub_errors
+
+    cls = getattr(hub_errors, cls_name)
+    err = cls.__new__(cls)
+    Exception.__init__(err, f"401 Client Error for url https://huggingface.co/x token={TOKEN}")
+    err.response = type("R", (), {"status_code": status})()
+    return err
+
+
+def _raiser(exc: Exception):
+    calls = []
+
+    def fake(**kwargs):
+        calls.append(kwargs)
+        raise exc
+
+    fake.calls = calls
+    return fake
+
+
+def test_missing_token_is_one_clear_line(tmp_path: Path) -> None:
+    fake = _raiser(AssertionError("the hub must not be called"))
+    with pytest.raises(UserError, match="set HF_TOKEN or pass --token"):
+        assets.download_tokenizer(tmp_path, None, hub_download=fake)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("exc", "expect"),
+    [
+        (lambda: _hub_error("GatedRepoError", 403), "is gated and this token has no access"),
+        (lambda: _hub_error("HfHubHTTPError", 401), "rejected the token"),
+        (lambda: _hub_error("RepositoryNotFoundError", 404), "not found or is not visible"),
+        (lambda: ConnectionError("no route to host"), "cannot download tokenizer.json"),
+    ],
+)
+def test_hub_refusals_become_user_errors(tmp_path: Path, exc, expect: str) -> None:
+    fake = _raiser(exc())
+    with pytest.raises(UserError) as info:
+        assets.download_tokenizer(tmp_path, TOKEN, hub_download=fake)
+    msg = str(info.value)
+    assert expect in msg
+    assert TOKEN not in msg and "\n" not in msg
+    assert fake.calls[0]["token"] == TOKEN and fake.calls[0]["repo_id"] == assets.HF_REPO
+
+
+def test_download_fetches_the_three_files(tmp_path: Path) -> None:
+    got = []
+
+    def fake(repo_id: str, filename: str, local_dir: Path, token: str) -> str:
+        got.append(filename)
+        path = Path(local_dir) / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return str(path)
+
+    files = assets.download_tokenizer(tmp_path / "hf", TOKEN, hub_download=fake)
+    assert got == ["tokenizer.json", "tokenizer_config.json", "original/tokenizer.model"]
+    assert all(f.exists() for f in files)
+
+
+def test_cli_download_gated_is_one_line_without_token_echo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    from ftslurm.commands.assets import assets as group
+
+    fake = _raiser(_hub_error("GatedRepoError", 403))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
+    result = CliRunner().invoke(
+        group, ["download", "--dest", str(tmp_path)], env={"HF_TOKEN": TOKEN}
+    )
+    assert isinstance(result.exception, UserError)
+    assert "gated" in str(result.exception) and TOKEN not in str(result.exception)
+    assert TOKEN not in result.output
+    assert fake.calls and fake.calls[0]["token"] == TOKEN
+
+
+def test_make_local_builds_small_deterministic_assets(tmp_path: Path) -> None:
+    a_tok, a_data = assets.make_local(tmp_path / "a", limit_chars=300_000)
+    b_tok, b_data = assets.make_local(tmp_path / "b", limit_chars=300_000)
+    assert (a_data / "data.jsonl").read_bytes() == (b_data / "data.jsonl").read_bytes()
+    assert (a_tok / "tokenizer.json").read_bytes() == (b_tok / "tokenizer.json").read_bytes()
+    rows = [json.loads(ln) for ln in (a_data / "data.jsonl").read_text().splitlines()]
+    assert len(rows) > 50 and all(set(r) == {"text"} and r["text"].strip() for r in rows)
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(a_tok / "tokenizer.json"))
+    assert tok.get_vocab_size() < 2048
+    assert tok.token_to_id(assets.BOS) is not None and tok.token_to_id(assets.EOS) is not None
+    ids = tok.encode("def main() -> None:\n    return 1\n").ids
+    assert max(ids) < 2048
+    assert tok.decode(ids) == "def main() -> None:\n    return 1\n"
+    config = json.loads((a_tok / "tokenizer_config.json").read_text())
+    assert config["bos_token"] == assets.BOS and config["eos_token"] == assets.EOS
+
+
+def test_torchtitan_loads_the_local_tokenizer(tmp_path: Path) -> None:
+    tok_dir, _ = assets.make_local(tmp_path, limit_chars=200_000)
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
+    tok = HuggingFaceTokenizer(str(tok_dir))
+    ids = tok.encode("hello world", add_bos=True, add_eos=True)
+    assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
+    assert tok.get_vocab_size() < 2048

@@ -1,0 +1,251 @@
+"""Pure tests of ftslurm.replica.plan: golden argv for the GPU scripts, CPU plan, knobs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftslurm.errors import UserError
+from ftslurm.replica import plan as planlib
+
+pytestmark = pytest.mark.timeout(30)
+
+ROOT = Path("/srv/ftslurm")
+
+GPU_ARRAY_ENV = {
+    "SLURM_ARRAY_JOB_ID": "42",
+    "SLURM_ARRAY_TASK_ID": "1",
+    "SLURM_ARRAY_TASK_COUNT": "2",
+    "SLURM_RESTART_COUNT": "2",
+}
+
+
+def test_ft_gpu_golden_argv_and_env() -> None:
+    p = planlib.build_ft_plan(GPU_ARRAY_ENV, ROOT)
+    assert p.argv == [
+        "torchrun",
+        "--nnodes=1",
+        "--nproc_per_node=8",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=localhost:0",
+        "--rdzv_id=tft_42_1",
+        "-m",
+        "ftslurm.replica.train",
+        "--job.config_file=/srv/ftslurm/slurm/configs/llama3_8b_ft.toml",
+        "--job.dump_folder=/srv/ftslurm/outputs/torchft/tft-42",
+        "--model.hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
+        "--training.steps=1000",
+        "--parallelism.data_parallel_shard_degree=8",
+        "--fault_tolerance.enable",
+        "--fault_tolerance.replica_id=1",
+        "--fault_tolerance.group_size=2",
+        "--fault_tolerance.process_group=nccl",
+    ]
+    assert p.env == {
+        "TORCHFT_LIGHTHOUSE": "http://login-0:29510",
+        "TORCHFT_QUORUM_RETRIES": "3",
+        "FTSLURM_DEVICE": "cuda",
+        "FTSLURM_FT_MODE": "per-step",
+        "FTSLURM_REPLICA_ID": "1",
+        "FTSLURM_GROUP_SIZE": "2",
+        "FTSLURM_ATTEMPT": "2",
+    }
+    assert (p.replica_id, p.group_size, p.attempt, p.preset) == (1, 2, 2, "llama3_8b_ft")
+    assert planlib.requeue_target(p, GPU_ARRAY_ENV) == "42_1"
+
+
+def test_classic_gpu_golden_argv() -> None:
+    env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77"}
+    p = planlib.build_classic_plan(env, ROOT, head_node="worker-0")
+    assert p.argv == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        "torchrun",
+        "--nnodes=2",
+        "--nproc_per_node=8",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=worker-0:29500",
+        "--rdzv_id=classic_77",
+        "-m",
+        "ftslurm.replica.train",
+        "--job.config_file=/srv/ftslurm/slurm/configs/llama3_8b.toml",
+        "--job.dump_folder=/srv/ftslurm/outputs/classic-77",
+        "--model.hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
+        "--training.steps=1000",
+    ]
+    assert p.env == {"FTSLURM_DEVICE": "cuda"}
+    assert p.kind == "classic"
+
+
+def test_cpu_plan_uses_debug_preset_local_assets_and_gloo() -> None:
+    env = {"DEVICE": "cpu", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "3"}
+    p = planlib.build_ft_plan(env, ROOT, torchrun=["/venv/bin/torchrun"])
+    assert p.preset == "debug_cpu" and p.device == "cpu" and p.ft_mode == "diloco"
+    assert p.argv[:3] == ["/venv/bin/torchrun", "--nnodes=1", "--nproc_per_node=1"]
+    tt = p.argv[p.argv.index("ftslurm.replica.train") + 1 :]
+    assert tt == [
+        "--job.config_file=/srv/ftslurm/slurm/configs/debug_cpu.toml",
+        "--job.dump_folder=/srv/ftslurm/outputs/torchft/tft-local",
+        "--model.hf_assets_path=/srv/ftslurm/assets/local/tokenizer",
+        "--training.dataset_path=/srv/ftslurm/assets/local/dataset",
+        "--training.steps=200",
+        "--parallelism.data_parallel_shard_degree=1",
+        "--fault_tolerance.enable",
+        "--fault_tolerance.replica_id=0",
+        "--fault_tolerance.group_size=3",
+        "--fault_tolerance.process_group=gloo",
+    ]
+    assert p.env["OMP_NUM_THREADS"] == "1"
+    assert p.env["HF_HUB_OFFLINE"] == "1" and p.env["HF_DATASETS_OFFLINE"] == "1"
+    assert p.attempt == 0
+
+
+def test_knobs_become_torchtitan_args() -> None:
+    env = {
+        "DEVICE": "cpu",
+        "FTSLURM_REPLICA_ID": "1",
+        "FTSLURM_GROUP_SIZE": "2",
+        "FTSLURM_ATTEMPT": "4",
+        "STEPS": "12",
+        "FT_MODE": "per-step",
+        "PG_TIMEOUT_S": "30",
+        "CHECKPOINT_FOLDER": "/ckpt",
+        "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1234",
+        "TORCHFT_QUORUM_RETRIES": "7",
+        "FTSLURM_EXTRA_ARGS": "--metrics.log_freq 5",
+        "FTSLURM_RUN_ID": "t1",
+    }
+    p = planlib.build_ft_plan(env, ROOT)
+    assert "--training.steps=12" in p.argv
+    assert "--fault_tolerance.semi_sync_method=None" in p.argv  # debug_cpu is DiLoCo by default
+    assert "--fault_tolerance.process_group_timeout_ms=30000" in p.argv
+    assert "--checkpoint.folder=/ckpt" in p.argv
+    assert p.argv[-2:] == ["--metrics.log_freq", "5"]
+    assert p.env["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:1234"
+    assert p.env["TORCHFT_QUORUM_RETRIES"] == "7"
+    assert p.attempt == 4 and p.ft_mode == "per-step"
+    assert "--rdzv_id=tft_t1_1" in p.argv
+
+
+def test_diloco_knobs_on_gpu() -> None:
+    env = dict(GPU_ARRAY_ENV, FT_MODE="diloco", SYNC_STEPS="10", NUM_FRAGMENTS="4")
+    p = planlib.build_ft_plan(env, ROOT)
+    assert p.argv[-3:] == [
+        "--fault_tolerance.semi_sync_method=diloco",
+        "--fault_tolerance.sync_steps=10",
+        "--fault_tolerance.num_fragments=4",
+    ]
+    p2 = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, FTSLURM_PRESET="llama3_8b_diloco"), ROOT)
+    assert "--job.config_file=/srv/ftslurm/slurm/configs/llama3_8b_diloco.toml" in p2.argv
+    assert not any("semi_sync_method" in a for a in p2.argv)  # the TOML says diloco
+
+
+def test_wandb_only_on_replica_zero_and_key_never_shown() -> None:
+    secret = "wandb-secret-1234567890"
+    for task, expect in (("0", True), ("1", False)):
+        env = dict(GPU_ARRAY_ENV, SLURM_ARRAY_TASK_ID=task, WANDB_API_KEY=secret, HF_TOKEN="hf_x9")
+        p = planlib.build_ft_plan(env, ROOT)
+        assert ("--metrics.enable_wandb" in p.argv) is expect
+        text = p.describe() + " ".join(p.argv) + repr(p)
+        assert secret not in text and "hf_x9" not in text
+        assert "WANDB_API_KEY" not in p.env and "HF_TOKEN" not in p.env
+
+
+def test_replica_and_attempt_precedence() -> None:
+    env = dict(GPU_ARRAY_ENV, FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="4", FTSLURM_ATTEMPT="9")
+    p = planlib.build_ft_plan(env, ROOT)
+    assert (p.replica_id, p.group_size, p.attempt) == (0, 4, 9)
+    bare = {"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}
+    assert planlib.build_ft_plan(bare, ROOT).attempt == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "fix"),
+    [
+        ({}, "SLURM_ARRAY_TASK_ID"),
+        ({"FTSLURM_REPLICA_ID": "2", "FTSLURM_GROUP_SIZE": "2"}, "--array=0-<N-1>"),
+        ({"FTSLURM_REPLICA_ID": "x", "FTSLURM_GROUP_SIZE": "2"}, "whole number"),
+        ({"DEVICE": "tpu", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}, "DEVICE=cpu"),
+        (
+            {"FTSLURM_PRESET": "nope", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+            "debug_cpu",
+        ),
+        (
+            {
+                "DEVICE": "cpu",
+                "FTSLURM_PRESET": "llama3_8b_ft",
+                "FTSLURM_REPLICA_ID": "0",
+                "FTSLURM_GROUP_SIZE": "1",
+            },
+            "unset FTSLURM_PRESET",
+        ),
+        (
+            {
+                "DEVICE": "cpu",
+                "GPUS_PER_NODE": "2",
+                "FTSLURM_REPLICA_ID": "0",
+                "FTSLURM_GROUP_SIZE": "1",
+            },
+            "GPUS_PER_NODE=1",
+        ),
+        (
+            {"FT_MODE": "async", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+            "FT_MODE=diloco",
+        ),
+    ],
+)
+def test_bad_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:
+    with pytest.raises(UserError, match=fix.replace("[", r"\[").replace("<", "<")):
+        planlib.build_ft_plan(env, ROOT)
+
+
+def test_requeue_decision() -> None:
+    p = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, FT_MAX_REQUEUES="3"), ROOT)  # attempt 2
+    assert planlib.should_requeue(p, -9, cancelled=False) == (True, "training exited with code 137")
+    assert planlib.should_requeue(p, 0, cancelled=False)[0] is False
+    assert planlib.should_requeue(p, 1, cancelled=True)[0] is False
+    p3 = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, SLURM_RESTART_COUNT="3"), ROOT)
+    assert planlib.should_requeue(p3, 1, cancelled=False)[0] is True  # default cap 5
+    capped = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, FT_MAX_REQUEUES="2"), ROOT)
+    ok, why = planlib.should_requeue(capped, 1, cancelled=False)
+    assert not ok and "FT_MAX_REQUEUES" in why
+    assert planlib.requeue_target(p, {"SLURM_ARRAY_TASK_ID": "1"}) == "42_1"
+    local = planlib.build_ft_plan({"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}, ROOT)
+    assert planlib.requeue_target(local, {}) is None
+
+
+def test_banner_matches_the_guide_format() -> None:
+    p = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, SLURM_RESTART_COUNT="1"), ROOT)
+    line = planlib.banner("2025-07-16 13:51:42", p, "worker-0")
+    assert line == "[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0"
+
+
+def test_sbatch_device_options() -> None:
+    assert planlib.sbatch_device_options("cuda") == []
+    assert planlib.sbatch_device_options("cpu") == [
+        "--gpus-per-task=0",
+        "--cpus-per-task=1",
+        "--export=ALL,DEVICE=cpu",
+    ]
+
+
+def test_presets_point_at_existing_tomls() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for preset in planlib.PRESETS.values():
+        assert (root / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
+
+
+def test_launcher_modules_do_not_import_torch() -> None:
+    code = (
+        "import sys, ftslurm.replica.plan, ftslurm.replica.job, ftslurm.commands.assets;"
+        "bad = [m for m in ('torch', 'torchtitan', 'torchft') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
