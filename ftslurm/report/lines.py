@@ -366,34 +366,46 @@ class _Commits:
 
 # The markers the scanner looks for in whole chunks (C-speed `bytes.find`); a line without one
 # of them is skipped without Python ever looking at it.
-# Each needle costs a pass over the chunk, so there are few: the Rust `healing is required`
-# line is not needed (the Python side logs the same heal with the replica's uuid), and a
-# Lighthouse log only needs its quorums and its start.
+# Each needle costs a pass over the chunk, so there are few, and long ones (bytes.find skips
+# faster): the Rust `healing is required` line is not needed (the Python side logs the same heal
+# with the replica's uuid), and a Lighthouse log only needs its quorums and its start. The
+# `quorum_id: ` offsets below are relative to the needle's start.
 _PY_MGR, _QUORUM, _LISTEN, _LAUNCH_M = range(4)
+_Q_NEEDLE = b"Quorum { quorum_id: "
 _NEEDLES = (
     (b" - step ", _PY_MGR),
-    (b"quorum_id: ", _QUORUM),
-    (b"listening on", _LISTEN),
+    (_Q_NEEDLE, _QUORUM),
+    (b"Manager listening on", _LISTEN),
     (b"launching replica ", _LAUNCH_M),
 )
-_LIGHTHOUSE_NEEDLES = _NEEDLES[1:3]
+# replica logs when a Lighthouse log is read too: its quorums are the same, and the replica's
+# own `reconfiguring for quorum_id=N` lines re-arm commit emission
+_NEEDLES_NO_QUORUM = (_NEEDLES[0], _NEEDLES[2], _NEEDLES[3])
+_LIGHTHOUSE_NEEDLES = ((_Q_NEEDLE, _QUORUM), (b"Lighthouse listening on", _LISTEN))
 _HEAD = 48  # bytes of a line that hold its timestamp
 
 
-def _scan(buf: bytes, needles=_NEEDLES) -> list[tuple[int, int, int, int]]:
-    """(line start, line end, marker position, marker code) of the lines with a marker."""
-    hits = []
-    find, rfind = buf.find, buf.rfind
+def _scan(buf: bytes, needles=_NEEDLES) -> list[tuple[int, int]]:
+    """(marker position, marker code) of every marker in the chunk, in file order.
+
+    Each marker occurs at most once in a real line, so no per-line dedupe is needed (and a
+    line hit twice is harmless: quorums and commits are deduplicated by id and step).
+    """
+    hits: list[tuple[int, int]] = []
+    add, find = hits.append, buf.find
     for needle, code in needles:
+        n = len(needle)
         p = find(needle)
         while p >= 0:
-            e = find(b"\n", p)
-            if e < 0:
-                e = len(buf)
-            hits.append((rfind(b"\n", 0, p) + 1, e, p, code))
-            p = find(needle, e)
+            add((p, code))
+            p = find(needle, p + n)
     hits.sort()
     return hits
+
+
+def _eol(buf: bytes, p: int) -> int:
+    e = buf.find(b"\n", p)
+    return len(buf) if e < 0 else e
 
 
 def _last_time_head(buf: bytes, end: int) -> bytes:
@@ -417,6 +429,7 @@ def iter_file_events(
     utc_offset: float = 0.0,
     label: str | None = None,
     lighthouse: bool = False,
+    quorums: bool = True,
 ) -> Iterator[Event]:
     """Events of one log file in file order; lines without a time take the previous one's.
 
@@ -429,9 +442,13 @@ def iter_file_events(
     rank per step) are counted here, into `stats.commits`; only those the timeline needs are
     emitted: failed ones, a replica id's first, the first after each quorum change /
     reconfiguration / heal seen in this file. `lighthouse=True`: only quorums and the
-    Lighthouse's start are looked for.
+    Lighthouse's start are looked for; `quorums=False`: the manager's copies of the quorums
+    are not (the Lighthouse log has them).
     """
-    needles = _LIGHTHOUSE_NEEDLES if lighthouse else _NEEDLES
+    if lighthouse:
+        needles = _LIGHTHOUSE_NEEDLES
+    else:
+        needles = _NEEDLES if quorums else _NEEDLES_NO_QUORUM
     label = label or path.name
     try:
         fh = open_log(path)
@@ -441,7 +458,7 @@ def iter_file_events(
     stats.files.append(str(path))
     prev_ts = b""  # head of the last timestamped line of the previous chunks
     last_qid = b""
-    round_buf, round_ls = b"", 0  # the previous quorum round: its time is "last seen alive"
+    round_buf, round_p = b"", 0  # the previous quorum round: its time is "last seen alive"
     seq = 0
     matched = file_lines = 0
     changes = 0  # quorum changes / reconfigurations / heals emitted: re-arm commit emission
@@ -460,23 +477,21 @@ def iter_file_events(
                         head = prev_ts
                 return parse_time(head, utc_offset) if head else None
 
-            last_ls = -1
-            for ls, le, p, code in _scan(buf, needles):
-                if ls == last_ls:
-                    continue
-                last_ls = ls
+            rfind, find = buf.rfind, buf.find
+            for p, code in _scan(buf, needles):
                 matched += 1
                 ev: Event | None
                 if code == _PY_MGR:
                     # `[<replica_id>/<rank> - step N] should_commit=True|False ...`, by position
-                    q = buf.find(b"] ", p + 8, le)
+                    q = find(b"] ", p + 8, p + 40)
                     if q > 0 and buf.startswith(b"should_commit=", q + 2):
                         try:
                             step = int(buf[p + 8 : q])
                         except ValueError:
                             stats.malformed += 1
                             continue
-                        rid = buf[buf.rfind(b"[", ls, p) + 1 : buf.rfind(b"/", ls, p)]
+                        lb = rfind(b"[", max(0, p - 1024), p) + 1
+                        rid = buf[lb : rfind(b"/", lb, p)]
                         ok = buf.startswith(b"True", q + 16)
                         c = commits.get(rid)
                         if c is None:
@@ -488,8 +503,8 @@ def iter_file_events(
                             c.recent[step] = ok
                             if step > c.max_step:
                                 c.max_step = step
-                            if len(c.recent) > 256:
-                                c.recent = {k: v for k, v in c.recent.items() if k > step - 64}
+                            if len(c.recent) > 16:  # ranks interleave within a few steps
+                                c.recent = {k: v for k, v in c.recent.items() if k > step - 8}
                         elif ok and not seen:
                             c.committed += 1
                             c.recent[step] = True
@@ -498,8 +513,10 @@ def iter_file_events(
                         if ok and c.mark == changes:
                             continue
                         c.mark = changes
+                        ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                         ev = parse_manager(buf[ls:le], time_at(ls))
                     else:
+                        ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                         ev = parse_manager(buf[ls:le], None)
                         if ev is None:
                             matched -= 1
@@ -510,27 +527,25 @@ def iter_file_events(
                     if ev is None:
                         continue
                 elif code == _QUORUM:
-                    j = p + 11
-                    qid = buf[j : buf.find(b",", j, le)]
+                    j = p + 20  # len(_Q_NEEDLE)
+                    qid = buf[j : find(b",", j, j + 24)]
                     if qid == last_qid:
-                        round_buf, round_ls = buf, ls  # sliced only if the next is a change
+                        round_buf, round_p = buf, p  # sliced only if the next is a change
                         continue
+                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                     line = buf[ls:le]
-                    if b"Quorum {" not in line:
-                        matched -= 1
-                        continue
                     ev = parse_quorum(line, time_at(ls))
                     if ev is None:
                         stats.malformed += 1
                         continue
                     if round_buf:
-                        ev.prev_round_time = parse_time(
-                            round_buf[round_ls : round_ls + _HEAD], utc_offset
-                        )
-                    round_buf, round_ls = buf, ls
+                        rs = round_buf.rfind(b"\n", 0, round_p) + 1
+                        ev.prev_round_time = parse_time(round_buf[rs : rs + _HEAD], utc_offset)
+                    round_buf, round_p = buf, p
                     last_qid = qid
                     changes += 1
                 elif code == _LISTEN:
+                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                     line = buf[ls:le]
                     if b"Lighthouse listening on" in line:
                         ev = Event(LIGHTHOUSE_START, time_at(ls))
@@ -541,6 +556,7 @@ def iter_file_events(
                             continue
                         ev.time = time_at(ls)
                 elif code == _LAUNCH_M:
+                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                     ev = parse_launch(buf[ls:le], None)
                     if ev is None:
                         stats.malformed += 1

@@ -321,7 +321,7 @@ class _Builder:
         self.failures: list[Failure] = []
         self.commit_failures: list[CommitFailure] = []
         self.attempts: dict[str, list[Attempt]] = {}
-        self.recoveries: dict[tuple[str, int], Recovery] = {}
+        self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
         self.qmembers: dict[tuple[int, int], list[str]] = {}
@@ -374,11 +374,15 @@ class _Builder:
         return members[rank]
 
     def _recovery(self, target: str, step: int, t: float | None) -> Recovery:
-        tkey, tidx = _idx(target)
-        rec = self.recoveries.get((tkey, step))
+        tkey, _ = _idx(target)
+        uuid = split_replica_id(target)[2]
+        rec = self.recoveries.get((tkey, uuid, step))
+        if rec is None and uuid is None:  # an id without uuid: the latest heal at that step
+            rec = next((r for (k, _u, s), r in reversed(self.recoveries.items())
+                        if k == tkey and s == step), None)
         if rec is None:
             rec = Recovery(t, step, None, tkey)
-            self.recoveries[(tkey, step)] = rec
+            self.recoveries[(tkey, uuid, step)] = rec
         elif t is not None and (rec.time is None or t < rec.time):
             rec.time = t
         if ":" in target:
@@ -802,8 +806,11 @@ def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> It
         streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
         streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
+    have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
     for p in files.replica_logs:
-        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset))
+        streams.append(
+            L.iter_file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
+        )
     return heapq.merge(*streams, key=_key)
 
 
