@@ -196,3 +196,55 @@ def test_plot_png(tmp_path):
     out = build_report([RUN1]).to_plot(tmp_path / "t.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def _member(i: int, uuid: str, step: int) -> str:
+    """A QuorumMember in the guide's exact shape (values changed, format not)."""
+    return (
+        f'QuorumMember {{ replica_id: "torchtitan_ft_{i}:{uuid}", '
+        f'address: "http://worker-{i}:41093", '
+        f'store_address: "worker-{i}.soperator-worker-svc.soperator.svc.cluster.local:33745", '
+        f'step: {step}, world_size: 8, shrink_only: false, commit_failures: 0, data: "" }}'
+    )
+
+
+def _quorum(ts: str, qid: int, members: list[tuple[int, str, int]]) -> str:
+    parts = ", ".join(_member(*m) for m in members)
+    return (
+        f"{ts} [INFO] [torchft::lighthouse] - Quorum! Quorum {{ quorum_id: {qid}, participants: "
+        f"[{parts}], created: Some(Timestamp {{ seconds: 1752673709, nanos: 913262125 }}) }}"
+    )
+
+
+def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path):
+    u = {k: f"{k}0000000-56d9-4bb9-96f6-544803cae49c" for k in ("a", "b", "c", "d", "e", "f")}
+    lh = [
+        _quorum("2025-07-16T10:00:00.000", 1, [(0, u["a"], 0), (1, u["b"], 0), (2, u["c"], 0)]),
+        _quorum("2025-07-16T10:00:10.000", 1, [(0, u["a"], 29), (1, u["b"], 29), (2, u["c"], 29)]),
+        "2025-07-16T10:00:15.000 [INFO] [torchft::lighthouse] - Detected quorum change, "
+        "bumping quorum_id to 2",
+        _quorum("2025-07-16T10:00:15.000", 2, [(0, u["a"], 30), (1, u["b"], 30)]),
+        _quorum("2025-07-16T10:00:25.000", 3, [(0, u["a"], 40)]),
+        _quorum("2025-07-16T10:00:40.000", 4, [(0, u["a"], 55), (2, u["d"], 0)]),
+        "2025-07-16T10:00:41.000 [INFO] [torchft::lighthouse] - Lighthouse listening on: "
+        "http://login-0:29510",
+        _quorum("2025-07-16T10:00:50.000", 1, [(0, u["a"], 70), (1, u["e"], 0), (2, u["d"], 70)]),
+        _quorum("2025-07-16T10:01:10.000", 2, [(0, u["f"], 85), (1, u["e"], 85), (2, u["d"], 85)]),
+        _quorum("2025-07-16T10:01:20.000", 2, [(0, u["f"], 90), (1, u["e"], 90), (2, u["d"], 90)]),
+    ]
+    (tmp_path / "lighthouse.log").write_text("\n".join(lh) + "\n")
+    j = build_report([tmp_path]).to_json()
+    assert [(q["quorum_id"], q["lighthouse_epoch"]) for q in j["quorums"]] == [
+        (1, 0), (2, 0), (3, 0), (4, 0), (1, 1), (2, 1)
+    ]
+    assert [(f["replica"], f["step"], f["kind"], f["time"]) for f in j["failures"]] == [
+        ("2", 30, "left-quorum", "2025-07-16T10:00:15.000"),
+        ("1", 40, "left-quorum", "2025-07-16T10:00:25.000"),
+        ("0", 85, "restarted", "2025-07-16T10:01:10.000"),
+    ]
+    assert j["failures"][0]["last_seen_time"] == "2025-07-16T10:00:10.000"
+    deg = [(d["replicas"], d["start_step"], d["end_step"], d["duration_s"]) for d in j["degraded"]]
+    assert deg == [(2, 30, 40, 10.0), (1, 40, 55, 15.0), (2, 55, 70, 10.0)]
+    assert all(d["group_size"] == 3 for d in j["degraded"])
+    s = j["summary"]
+    assert (s["quorum_changes"], s["failures"], s["requeues"], s["degraded_s"]) == (5, 3, 3, 35.0)

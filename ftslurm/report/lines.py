@@ -99,6 +99,8 @@ class ParseStats:
     crlf: int = 0
     bad_events: int = 0  # event-log lines that are not valid JSON objects of the schema
     matched: int = 0  # lines holding a marker the parser used
+    # per log file: (first, last) time of its timestamped lines, and whether it is a Lighthouse's
+    spans: dict[str, tuple[float | None, float | None, bool]] = field(default_factory=dict)
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
 
@@ -408,6 +410,22 @@ def _eol(buf: bytes, p: int) -> int:
     return len(buf) if e < 0 else e
 
 
+def _first_time(buf: bytes, utc_offset: float) -> float | None:
+    """Time of the first timestamped line among the first 64 of a chunk."""
+    s = 0
+    for _ in range(64):
+        head = buf[s : s + _HEAD]
+        if _has_time(head):
+            t = parse_time(head, utc_offset)
+            if t is not None:
+                return t
+        e = buf.find(b"\n", s)
+        if e < 0:
+            break
+        s = e + 1
+    return None
+
+
 def _last_time_head(buf: bytes, end: int) -> bytes:
     """The head of the last timestamped line before `end` (64 lines back at most)."""
     e = end
@@ -460,6 +478,7 @@ def iter_file_events(
     last_qid = b""
     round_buf, round_p = b"", 0  # the previous quorum round: its time is "last seen alive"
     seq = 0
+    first_t: float | None = None
     matched = file_lines = 0
     changes = 0  # quorum changes / reconfigurations / heals emitted: re-arm commit emission
     commits = stats.commits
@@ -571,9 +590,14 @@ def iter_file_events(
                 ev.source, ev.seq = label, seq
                 seq += 1
                 yield ev
+            if first_t is None:
+                first_t = _first_time(buf, utc_offset)
             head = _last_time_head(buf, len(buf))
             if head:
                 prev_ts = head
+    stats.spans[str(path)] = (
+        first_t, parse_time(prev_ts, utc_offset) if prev_ts else None, lighthouse
+    )
     stats.skipped += max(0, file_lines - matched)
     stats.matched += matched
 

@@ -619,7 +619,21 @@ class _Builder:
             rec.healed_time = ev.time
 
     # -- the end
+    def _run_span(self, stats: ParseStats) -> None:
+        """First/last time of the run: its replica logs (else its Lighthouse logs), so that
+        another job's lines at the end of a shared Lighthouse log do not stretch it."""
+        spans = [v for v in stats.spans.values() if not v[2]] or list(stats.spans.values())
+        firsts = [f for f, _, _ in spans if f is not None]
+        lasts = [la for _, la, _ in spans if la is not None]
+        firsts += [e.time for e in self.injected_all if e.time is not None]
+        lasts += [e.time for e in self.injected_all if e.time is not None]
+        if firsts:
+            self.first_time = min(firsts)
+        if lasts:
+            self.last_time = max(lasts)
+
     def finish(self, stats: ParseStats) -> Report:
+        self._run_span(stats)
         # The run's replicas: prefixes seen in the replica logs, else all in the quorums.
         if self.log_prefixes:
             prefixes = sorted(self.log_prefixes)
@@ -643,6 +657,10 @@ class _Builder:
                 continue
             q.participants = parts
             quorums.append(q)
+        qtimes = [q.time for q in quorums if q.time is not None]
+        if qtimes:
+            self.first_time = min(qtimes[0], self.first_time or qtimes[0])
+            self.last_time = max(qtimes[-1], self.last_time or qtimes[-1])
         failures = [f for f in self.failures if mine(f.replica_id)]
         # Injected failures that no quorum change accounted for (a kill the run absorbed).
         for pend in self.pending_injected.values():
