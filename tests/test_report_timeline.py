@@ -248,3 +248,27 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path):
     assert all(d["group_size"] == 3 for d in j["degraded"])
     s = j["summary"]
     assert (s["quorum_changes"], s["failures"], s["requeues"], s["degraded_s"]) == (5, 3, 3, 35.0)
+
+
+def test_managed_lighthouse_log_is_found_and_windowed(tmp_path, monkeypatch):
+    """No Lighthouse log in the run dir: the managed Lighthouse's log (shared by every run) is
+    read, keeping only the lines around this run's replica logs."""
+    from ftslurm import lighthouse
+
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lh"))
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "none.jsonl"))
+    shared = lighthouse.log_path()
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    older_run = (GUIDE / "lighthouse.log").read_bytes()  # 2025: another run, long before
+    shared.write_bytes(older_run + gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes()))
+    run = tmp_path / "torchft" / "tft-5"
+    run.mkdir(parents=True)
+    for i in (0, 1):
+        (run / f"tft-5_{i}.out").write_bytes(
+            gzip.decompress((RUN1 / f"replica_{i}.log.gz").read_bytes())
+        )
+    files = find_run_files([run])
+    assert files.lighthouse_logs == [shared] and files.shared_lighthouse
+    j = build_report([run]).to_json()
+    assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
+    assert j["summary"]["foreign_quorums"] == 1  # only the torchtitan_ft_0 one at 08:52:30

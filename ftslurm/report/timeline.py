@@ -196,6 +196,7 @@ class RunFiles:
     event_logs: list[Path]
     job: str | None = None
     looked_in: list[str] = field(default_factory=list)
+    shared_lighthouse: bool = False  # the managed Lighthouse's log: other runs' lines too
 
 
 def find_run_files(
@@ -240,6 +241,11 @@ def find_run_files(
             _classify(p, files, explicit=True)
         else:
             raise UserError(f"no such file or directory: {p}")
+    if files.replica_logs and not files.lighthouse_logs and not _any_file(paths):
+        shared = _managed_lighthouse_log()
+        if shared is not None:
+            files.lighthouse_logs.append(shared)
+            files.shared_lighthouse = True
     if files.job and not events:
         glob_events = P.events_log()
         if glob_events.is_file() and glob_events not in files.event_logs:
@@ -250,6 +256,45 @@ def find_run_files(
             + " (expected tft-<job>_<i>.out replica logs or a lighthouse log)"
         )
     return files
+
+
+def _any_file(paths: Sequence[str | Path]) -> bool:
+    return any(Path(p).is_file() for p in paths)
+
+
+def _managed_lighthouse_log() -> Path | None:
+    """The log of `ftslurm lighthouse start` (shared by all runs), if there is one."""
+    try:
+        from ftslurm.lighthouse import log_path
+
+        path = log_path()
+    except Exception:  # noqa: BLE001 - another component's state: never fatal here
+        return None
+    return path if path.is_file() else None
+
+
+def _head_tail_times(path: Path, size: int = 1 << 16) -> tuple[float | None, float | None]:
+    """First and last timestamp of a log from its first and last `size` bytes."""
+    first = last = None
+    try:
+        with L.open_log(path) as fh:
+            head = fh.read(size)
+            if path.suffix != ".gz":
+                fh.seek(0, 2)
+                end = fh.tell()
+                fh.seek(max(0, end - size))
+            tail = fh.read(size) if path.suffix != ".gz" else head
+    except OSError:
+        return None, None
+    for line in head.split(b"\n")[:200]:
+        first = L.parse_time(line)
+        if first is not None:
+            break
+    for line in reversed(tail.split(b"\n")[-200:]):
+        last = L.parse_time(line)
+        if last is not None:
+            break
+    return first, last
 
 
 def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
@@ -824,12 +869,31 @@ def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> It
         streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
         streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
+    window = _run_window(files) if files.shared_lighthouse else None
+    if window is not None:
+        streams = [_in_window(s, *window) for s in streams]
     have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
     for p in files.replica_logs:
         streams.append(
             L.iter_file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
         )
     return heapq.merge(*streams, key=_key)
+
+
+def _run_window(files: RunFiles) -> tuple[float, float] | None:
+    """The replica logs' time span, widened a little: what to keep of a shared Lighthouse log."""
+    spans = [_head_tail_times(p) for p in files.replica_logs]
+    firsts = [f for f, _ in spans if f is not None]
+    lasts = [la for _, la in spans if la is not None]
+    if not firsts or not lasts:
+        return None
+    return min(firsts) - 120.0, max(lasts) + 60.0
+
+
+def _in_window(events: Iterator[Event], lo: float, hi: float) -> Iterator[Event]:
+    for ev in events:
+        if ev.time is None or lo <= ev.time <= hi:
+            yield ev
 
 
 def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:
