@@ -144,3 +144,29 @@ def test_console_script_bad_option(state_dir: Path):
     r = runner.run([*ftslurm_script(), "lighthouse", "start", "--bind", "x:y:z"], check=False,
                    timeout=30)  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--bind" in r.stderr
+
+
+def test_logs_follow(state_dir: Path, tmp_path: Path):
+    """`logs -f` prints new lines as they are written, and follows a new log after rotation."""
+    r = cli("start", "--bind", "127.0.0.1:0")
+    assert r.exit_code == 0
+    out = tmp_path / "follow.out"
+    follower = runner.spawn([*ftslurm_script(), "lighthouse", "logs", "-f", "-n", "1"],
+                            log_path=out)  # fmt: skip
+    try:
+        wait_for(lambda: "Quorum status" in out.read_text(), timeout=30, interval=0.05,
+                 what="the last line")  # fmt: skip
+        log = state_dir / "lighthouse.log"
+        with open(log, "a") as f:
+            f.write("appended by the test\n")
+        wait_for(lambda: "appended by the test" in out.read_text(), timeout=10, interval=0.05,
+                 what="the appended line")  # fmt: skip
+        # a restart that rotates the log: the follower switches to the new file
+        lh.stop(state_dir)
+        lh.start(bind=lh.status(state_dir).bind or "127.0.0.1:0", state_dir=state_dir,
+                 log_max_mb=0.0)  # fmt: skip
+        assert (state_dir / "lighthouse.log.1").exists()
+        wait_for(lambda: "Lighthouse listening on" in out.read_text(), timeout=10,
+                 interval=0.05, what="the new log's first line")  # fmt: skip
+    finally:
+        daemon.stop(follower.pid, grace=2)
