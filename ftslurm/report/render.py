@@ -276,12 +276,16 @@ def lanes(rep: Report) -> dict[str, list[tuple[float, float, str]]]:
             stop = a.quorum_time if a.quorum_time is not None else end
             if stop > a.start_time:
                 out.setdefault(idx(a.replica) or "?", []).append((a.start_time, stop, "alive"))
+    fails = [(idx(f.replica), f.time) for f in rep.failures if f.time is not None]
     for i, q in enumerate(rep.quorums):
         nxt = rep.quorums[i + 1].time if i + 1 < len(rep.quorums) else end
         if q.time is None or nxt is None:
             continue
         for r in q.participants:
-            out.setdefault(idx(r) or "?", []).append((q.time, nxt, "training"))
+            name = idx(r) or "?"
+            # a replica that failed before the quorum noticed stops training at the failure
+            stop = min([t for n, t in fails if n == name and q.time < t < nxt], default=nxt)
+            out.setdefault(name, []).append((q.time, stop, "training"))
     for r in rep.recoveries:
         if r.time is not None:
             stop = r.healed_time if r.healed_time is not None else r.time
@@ -305,7 +309,7 @@ def to_plot(rep: Report, path: Path) -> Path:
     colors = {"alive": "#bbbbbb", "training": "#2ca02c", "recovering": "#ff7f0e"}
     data = lanes(rep)
     names = sorted(data, key=lambda k: (len(k), k)) or ["0"]
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(names)))
+    fig, ax = plt.subplots(figsize=(11, 1.8 + 0.6 * len(names)))
     for y, name in enumerate(names):
         ax.broken_barh([(0, (rep.last_time or t0) - t0)], (y - 0.35, 0.7),
                        facecolors="#f2f2f2")
@@ -325,19 +329,21 @@ def to_plot(rep: Report, path: Path) -> Path:
     ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
     ax.set_ylim(-0.6, len(names))
     steps = [(q.time - t0, q.step) for q in rep.quorums if q.time is not None]
+    if steps and rep.last_time is not None and rep.max_step is not None:
+        steps.append((rep.last_time - t0, max(rep.max_step, steps[-1][1])))
     if steps:
         ax2 = ax.twinx()
         xs, ys = zip(*steps, strict=True)
-        ax2.step(xs, ys, where="post", color="#7f7f7f", lw=1)
-        ax2.set_ylabel("step (at quorum)")
+        ax2.plot(xs, ys, color="#7f7f7f", lw=1, marker=".")
+        ax2.set_ylabel("step")
     from matplotlib.patches import Patch
 
-    ax.legend(
+    fig.legend(
         handles=[Patch(color=c, label=k) for k, c in colors.items()]
         + [Patch(color="#f2f2f2", label="absent")],
-        loc="upper left", fontsize=7, ncol=4, bbox_to_anchor=(0, -0.25),
+        loc="upper right", fontsize=7, ncol=4,
     )
-    ax.set_title("ftslurm report: replicas, quorum changes (dashed), failures (x)")
+    ax.set_title("replicas; quorum changes dashed, failures x", loc="left", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
