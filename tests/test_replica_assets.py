@@ -127,3 +127,15 @@ def test_torchtitan_loads_the_local_tokenizer(tmp_path: Path) -> None:
     ids = tok.encode("hello world", add_bos=True, add_eos=True)
     assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
     assert tok.get_vocab_size() < 2048
+
+
+def test_launcher_builds_missing_local_assets_once(tmp_path: Path) -> None:
+    from ftslurm.replica import job
+
+    job._ensure_cpu_assets(tmp_path)
+    tok = tmp_path / "assets" / "local" / "tokenizer" / "tokenizer.json"
+    data = tmp_path / "assets" / "local" / "dataset" / "data.jsonl"
+    assert tok.exists() and data.exists()
+    stamp = tok.stat().st_mtime_ns
+    job._ensure_cpu_assets(tmp_path)  # present: not rebuilt
+    assert tok.stat().st_mtime_ns == stamp

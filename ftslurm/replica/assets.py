@@ -139,7 +139,9 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
         show_progress=False,
     )
     tokenizer.train_from_iterator(docs, trainer)
-    tokenizer.save(str(tok_dir / "tokenizer.json"))
+    # written under a temporary name, then renamed: a reader never sees half a file
+    tokenizer.save(str(tok_dir / "tokenizer.json.tmp"))
+    (tok_dir / "tokenizer.json.tmp").replace(tok_dir / "tokenizer.json")
     config = {
         "bos_token": BOS,
         "eos_token": EOS,
@@ -148,5 +150,6 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
         "model_max_length": 1_000_000,
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
-    (tok_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tok_dir / "tokenizer_config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
+    (tok_dir / "tokenizer_config.json.tmp").replace(tok_dir / "tokenizer_config.json")
     return tok_dir, data_dir

@@ -14,6 +14,7 @@ Why a wrapper and not a bare torchrun line in the script:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -62,13 +63,25 @@ def _say(line: str) -> None:
 
 
 def _ensure_cpu_assets(root: Path) -> None:
+    """Build assets/local when missing. Array tasks start together on the CPU cluster, so the
+    build holds a file lock and re-checks under it: one task builds, the others wait."""
     tok, data = planlib.local_assets(root)
-    if (tok / "tokenizer.json").exists() and any(data.glob("*.jsonl")):
-        return
-    from ftslurm.replica import assets
 
-    _say(f"local assets missing under {tok.parent}: building them (ftslurm assets make-local)")
-    assets.make_local(tok.parent)
+    def present() -> bool:
+        # tokenizer_config.json is written last by make_local
+        return (tok / "tokenizer_config.json").exists() and (data / "data.jsonl").exists()
+
+    if present():
+        return
+    tok.parent.mkdir(parents=True, exist_ok=True)
+    with open(tok.parent / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if present():
+            return
+        from ftslurm.replica import assets
+
+        _say(f"local assets missing under {tok.parent}: building them (ftslurm assets make-local)")
+        assets.make_local(tok.parent)
 
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
