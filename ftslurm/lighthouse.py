@@ -314,7 +314,14 @@ def port_in_use_error(host: str, port: int) -> PortInUse:
     if owners:
         who = "; ".join(f"pid {pid} ({_short(cmd)})" for pid, cmd in owners)
         hint = ""
-        if any(MARKER in cmd for _, cmd in owners):
+        managed = [m.group(1) for _, cmd in owners
+                   if (m := re.search(r"(\S+)/" + MARKER + r"\s", cmd))
+                   and Path(m.group(1), f"{NAME}.json").exists()]  # fmt: skip
+        if managed:
+            hint = (f" -- the managed Lighthouse of state dir {managed[0]}; stop it with "
+                    f"`ftslurm lighthouse stop --state-dir {managed[0]}` or choose another "
+                    "port with --bind")
+        elif any(MARKER in cmd for _, cmd in owners):
             hint = (" -- another Lighthouse, not managed from this state directory; stop it or "
                     "choose another port with --bind")
         else:
@@ -473,7 +480,8 @@ class LighthouseInfo:
     cmd: list[str]
     already_running: bool = False
     stale_pid: int | None = None  # a stale pidfile that start found and removed
-    notes: list[str] = field(default_factory=list)
+    # option name (as `start` spells it) -> how the running one differs from the request
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def env_line(self) -> str:
@@ -592,17 +600,19 @@ def start(
         return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
 
 
-def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> list[str]:
+def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
     running = state.extra.get("config", {})
     host, port = parse_bind(cfg.bind)
-    notes = []
+    notes = {}
     if port not in (0, state.extra.get("port")):
-        notes.append(f"requested port {port}, running on {state.extra.get('port')}")
+        notes["bind"] = f"requested port {port}, running on {state.extra.get('port')}"
     for key in ("min_replicas", "quorum_tick_ms", "join_timeout_ms", "heartbeat_timeout_ms"):
         if key in running and running[key] != getattr(cfg, key):
-            notes.append(f"requested {key}={getattr(cfg, key)}, running with {running[key]}")
+            notes[key] = f"requested {key}={getattr(cfg, key)}, running with {running[key]}"
     if cfg.advertise and cfg.advertise != state.extra.get("host"):
-        notes.append(f"requested --advertise {cfg.advertise}, running as {state.extra.get('host')}")
+        notes["advertise"] = (
+            f"requested --advertise {cfg.advertise}, running as {state.extra.get('host')}"
+        )
     return notes
 
 

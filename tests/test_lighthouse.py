@@ -169,10 +169,28 @@ def test_port_in_use_by_another_lighthouse(state_dir: Path, tmp_path: Path):
     other = tmp_path / "other"
     try:
         info = lh.start(bind="127.0.0.1:0", state_dir=other)
-        with pytest.raises(lh.PortInUse, match="another Lighthouse"):
+        with pytest.raises(lh.PortInUse, match="managed Lighthouse of state dir") as e:
             lh.start(bind=info.bind, state_dir=state_dir)
+        assert f"ftslurm lighthouse stop --state-dir {other}" in str(e.value)
     finally:
         lh.stop(other)
+
+
+def test_port_in_use_by_an_unmanaged_lighthouse(state_dir: Path, tmp_path: Path):
+    """A Lighthouse started by hand (no state dir of ours) holds the port."""
+    bare = tmp_path / "by-hand"
+    bare.mkdir()
+    port = free_port()
+    cmd = lh.lighthouse_command(bare) + ["--bind", f"127.0.0.1:{port}", "--min_replicas", "1"]
+    proc = runner.spawn(cmd)
+    try:
+        daemon.wait_ready(lambda: lh._answers(f"http://127.0.0.1:{port}/status"),
+                          pid=proc.pid, poll=proc.poll, timeout=60)  # fmt: skip
+        with pytest.raises(lh.PortInUse, match="another Lighthouse, not managed") as e:
+            lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
+        assert f"pid {proc.pid}" in str(e.value)
+    finally:
+        daemon.stop(proc.pid, grace=5)
 
 
 def test_bad_bind_address_is_a_user_error(state_dir: Path):

@@ -67,8 +67,11 @@ def test_cli_flow(state_dir: Path):
     pid = data["pid"]
 
     r = cli("start", "--bind", f"127.0.0.1:{port}")
-    assert r.exit_code == 0 and "already running" in r.stderr
+    assert r.exit_code == 0 and "already running" in r.stderr and "note:" not in r.stderr
     assert r.stdout == f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}\n"
+    r = cli("start", "--min-replicas", "2")  # differs from what runs: said, nothing changed
+    assert r.exit_code == 0 and "requested min_replicas=2, running with 1" in r.stderr
+    assert "port" not in r.stderr.split("note:")[1]  # the default --bind is not a request
 
     r = cli("logs", "-n", "1")
     assert r.exit_code == 0 and "Quorum status" in r.stdout and len(r.stdout.splitlines()) == 1

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm.daemon import tail_lines
@@ -170,8 +171,11 @@ def start(
     if info.already_running:
         _err(f"Lighthouse already running (pid {info.pid}, up {_uptime(info.uptime_s)}) "
              f"on {info.bind}; nothing started.")
-        for note in info.notes:
-            _err(f"  note: {note} (use `ftslurm lighthouse restart` to apply)")
+        ctx = click.get_current_context()
+        for key, note in info.notes.items():
+            # only options the user gave: defaults are not a request to change anything
+            if ctx.get_parameter_source(key) not in (None, ParameterSource.DEFAULT):
+                _err(f"  note: {note} (use `ftslurm lighthouse restart` to apply)")
     else:
         _err(f"Lighthouse started (pid {info.pid}) on {info.bind}, ready in "
              f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
