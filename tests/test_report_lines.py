@@ -192,3 +192,18 @@ def test_event_log_schema():
     assert E.to_seconds("2026-11-23T08:51:02.461Z", 0.0) == ts("2026-11-23T08:51:02.461")
     assert E.to_seconds("2026-11-23T10:51:02+02:00", 0.0) == ts("2026-11-23T08:51:02")
     assert E.to_seconds("2026-11-23T08:51:02", 999.0) == ts("2026-11-23T08:51:02")  # naive
+
+
+def test_corrupt_gzip_is_counted_not_raised(tmp_path):
+    good = (FIX / "cpu-run1" / "replica_0.log.gz").read_bytes()
+    bad = tmp_path / "replica_0.log.gz"
+    bad.write_bytes(good[: len(good) // 2])  # truncated archive
+    st = L.ParseStats()
+    evs = list(L.iter_file_events(bad, st))
+    assert st.read_errors == 1 and st.missing == []
+    assert evs and evs[0].kind == L.MANAGER_START  # what was readable is kept
+    junk = tmp_path / "junk.log.gz"
+    junk.write_bytes(b"not gzip at all")
+    st = L.ParseStats()
+    assert list(L.iter_file_events(junk, st)) == []
+    assert st.missing == [str(junk)]

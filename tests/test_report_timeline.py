@@ -116,7 +116,7 @@ def test_real_run_without_event_log_uses_the_logs_only(tmp_path):
 def test_crlf_and_explicit_files_give_the_same_report(tmp_path):
     run = _copy_logs(tmp_path / "crlf", crlf=True)
     rep = build_report(
-        [run / "replica_0.log", run / "replica_1.log"], lighthouse=[run / "lighthouse.log"],
+        run / "replica_0.log", run / "replica_1.log", lighthouse=[run / "lighthouse.log"],
         events=[RUN1 / "events.jsonl"],
     )
     a, b = rep.to_json(), build_report([RUN1]).to_json()

@@ -40,7 +40,7 @@ def report(
     """
     from ftslurm.report import build_report
 
-    rep = build_report(paths, lighthouse=lighthouse, events=events, group_size=group_size)
+    rep = build_report(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))
     else:

@@ -22,6 +22,7 @@ differs from the previous round's.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
@@ -98,6 +99,7 @@ class ParseStats:
     untimed: int = 0  # events with no time (no timestamped line before them in the file)
     crlf: int = 0
     bad_events: int = 0  # event-log lines that are not valid JSON objects of the schema
+    read_errors: int = 0  # files whose reading stopped early (corrupt .gz, I/O error)
     matched: int = 0  # lines holding a marker the parser used
     # per log file: (first, last) time of its timestamped lines, and whether it is a Lighthouse's
     spans: dict[str, tuple[float | None, float | None, bool]] = field(default_factory=dict)
@@ -107,7 +109,7 @@ class ParseStats:
     def merge(self, other: ParseStats) -> None:
         for name in (
             "bytes", "lines", "events", "skipped", "malformed", "overlong", "undecodable",
-            "untimed", "crlf", "bad_events", "matched",
+            "untimed", "crlf", "bad_events", "matched", "read_errors",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.files += other.files
@@ -314,6 +316,32 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
 
 # ---------------------------------------------------------------- a file, streaming
 
+def _raw_chunks(fh, stats: ParseStats) -> Iterator[bytes]:
+    """~CHUNK-byte reads; a corrupt or truncated .gz (or an I/O error) ends the file early,
+    counted in stats.read_errors, after yielding what could be read (read1 keeps it)."""
+    read = getattr(fh, "read1", fh.read)
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            b = read(CHUNK - size)
+        except (OSError, EOFError, zlib.error):
+            stats.read_errors += 1
+            b = b""
+            if pieces:
+                yield b"".join(pieces)
+            return
+        if not b:
+            break
+        pieces.append(b)
+        size += len(b)
+        if size >= CHUNK:
+            yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces, size = [], 0
+    if pieces:
+        yield b"".join(pieces)
+
+
 def _iter_chunks(fh, stats: ParseStats) -> Iterator[list[bytes]]:
     """Lists of lines of a binary file read in big chunks; memory bounded by CHUNK + MAX_LINE.
 
@@ -321,10 +349,7 @@ def _iter_chunks(fh, stats: ParseStats) -> Iterator[list[bytes]]:
     """
     rest = b""
     dropping = False
-    while True:
-        chunk = fh.read(CHUNK)
-        if not chunk:
-            break
+    for chunk in _raw_chunks(fh, stats):
         stats.bytes += len(chunk)
         parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
         rest = parts.pop()
@@ -609,10 +634,7 @@ def _iter_buffers(fh, stats: ParseStats) -> Iterator[bytes]:
     """
     rest = b""
     dropping = False
-    while True:
-        chunk = fh.read(CHUNK)
-        if not chunk:
-            break
+    for chunk in _raw_chunks(fh, stats):
         stats.bytes += len(chunk)
         buf = rest + chunk if rest else chunk
         cut = buf.rfind(b"\n") + 1

@@ -181,6 +181,7 @@ def to_json(rep: Report) -> dict[str, Any]:
             "lines": s.lines, "events": s.events, "skipped": s.skipped,
             "malformed": s.malformed, "overlong": s.overlong, "untimed": s.untimed,
             "crlf": s.crlf, "bad_event_lines": s.bad_events,
+            "read_errors": s.read_errors,
         },
     }
 
@@ -250,7 +251,7 @@ def to_text(rep: Report) -> str:
     notes = [f"{s.lines} lines", f"{s.events} events", f"{s.skipped} skipped"]
     for name, n in (("malformed", s.malformed), ("overlong", s.overlong),
                     ("without time", s.untimed), ("CRLF", s.crlf),
-                    ("bad event-log lines", s.bad_events),
+                    ("bad event-log lines", s.bad_events), ("files cut short", s.read_errors),
                     ("foreign quorums ignored", rep.foreign_quorums)):
         if n:
             notes.append(f"{n} {name}")

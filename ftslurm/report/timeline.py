@@ -609,9 +609,8 @@ class _Builder:
             return
         a = self._new_attempt(gkey, ev.time, "manager-start")
         a.manager_started = True
-        if a.number > 0:
-            self._entry(ev.time, "attempt",
-                        f"replica {_short(gkey)} attempt {a.number} started (new process)", gkey)
+        self._entry(ev.time, "attempt",
+                    f"replica {_short(gkey)} attempt {a.number} started (new process)", gkey)
         self._bind_restart(a)
 
     def _bind_restart(self, a: Attempt) -> None:
@@ -903,14 +902,20 @@ def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:
 
 
 def build_report(
-    paths: Sequence[str | Path] = (),
-    *,
+    *paths: str | Path | Sequence[str | Path],
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
     group_size: int | None = None,
 ) -> Report:
-    """Read the files of one run (see find_run_files) and build its Report, in one pass."""
-    files = find_run_files(paths, lighthouse=lighthouse, events=events)
+    """Read the files of one run (see find_run_files) and build its Report, in one pass.
+
+    `build_report("outputs/torchft/tft-12")`, `build_report("a.out", "b.out")` and
+    `build_report(["a.out", "b.out"])` are the same; no path: the newest run.
+    """
+    flat: list[str | Path] = []
+    for p in paths:
+        flat.extend([p] if isinstance(p, (str, Path)) else p)
+    files = find_run_files(flat, lighthouse=lighthouse, events=events)
     stats = ParseStats()
     offset = clock_offset(files.lighthouse_logs + files.replica_logs)
     b = _Builder(group_size, files.job)
