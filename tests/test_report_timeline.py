@@ -113,6 +113,22 @@ def test_real_run_without_event_log_uses_the_logs_only(tmp_path):
     assert r["requeue_to_healed_s"] == pytest.approx(1.555)
 
 
+def test_replica_logs_only(tmp_path):
+    """No Lighthouse log: the managers' own `got lighthouse quorum` lines tell the story."""
+    run = _copy_logs(tmp_path / "r")
+    (run / "lighthouse.log").unlink()
+    j = build_report(run).to_json()
+    assert [(q["quorum_id"], q["step"], q["participants"]) for q in j["quorums"]] == [
+        (1, 0, ["0", "1"]), (2, 22, ["0"]), (3, 59, ["0", "1"])
+    ]
+    assert [(f["replica"], f["step"]) for f in j["failures"]] == [("1", 22)]
+    assert [(r["source_replica"], r["target_replica"], r["step"]) for r in j["recoveries"]] == [
+        ("0", "1", 59)
+    ]
+    kinds = [e["kind"] for e in j["timeline"] if e["time"] == "2026-11-23T08:51:19.641"]
+    assert kinds == ["quorum", "recovery"]
+
+
 def test_crlf_and_explicit_files_give_the_same_report(tmp_path):
     run = _copy_logs(tmp_path / "crlf", crlf=True)
     rep = build_report(

@@ -744,7 +744,7 @@ class _Builder:
             self._entry(q.time, "quorum", _quorum_text(q, prevq, group))
             prevq = q
         timeline = [e for e in self.timeline if e.replica is None or _mine_key(e.replica, ours)]
-        timeline.sort(key=lambda e: (e.time is None, e.time or 0.0))
+        timeline.sort(key=lambda e: (e.time is None, e.time or 0.0, _ORDER.get(e.kind, 9)))
         steps: dict[str, ReplicaSteps] = {}
         for rid_b, c in stats.commits.items():
             gkey, _ = _idx(rid_b.decode("utf-8", "replace"))
@@ -796,6 +796,11 @@ class _Builder:
                 break
             step = q.step
         return step
+
+
+# same-time entries: causes before effects
+_ORDER = {"lighthouse": 0, "injected": 1, "commit-failure": 2, "failure": 3, "attempt": 4,
+          "quorum": 5, "recovery": 6, "healed": 7}
 
 
 def _mine_key(gkey: str, ours: set[str]) -> bool:
