@@ -232,7 +232,9 @@ def _quorum(ts: str, qid: int, members: list[tuple[int, str, int]]) -> str:
     )
 
 
-def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path):
+@pytest.mark.parametrize("restart_line", [True, False])
+def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path, restart_line):
+    """Without its `listening on` line the restart shows as quorum ids counting again."""
     u = {k: f"{k}0000000-56d9-4bb9-96f6-544803cae49c" for k in ("a", "b", "c", "d", "e", "f")}
     lh = [
         _quorum("2025-07-16T10:00:00.000", 1, [(0, u["a"], 0), (1, u["b"], 0), (2, u["c"], 0)]),
@@ -248,6 +250,8 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path):
         _quorum("2025-07-16T10:01:10.000", 2, [(0, u["f"], 85), (1, u["e"], 85), (2, u["d"], 85)]),
         _quorum("2025-07-16T10:01:20.000", 2, [(0, u["f"], 90), (1, u["e"], 90), (2, u["d"], 90)]),
     ]
+    if not restart_line:
+        lh = [x for x in lh if "listening on" not in x]
     (tmp_path / "lighthouse.log").write_text("\n".join(lh) + "\n")
     j = build_report([tmp_path]).to_json()
     assert [(q["quorum_id"], q["lighthouse_epoch"]) for q in j["quorums"]] == [

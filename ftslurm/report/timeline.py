@@ -450,6 +450,15 @@ class _Builder:
         if handler is not None:
             handler(ev)
 
+    def _lighthouse_restarted(self, ev: Event) -> bool:
+        """A seen id again, lower than the current one, with other members: the Lighthouse
+        restarted and counts from 1 again (seen from replica logs, without its own log)."""
+        cur = self.current
+        if cur is None or ev.quorum_id is None or ev.quorum_id >= cur.quorum_id:
+            return False
+        old = self.qmembers.get((self.epoch, ev.quorum_id), [])
+        return sorted(m.replica_id for m in ev.members) != sorted(old)
+
     def on_lighthouse_start(self, ev: Event) -> None:
         if self.quorums:
             self.epoch += 1
@@ -459,7 +468,10 @@ class _Builder:
         assert ev.quorum_id is not None
         qkey = (self.epoch, ev.quorum_id)
         if qkey in self.seen_qids:
-            return
+            if not self._lighthouse_restarted(ev):
+                return
+            self.epoch += 1
+            qkey = (self.epoch, ev.quorum_id)
         self.seen_qids.add(qkey)
         members = sorted(ev.members, key=lambda m: m.replica_id)
         ids = [m.replica_id for m in members]
@@ -569,9 +581,6 @@ class _Builder:
             err = f" (errored={cf.detail})" if cf.detail else ""
             self._entry(ev.time, "commit-failure",
                         f"replica {_short(gkey)} failed to commit step {step}{err}", gkey)
-
-    def on_error(self, ev: Event) -> None:
-        pass  # the commit decision that follows is what the report counts
 
     def on_reconfigure(self, ev: Event) -> None:
         if ev.replica and ev.quorum_id is not None:
