@@ -207,3 +207,30 @@ def test_corrupt_gzip_is_counted_not_raised(tmp_path):
     st = L.ParseStats()
     assert list(L.iter_file_events(junk, st)) == []
     assert st.missing == [str(junk)]
+
+
+def test_torchtitan_heal_excerpt(tmp_path):
+    """The restarted torchtitan replica's log from notes/torchtitan-cpu.md, verbatim."""
+    log = tmp_path / "tft-1_1.out"
+    log.write_text(
+        "[titan] 2026-11-23 08:43:04,231 - root - INFO - Loading the FT checkpoint at step 13.\n"
+        "2026-11-23T08:43:06.127 [INFO] [torchft::manager] - [Replica torchtitan_ft_1] healing "
+        "is required step=0, max_step=26, recover_src_replica_rank=0\n"
+        "[titan] 2026-11-23 08:43:06,163 - torchft.manager - INFO - [torchtitan_ft_1:dc2d02b2-"
+        ".../0 - step 0] healing required, fetching checkpoint metadata from "
+        "recover_src_manager_address='http://vm:29700' max_step=26\n"
+        "[titan] 2026-11-23 08:43:06,320 - torchft.checkpointing.http_transport - INFO - "
+        "fetching checkpoint from http://vm:33399/checkpoint/26/full took 0.15440351000006558s\n"
+        "[titan] 2026-11-23 08:43:06,487 - torchft.manager - INFO - [torchtitan_ft_1:dc2d02b2-"
+        ".../0 - step 26] Loaded state dict.\n"
+        "[titan] 2026-11-23 08:43:06,488 - torchft.manager - INFO - [torchtitan_ft_1:dc2d02b2-"
+        ".../0 - step 26] should_commit=True enough_replicas=True, errored=None\n"
+    )
+    st = L.ParseStats()
+    evs = [(e.kind, e.step, e.time) for e in L.iter_file_events(log, st)]
+    assert evs == [
+        (L.HEAL_REQUIRED, 26, ts("2026-11-23T08:43:06.163")),
+        (L.HEALED, 26, ts("2026-11-23T08:43:06.487")),
+        (L.COMMIT, 26, ts("2026-11-23T08:43:06.488")),
+    ]
+    assert (st.lines, st.skipped) == (6, 3)
