@@ -11,6 +11,7 @@ import pytest
 
 from ftslurm.report import events as E
 from ftslurm.report import lines as L
+from ftslurm.report import reader as R
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 GUIDE_LH = (FIX / "guide" / "lighthouse.log").read_bytes().splitlines()
@@ -160,8 +161,8 @@ def test_file_reader_inherits_time_and_dedupes_ranks(tmp_path):
         b"INFO:torchft.manager:[train_ddp_0:aa/0 - step 23] should_commit=False "
         b"enough_replicas=True, errored=aborted\r\n"
     )
-    st = L.ParseStats()
-    evs = list(L.iter_file_events(log, st))
+    st = R.ParseStats()
+    evs = list(R.iter_file_events(log, st))
     assert [(e.kind, e.step, e.ok) for e in evs] == [(L.COMMIT, 22, True), (L.COMMIT, 23, False)]
     assert evs[0].time == ts("2026-11-23T08:51:07.703")  # taken from the Rust line above
     c = st.commits[b"train_ddp_0:aa"]
@@ -170,13 +171,13 @@ def test_file_reader_inherits_time_and_dedupes_ranks(tmp_path):
 
 
 def test_missing_file_and_overlong_line(tmp_path):
-    st = L.ParseStats()
-    assert list(L.iter_file_events(tmp_path / "nope.out", st)) == []
+    st = R.ParseStats()
+    assert list(R.iter_file_events(tmp_path / "nope.out", st)) == []
     assert st.missing == [str(tmp_path / "nope.out")]
     big = tmp_path / "junk.out"
-    big.write_bytes(b"x" * (L.MAX_LINE + L.CHUNK) + b"\n" + GUIDE_LH[0] + b"\n")
-    st = L.ParseStats()
-    evs = list(L.iter_file_events(big, st))
+    big.write_bytes(b"x" * (R.MAX_LINE + R.CHUNK) + b"\n" + GUIDE_LH[0] + b"\n")
+    st = R.ParseStats()
+    evs = list(R.iter_file_events(big, st))
     assert st.overlong == 1 and [e.quorum_id for e in evs] == [2]
 
 
@@ -198,14 +199,14 @@ def test_corrupt_gzip_is_counted_not_raised(tmp_path):
     good = (FIX / "cpu-run1" / "replica_0.log.gz").read_bytes()
     bad = tmp_path / "replica_0.log.gz"
     bad.write_bytes(good[: len(good) // 2])  # truncated archive
-    st = L.ParseStats()
-    evs = list(L.iter_file_events(bad, st))
+    st = R.ParseStats()
+    evs = list(R.iter_file_events(bad, st))
     assert st.read_errors == 1 and st.missing == []
     assert evs and evs[0].kind == L.MANAGER_START  # what was readable is kept
     junk = tmp_path / "junk.log.gz"
     junk.write_bytes(b"not gzip at all")
-    st = L.ParseStats()
-    assert list(L.iter_file_events(junk, st)) == []
+    st = R.ParseStats()
+    assert list(R.iter_file_events(junk, st)) == []
     assert st.missing == [str(junk)]
 
 
@@ -226,8 +227,8 @@ def test_torchtitan_heal_excerpt(tmp_path):
         "[titan] 2026-11-23 08:43:06,488 - torchft.manager - INFO - [torchtitan_ft_1:dc2d02b2-"
         ".../0 - step 26] should_commit=True enough_replicas=True, errored=None\n"
     )
-    st = L.ParseStats()
-    evs = [(e.kind, e.step, e.time) for e in L.iter_file_events(log, st)]
+    st = R.ParseStats()
+    evs = [(e.kind, e.step, e.time) for e in R.iter_file_events(log, st)]
     assert evs == [
         (L.HEAL_REQUIRED, 26, ts("2026-11-23T08:43:06.163")),
         (L.HEALED, 26, ts("2026-11-23T08:43:06.487")),

@@ -13,6 +13,7 @@ Python API (also what the tests and the fixtures of later runs use)::
 
 from __future__ import annotations
 
-from ftslurm.report.timeline import Report, build_report, find_run_files
+from ftslurm.report.sources import find_run_files
+from ftslurm.report.timeline import Report, build_report
 
 __all__ = ["Report", "build_report", "find_run_files"]

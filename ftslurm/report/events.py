@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ftslurm.report.lines import INJECTED, Event, ParseStats, _iter_lines, open_log
+from ftslurm.report.lines import INJECTED, Event
+from ftslurm.report.reader import ParseStats, iter_lines, open_log
 
 SCHEMA_VERSION = 1
 FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue"})
@@ -111,7 +112,7 @@ def iter_event_log(path: Path, stats: ParseStats, *, utc_offset: float = 0.0) ->
         return
     stats.files.append(str(path))
     with fh:
-        for seq, raw in enumerate(_iter_lines(fh, stats)):
+        for seq, raw in enumerate(iter_lines(fh, stats)):
             stats.lines += 1
             if not raw.strip():
                 continue

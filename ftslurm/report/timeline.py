@@ -21,17 +21,16 @@ Semantics (shared/notes/torchft-logs.md):
 
 from __future__ import annotations
 
-import heapq
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm.errors import UserError
 from ftslurm.report import lines as L
-from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS, iter_event_log
-from ftslurm.report.lines import Event, ParseStats, split_replica_id
+from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
+from ftslurm.report.lines import Event, split_replica_id
+from ftslurm.report.reader import ParseStats
+from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 
 SLACK_S = 2.0  # clock skew allowed between the event log and the logs
 
@@ -187,162 +186,7 @@ class Report:
         return to_plot(self, Path(path))
 
 
-# ---------------------------------------------------------------- files of a run
-
-@dataclass
-class RunFiles:
-    replica_logs: list[Path]
-    lighthouse_logs: list[Path]
-    event_logs: list[Path]
-    job: str | None = None
-    looked_in: list[str] = field(default_factory=list)
-    shared_lighthouse: bool = False  # the managed Lighthouse's log: other runs' lines too
-
-
-def find_run_files(
-    paths: Sequence[str | Path] = (),
-    *,
-    lighthouse: Sequence[str | Path] = (),
-    events: Sequence[str | Path] = (),
-) -> RunFiles:
-    """The files of one run: a run directory, files, or (nothing) the newest tft-* run.
-
-    In a directory: `*lighthouse*` is the Lighthouse log, `*.jsonl` event logs, other
-    `*.out|*.log|*.err` replica logs. With a `tft-<job>` directory the global event log
-    (`paths.events_log()`) is read too, keeping the events of that job.
-    """
-    from ftslurm import paths as P
-
-    files = RunFiles([], [Path(p) for p in lighthouse], [Path(p) for p in events])
-    if not paths and not lighthouse:
-        root = P.torchft_runs_dir()
-        files.looked_in.append(str(root))
-        runs = sorted(
-            (d for d in root.glob("tft-*") if d.is_dir()),
-            key=lambda d: (d.stat().st_mtime, d.name),
-        ) if root.is_dir() else []
-        if not runs:
-            raise UserError(
-                f"no run found: no tft-* directory in {root} "
-                "(give a run directory or log files: ftslurm report outputs/torchft/tft-<job>)"
-            )
-        paths = [runs[-1]]
-    for p in map(Path, paths):
-        if p.is_dir():
-            files.looked_in.append(str(p))
-            m = re.match(r"tft-(\d+)$", p.name)
-            if m:
-                files.job = m.group(1)
-            for f in sorted(p.iterdir()):
-                if not f.is_file():
-                    continue
-                _classify(f, files)
-        elif p.exists():
-            _classify(p, files, explicit=True)
-        else:
-            raise UserError(f"no such file or directory: {p}")
-    if files.replica_logs and not files.lighthouse_logs and not _any_file(paths):
-        shared = _managed_lighthouse_log()
-        if shared is not None:
-            files.lighthouse_logs.append(shared)
-            files.shared_lighthouse = True
-    if files.job and not events:
-        glob_events = P.events_log()
-        if glob_events.is_file() and glob_events not in files.event_logs:
-            files.event_logs.append(glob_events)
-    if not files.replica_logs and not files.lighthouse_logs:
-        raise UserError(
-            "no logs found in " + ", ".join(files.looked_in or [str(p) for p in paths])
-            + " (expected tft-<job>_<i>.out replica logs or a lighthouse log)"
-        )
-    return files
-
-
-def _any_file(paths: Sequence[str | Path]) -> bool:
-    return any(Path(p).is_file() for p in paths)
-
-
-def _managed_lighthouse_log() -> Path | None:
-    """The log of `ftslurm lighthouse start` (shared by all runs), if there is one."""
-    try:
-        from ftslurm.lighthouse import log_path
-
-        path = log_path()
-    except Exception:  # noqa: BLE001 - another component's state: never fatal here
-        return None
-    return path if path.is_file() else None
-
-
-def _head_tail_times(path: Path, size: int = 1 << 16) -> tuple[float | None, float | None]:
-    """First and last timestamp of a log from its first and last `size` bytes."""
-    first = last = None
-    try:
-        with L.open_log(path) as fh:
-            head = fh.read(size)
-            if path.suffix != ".gz":
-                fh.seek(0, 2)
-                end = fh.tell()
-                fh.seek(max(0, end - size))
-            tail = fh.read(size) if path.suffix != ".gz" else head
-    except OSError:
-        return None, None
-    for line in head.split(b"\n")[:200]:
-        first = L.parse_time(line)
-        if first is not None:
-            break
-    for line in reversed(tail.split(b"\n")[-200:]):
-        last = L.parse_time(line)
-        if last is not None:
-            break
-    return first, last
-
-
-def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
-    name = f.name.lower().removesuffix(".gz")
-    if name.endswith(".jsonl"):
-        if f not in files.event_logs:
-            files.event_logs.append(f)
-    elif not explicit and not name.endswith((".out", ".log", ".err")):
-        return
-    elif "lighthouse" in name:
-        if f not in files.lighthouse_logs:
-            files.lighthouse_logs.append(f)
-    else:
-        if f not in files.replica_logs:
-            files.replica_logs.append(f)
-
-
-def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> float:
-    """Seconds local-minus-UTC of the logs' clock, from the first `Quorum!` line.
-
-    A Quorum carries `created: Timestamp { seconds: S, nanos: N }` (UTC) and its line the local
-    wall clock: their difference, rounded to 15 minutes, is the zone offset. Used only to place
-    zone-aware times (event log) on the logs' clock; 0 when no quorum is found.
-    """
-    pat = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
-    for path in lighthouse_logs:
-        try:
-            with open(path, "rb") as fh:
-                for i, line in enumerate(fh):
-                    if i > max_lines:
-                        break
-                    if b"Quorum! " not in line:
-                        continue
-                    m = pat.search(line)
-                    t = L.parse_time(line)
-                    if m and t is not None:
-                        created = int(m.group(1)) + int(m.group(2)) / 1e9
-                        return round((t - created) / 900.0) * 900.0
-        except OSError:
-            continue
-    return 0.0
-
-
 # ---------------------------------------------------------------- the state machine
-
-
-def _key(ev: Event) -> float:
-    return ev.time if ev.time is not None else 0.0
 
 
 def _idx(rid: str) -> tuple[str, str]:
@@ -873,46 +717,6 @@ def _degraded(quorums: list[Quorum], group: int, last_time: float | None,
 
 
 # ---------------------------------------------------------------- entry point
-
-
-def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> Iterator[Event]:
-    """All events of a run, merged by time (each file is time-ordered on its own)."""
-    streams: list[Iterator[Event]] = []
-    for p in files.lighthouse_logs:
-        streams.append(L.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
-    for p in files.event_logs:
-        streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
-    window = _run_window(files) if files.shared_lighthouse else None
-    if window is not None:
-        streams = [_in_window(s, *window) for s in streams]
-    have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
-    for p in files.replica_logs:
-        streams.append(
-            L.iter_file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
-        )
-    return heapq.merge(*streams, key=_key)
-
-
-def _run_window(files: RunFiles) -> tuple[float, float] | None:
-    """The replica logs' time span, widened a little: what to keep of a shared Lighthouse log."""
-    spans = [_head_tail_times(p) for p in files.replica_logs]
-    firsts = [f for f, _ in spans if f is not None]
-    lasts = [la for _, la in spans if la is not None]
-    if not firsts or not lasts:
-        return None
-    return min(firsts) - 120.0, max(lasts) + 60.0
-
-
-def _in_window(events: Iterator[Event], lo: float, hi: float) -> Iterator[Event]:
-    for ev in events:
-        if ev.time is None or lo <= ev.time <= hi:
-            yield ev
-
-
-def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:
-    for ev in events:
-        if job is None or not ev.job or ev.job == job:
-            yield ev
 
 
 def build_report(
