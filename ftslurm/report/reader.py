@@ -287,8 +287,12 @@ def iter_file_events(
                         except ValueError:
                             stats.malformed += 1
                             continue
-                        lb = rfind(b"[", max(0, p - 1024), p) + 1
-                        rid = buf[lb : rfind(b"/", lb, p)]
+                        lb = rfind(b"[", max(0, p - 512), p) + 1
+                        sl = rfind(b"/", lb, p)
+                        if lb == 0 or sl < 0:
+                            stats.malformed += 1
+                            continue
+                        rid = buf[lb:sl]
                         ok = buf.startswith(b"True", q + 16)
                         c = commits.get(rid)
                         if c is None:
@@ -325,7 +329,8 @@ def iter_file_events(
                         continue
                 elif code == _QUORUM:
                     j = p + 20  # len(_Q_NEEDLE)
-                    qid = buf[j : find(b",", j, j + 24)]
+                    k = find(b",", j, j + 24)
+                    qid = buf[j:k] if k > 0 else b"?"
                     if qid == last_qid:
                         round_buf, round_p = buf, p  # sliced only if the next is a change
                         continue
