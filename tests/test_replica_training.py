@@ -214,8 +214,11 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     replica 0. Returns what the test asserts on."""
     r0, r1 = run.start(0), run.start(1)
     wait_for(run.quorum_with_both, timeout=120, what="a quorum with both replicas")
-    wait_for(lambda: _committed(r0, 3) and _committed(r1, 3), timeout=120,
-             what="3 committed checksums on both replicas")
+    wait_for(
+        lambda: _committed(r0, 3) and _committed(r1, 3),
+        timeout=120,
+        what="3 committed checksums on both replicas",
+    )
     before = _common_after(r0, r1, 0)
     workers = {r.replica_id: r.worker_pid() for r in (r0, r1)}
     rss = {}
@@ -231,17 +234,23 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     kill_step = max(s for _, s, _ in r0.steps())
 
     r1b = run.start(1, attempt=1)
-    wait_for(lambda: "Loaded state dict" in r1b.text(), timeout=150,
-             what="replica 1 (attempt 1) to heal from replica 0")
+    wait_for(
+        lambda: "Loaded state dict" in r1b.text(),
+        timeout=150,
+        what="replica 1 (attempt 1) to heal from replica 0",
+    )
     heal_step = min(s for s, _ in r1b.checksums()) - 1 if r1b.checksums() else kill_step
-    wait_for(lambda: len(_common_after(r0, r1b, heal_step)) >= 3, timeout=120,
-             what="3 committed checksums on both replicas after the heal")
+    wait_for(
+        lambda: len(_common_after(r0, r1b, heal_step)) >= 3,
+        timeout=120,
+        what="3 committed checksums on both replicas after the heal",
+    )
     after = _common_after(r0, r1b, heal_step)
     if measure is not None:
         rows = {}
         for rep in (r0, r1):
             steps = rep.steps()
-            gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:]) if b[1] == a[1] + 1]
+            gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:], strict=False) if b[1] == a[1] + 1]
             rows[f"replica{rep.replica_id}"] = {
                 "steps": len(steps),
                 "median_step_s": sorted(gaps)[len(gaps) // 2] if gaps else None,
@@ -250,8 +259,11 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
             }
         measure.write_text(json.dumps(rows, indent=2))
         print(json.dumps({run.mode: rows}))
-    healed_line = next(ln for ln in r1b.text().splitlines() if "healing is required" in ln
-                       and "max_step=0" not in ln)
+    healed_line = next(
+        ln
+        for ln in r1b.text().splitlines()
+        if "healing is required" in ln and "max_step=0" not in ln
+    )
     return {"before": before, "after": after, "healed_line": healed_line, "r1b": r1b}
 
 
@@ -279,3 +291,50 @@ def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
     assert "[ftslurm] fix optimizer_state: OFF" in res["r1b"].text()
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert res["after"] and all(a != b for a, b in res["after"].values()), res["after"]
+
+
+def test_replicas_survive_a_lighthouse_restart(make_run) -> None:
+    """TORCHFT_QUORUM_RETRIES (the launcher's default 3) keeps replicas alive while the
+    Lighthouse is down for a few seconds and comes back on the same port. (Measured with
+    TORCHFT_QUORUM_RETRIES=0: both replicas die with `TimeoutError: status: Cancelled,
+    message: "Timeout expired"` from the quorum call.)"""
+    run = make_run("per-step")
+    r0, r1 = run.start(0), run.start(1)
+    wait_for(run.quorum_with_both, timeout=120, what="a quorum with both replicas")
+    wait_for(
+        lambda: _committed(r0, 2) and _committed(r1, 2),
+        timeout=120,
+        what="2 committed checksums on both replicas",
+    )
+    assert "TORCHFT_QUORUM_RETRIES=3" in r0.text()
+    _kill(run.lighthouse.pid)
+    run.lighthouse.wait(timeout=10)
+    n0, n1 = len(r0.checksums()), len(r1.checksums())
+    down_until = time.monotonic() + 3
+    wait_for(
+        lambda: time.monotonic() >= down_until or r0.proc.poll() is not None,
+        timeout=10,
+        what="3 s of Lighthouse downtime",
+    )
+    run.lighthouse = runner.spawn(
+        [
+            "torchft_lighthouse",
+            "--bind",
+            f"127.0.0.1:{run.port}",
+            "--min_replicas",
+            "1",
+            "--quorum_tick_ms",
+            "100",
+            "--join_timeout_ms",
+            "10000",
+        ],
+        log_path=run.tmp / "lighthouse.restarted.log",
+    )
+    wait_for(
+        lambda: len(r0.checksums()) >= n0 + 2 and len(r1.checksums()) >= n1 + 2,
+        timeout=120,
+        what="both replicas to commit 2 more steps after the restart",
+    )
+    assert r0.proc.poll() is None and r1.proc.poll() is None
+    common = _common_after(r0, r1, 0)
+    assert all(a == b for a, b in common.values()), common
