@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
 from ftslurm.errors import UserError
+
+# The scripts' #SBATCH lines are for 8-GPU nodes; on CPU nodes (the local cluster) these
+# override them (sbatch: command-line options beat #SBATCH lines; the user's own come after).
+CPU_OVERRIDES = ("--gpus-per-task=0", "--cpus-per-task=1")
+
+
+def device_overrides(env: dict[str, str]) -> list[str]:
+    """sbatch options implied by DEVICE=cpu: the one variable that moves a job to CPU nodes."""
+    return list(CPU_OVERRIDES) if env.get("DEVICE", "").strip().lower() == "cpu" else []
 
 
 def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
@@ -43,12 +53,18 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     from ftslurm.slurm import client
 
     options, script, script_args = split_submit_args(list(argv))
-    runs = Path.cwd() / "outputs" / "torchft"
+    from ftslurm import paths
+
+    # the scripts' Slurm --output folder (relative to the submit dir) and the run folders
+    (Path.cwd() / "outputs" / "torchft").mkdir(parents=True, exist_ok=True)
+    runs = paths.torchft_runs_dir()
     runs.mkdir(parents=True, exist_ok=True)
-    job_id = client.sbatch(script, options, script_args)
-    log_dir = runs / f"tft-{job_id}"
+    job_id = client.sbatch(script, [*device_overrides(dict(os.environ)), *options], script_args)
+    is_array = any(o.startswith(("--array", "-a")) for o in options)
+    log_dir = runs / f"tft-{job_id}" if is_array else None
     if as_json:
-        click.echo(json.dumps({"job_id": job_id, "log_dir": str(log_dir)}))
-    else:
-        click.echo(f"Submitted batch job {job_id}")
+        click.echo(json.dumps({"job_id": job_id, "log_dir": str(log_dir) if log_dir else None}))
+        return
+    click.echo(f"Submitted batch job {job_id}")
+    if log_dir:
         click.echo(f"logs: {log_dir}/ (follow with: ftslurm logs --job {job_id} -f)", err=True)

@@ -1,0 +1,97 @@
+"""Helpers for tests that run the real FT sbatch script on the local Slurm cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftslurm import lighthouse
+from ftslurm.replica import checksum
+from ftslurm.slurm import client
+from ftslurm.wait import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
+CLASSIC_SCRIPT = ROOT / "llama3.1-8b-pretraining.sh"
+STEP_RE = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class FTRun:
+    job: int
+    outputs: Path
+    lighthouse: lighthouse.LighthouseInfo
+    lighthouse_dir: Path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.outputs / "torchft" / f"tft-{self.job}"
+
+    def log(self, task: int) -> Path:
+        return self.run_dir / f"tft-{self.job}_{task}.out"
+
+    def text(self, task: int) -> str:
+        p = self.log(task)
+        return ANSI_RE.sub("", p.read_text(errors="replace")) if p.exists() else ""
+
+    def steps(self, task: int) -> list[int]:
+        return [int(m.group(1)) for m in STEP_RE.finditer(self.text(task))]
+
+    def last_step(self, task: int) -> int:
+        s = self.steps(task)
+        return s[-1] if s else -1
+
+    def checksums(self, task: int) -> list[checksum.Record]:
+        return list(checksum.parse(self.text(task).splitlines()))
+
+    def tasks(self):
+        return {j.array_task_id: j for j in client.jobs(self.job)}
+
+    def lighthouse_log(self) -> str:
+        return Path(self.lighthouse.log_path).read_text(errors="replace")
+
+
+def start_lighthouse(state_dir: Path) -> lighthouse.LighthouseInfo:
+    return lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0", state_dir=state_dir)
+
+
+def submit_ft(
+    outputs: Path, lh: lighthouse.LighthouseInfo, replicas: int = 2, steps: int = 1000, **env
+) -> int:
+    """`DEVICE=cpu ftslurm submit --array=0-(N-1)` of the real FT script, from the repo root
+    (where users run it), its outputs in `outputs`."""
+    full = {
+        **client.slurm_env(),
+        "DEVICE": "cpu",
+        "STEPS": str(steps),
+        "TORCHFT_LIGHTHOUSE": lh.address,
+        "FTSLURM_OUTPUTS": str(outputs),
+        **{k: str(v) for k, v in env.items()},
+    }
+    out = subprocess.run(
+        ["python3", "-m", "ftslurm", "submit", "--json", f"--array=0-{replicas - 1}",
+         f"--output={outputs}/torchft/slurm-%A_%a.out", str(FT_SCRIPT)],
+        env=full, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return int(json.loads(out.stdout)["job_id"])
+
+
+def cancel(job: int) -> None:
+    subprocess.run(["scancel", str(job)], env=client.slurm_env(), timeout=30, check=False)
+
+
+def resume_all_nodes() -> None:
+    for node, state in client.nodes().items():
+        if "down" in state or "drain" in state:
+            client.update_node(node, "RESUME")
+
+
+def env_without(*names: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in names}
