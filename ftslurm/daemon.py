@@ -82,10 +82,30 @@ def is_alive(
         return False
     if start_ticks is not None and st.start_ticks != start_ticks:
         return False
-    if expected_cmdline_substring and expected_cmdline_substring not in proc_cmdline(pid):
-        # A zombie has an empty cmdline too; either way it is not our live daemon.
-        return False
+    if expected_cmdline_substring:
+        cmdline = proc_cmdline(pid)
+        if not cmdline:
+            # Right after fork/exec (vfork: the parent already runs) the new program's
+            # arguments are not mapped yet and cmdline reads empty for a moment.
+            cmdline = _cmdline_settled(pid)
+            if not cmdline:
+                return start_ticks is not None  # start time matched above: it is ours
+        if expected_cmdline_substring not in cmdline:
+            return False
     return True
+
+
+def _cmdline_settled(pid: int, timeout: float = 0.5) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cmdline = proc_cmdline(pid)
+        if cmdline:
+            return cmdline
+        st = proc_stat(pid)
+        if st is None or st.state in ("Z", "X", "x"):
+            return ""
+        time.sleep(0.002)
+    return ""
 
 
 def exiting(pid: int) -> bool:
