@@ -52,6 +52,7 @@ class ParseStats:
     spans: dict[str, tuple[float | None, float | None, bool]] = field(default_factory=dict)
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
+    active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
 
     def merge(self, other: ParseStats) -> None:
         for name in (
@@ -297,6 +298,12 @@ def iter_file_events(
                         c = commits.get(rid)
                         if c is None:
                             c = commits[rid] = _Commits()
+                            # a new uuid for this replica: the old attempt's window is done
+                            gk = rid.partition(b":")[0]
+                            old = stats.active.get(gk)
+                            if old is not None:
+                                commits[old].recent = {}
+                            stats.active[gk] = rid
                         seen = c.recent.get(step)
                         if seen is None:
                             c.attempted += 1
