@@ -34,6 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -519,6 +520,25 @@ def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
     return daemon.Daemon(Path(state_dir) if state_dir else lighthouse_dir(), NAME)
 
 
+@contextlib.contextmanager
+def _locked(d: daemon.Daemon) -> Iterator[None]:
+    """The state dir's lock; an unwritable state dir or a stuck holder is a one-line error."""
+    try:
+        cm = d.locked()
+        cm.__enter__()
+    except TimeoutError as e:  # (an OSError too: first)
+        raise UserError(f"{e} (another `ftslurm lighthouse` command still running?)") from None
+    except OSError as e:  # permission, not a directory, read-only file system...
+        raise UserError(
+            f"cannot write the Lighthouse state dir {d.state_dir} ({e.strerror}); choose one "
+            "with --state-dir or FTSLURM_LIGHTHOUSE_DIR"
+        ) from None
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
+
+
 def log_path(state_dir: str | Path | None = None) -> Path:
     """The Lighthouse's log file (its stderr) for `state_dir`."""
     return _daemon(state_dir).logfile
@@ -590,7 +610,7 @@ def start(
     )
     cfg.validate()
     d = _daemon(state_dir)
-    with d.locked():
+    with _locked(d):
         found = d.lookup()
         if found.state is not None:
             info = _info(found.state, d, already_running=True)
@@ -688,7 +708,7 @@ def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_
     Returns "terminated", "killed", "not-running" or "stale" (a stale pidfile was removed).
     """
     d = _daemon(state_dir)
-    with d.locked():
+    with _locked(d):
         outcome, _ = d.stop(grace)
     return outcome
 
@@ -781,7 +801,7 @@ def exec_foreground(
     )
     cfg.validate()
     d = _daemon(state_dir)
-    with d.locked():
+    with _locked(d):
         found = d.lookup()
         if found.state is not None:
             raise UserError(

@@ -173,3 +173,13 @@ def test_logs_follow(state_dir: Path, tmp_path: Path):
                  interval=0.05, what="the new log's first line")  # fmt: skip
     finally:
         daemon.stop(follower.pid, grace=2)
+
+
+def test_unwritable_state_dir_is_one_line(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = runner.run([*ftslurm_script(), "lighthouse", "start", "--bind", "127.0.0.1:0",
+                    "--state-dir", str(blocker / "sub")], check=False, timeout=30)  # fmt: skip
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("Error: cannot write the Lighthouse state dir")
+    assert len(r.stderr.strip().splitlines()) == 1
