@@ -237,12 +237,17 @@ def to_text(rep: Report) -> str:
     if rep.recoveries:
         out.append("  requeue -> first healed step")
         for r in rep.recoveries:
-            extra = (f"; back in quorum after {duration(r.requeue_to_quorum_s)}"
-                     if r.requeue_to_quorum_s is not None else "")
-            since = (f" from {r.requeue_source} at {hms(r.requeue_time)}"
-                     if r.requeue_time is not None else "")
-            out.append(f"    replica {idx(r.target_replica)} at step {r.step}: "
-                       f"{duration(r.requeue_to_healed_s)}{since}{extra}")
+            since = (f"{r.requeue_source} at {hms(r.requeue_time)}"
+                     if r.requeue_time is not None else "restart time unknown")
+            back = (f"back in quorum after {duration(r.requeue_to_quorum_s)}"
+                    if r.requeue_to_quorum_s is not None else "")
+            if r.requeue_to_healed_s is not None:
+                text = f"{duration(r.requeue_to_healed_s)} after the {since}"
+                text += f" ({back})" if back else ""
+            else:
+                text = "n/a, no committed step of the new attempt in the logs (" + "; ".join(
+                    x for x in (since, back) if x) + ")"
+            out.append(f"    replica {idx(r.target_replica)} healed at step {r.step}: {text}")
     per = ", ".join(f"replica {k}: {v['committed']}/{v['attempted']}"
                     for k, v in sm["steps_by_replica"].items())
     out.append(f"  steps committed   {sm['steps_committed']} of {sm['steps_attempted']} "
