@@ -39,10 +39,9 @@ class ParseStats:
     bytes: int = 0
     lines: int = 0
     events: int = 0
-    skipped: int = 0  # lines of no known shape
+    skipped: int = 0  # lines the report did not use (unknown shapes, and known but unneeded)
     malformed: int = 0  # a known marker, but the line did not parse (truncated, junk)
     overlong: int = 0  # lines over MAX_LINE, dropped
-    undecodable: int = 0  # event lines with invalid UTF-8 (decoded with replacement)
     untimed: int = 0  # events with no time (no timestamped line before them in the file)
     crlf: int = 0
     bad_events: int = 0  # event-log lines that are not valid JSON objects of the schema
@@ -53,21 +52,6 @@ class ParseStats:
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
     active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
-
-    def merge(self, other: ParseStats) -> None:
-        for name in (
-            "bytes", "lines", "events", "skipped", "malformed", "overlong", "undecodable",
-            "untimed", "crlf", "bad_events", "matched", "read_errors",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.files += other.files
-        self.missing += other.missing
-        for k, c in other.commits.items():
-            mine = self.commits.setdefault(k, _Commits())
-            mine.attempted += c.attempted
-            mine.committed += c.committed
-            mine.max_step = max(mine.max_step, c.max_step)
-
 
 
 def _raw_chunks(fh, stats: ParseStats) -> Iterator[bytes]:
