@@ -338,3 +338,12 @@ def test_replicas_survive_a_lighthouse_restart(make_run) -> None:
     assert r0.proc.poll() is None and r1.proc.poll() is None
     common = _common_after(r0, r1, 0)
     assert all(a == b for a, b in common.values()), common
+
+    # SIGTERM to the launcher (what Slurm sends on cancel/requeue) tears down the worker too,
+    # and is not answered with a self-requeue.
+    worker = r0.worker_pid()
+    assert worker is not None
+    r0.proc.send_signal(signal.SIGTERM)
+    r0.proc.wait(timeout=60)
+    wait_for(lambda: not _alive(worker), timeout=30, what="the worker to stop after SIGTERM")
+    assert "not requeueing: stopped by a signal from Slurm or the user" in r0.text()

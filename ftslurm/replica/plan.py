@@ -31,6 +31,11 @@ Knobs (environment variables; defaults in brackets):
     FTSLURM_EXTRA_ARGS      extra torchtitan arguments, shell-quoted, appended last
     FTSLURM_TORCHRUN        torchrun executable [torchrun]
     RDZV_PORT               classic mode: c10d rendezvous port on the head node [29500]
+    FTSLURM_DRY_RUN=1       print banner, env and command; run nothing
+    FTSLURM_CHECKSUM_EVERY  parameter checksum every N committed steps [1 on cpu, 50 on
+                            cuda; 0 = off] (checksum.py)
+    FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE
+                            =0 turns a healing fix off (fixes.py) [all on]
 """
 
 from __future__ import annotations
