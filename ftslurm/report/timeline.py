@@ -580,6 +580,18 @@ class _Builder:
         )
         for r in recoveries:
             self._link_attempt(r)
+        steps: dict[str, ReplicaSteps] = {}
+        for rid_b, c in stats.commits.items():
+            gkey, _ = _idx(rid_b.decode("utf-8", "replace"))
+            if split_replica_id(gkey)[0] not in ours:
+                continue
+            st = steps.setdefault(gkey, ReplicaSteps())
+            st.attempted += c.attempted
+            st.committed += c.committed
+            if c.max_step >= 0:
+                st.last_step = max(st.last_step or 0, c.max_step)
+                if self.max_step is None or c.max_step > self.max_step:
+                    self.max_step = c.max_step
         degraded = _degraded(quorums, group, self.last_time, self.max_step)
         for f in failures:
             self._entry(f.time, "failure", _failure_text(f), f.replica)
@@ -598,18 +610,6 @@ class _Builder:
             prevq = q
         timeline = [e for e in self.timeline if e.replica is None or _mine_key(e.replica, ours)]
         timeline.sort(key=lambda e: (e.time is None, e.time or 0.0, _ORDER.get(e.kind, 9)))
-        steps: dict[str, ReplicaSteps] = {}
-        for rid_b, c in stats.commits.items():
-            gkey, _ = _idx(rid_b.decode("utf-8", "replace"))
-            if split_replica_id(gkey)[0] not in ours:
-                continue
-            st = steps.setdefault(gkey, ReplicaSteps())
-            st.attempted += c.attempted
-            st.committed += c.committed
-            if c.max_step >= 0:
-                st.last_step = max(st.last_step or 0, c.max_step)
-                if self.max_step is None or c.max_step > self.max_step:
-                    self.max_step = c.max_step
         return Report(
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
