@@ -292,3 +292,23 @@ def test_managed_lighthouse_log_is_found_and_windowed(tmp_path, monkeypatch):
     j = build_report([run]).to_json()
     assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
     assert j["summary"]["foreign_quorums"] == 1  # only the torchtitan_ft_0 one at 08:52:30
+
+
+def test_logs_ending_while_degraded(tmp_path):
+    """The recorded run cut at 08:51:15, before replica 1 came back: an open interval."""
+    run = tmp_path / "cut"
+    run.mkdir()
+    for name in ("lighthouse", "replica_0", "replica_1"):
+        out = []
+        for line in gzip.decompress((RUN1 / f"{name}.log.gz").read_bytes()).splitlines(True):
+            if line[:2] == b"20" and line[:19] >= b"2026-11-23T08:51:15":
+                break
+            out.append(line)
+        (run / f"{name}.log").write_bytes(b"".join(out))
+    j = build_report(run).to_json()
+    [d] = j["degraded"]
+    assert (d["start_step"], d["end_step"], d["open"]) == (22, 44, True)
+    assert d["start_time"] == "2026-11-23T08:51:07.406"
+    assert d["end_time"] == "2026-11-23T08:51:14.993"  # the last timestamped line of the logs
+    assert j["recoveries"] == [] and j["summary"]["requeues"] == 0
+    assert "1/2 replicas from step 22 to 44 (end of logs), 7.59 s" in build_report(run).to_text()
