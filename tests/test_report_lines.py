@@ -235,3 +235,14 @@ def test_torchtitan_heal_excerpt(tmp_path):
         (L.COMMIT, 26, ts("2026-11-23T08:43:06.488")),
     ]
     assert (st.lines, st.skipped) == (6, 3)
+
+
+def test_append_event_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "sub" / "events.jsonl"))
+    first = E.InjectedEvent(E.now_iso(), "node-down", 1, "worker-0", "12", "scontrol DOWN")
+    path = E.append_event(first)
+    E.append_event(E.InjectedEvent(E.now_iso(), "resume", 1, "worker-0", "12"))
+    assert path == tmp_path / "sub" / "events.jsonl"
+    got = [E.parse_event_line(x) for x in path.read_text().splitlines()]
+    assert got[0] == first and [g.action for g in got] == ["node-down", "resume"]
+    assert "+" in first.time or "-" in first.time[10:]  # zone-aware

@@ -65,6 +65,25 @@ class InjectedEvent:
         )
 
 
+def now_iso() -> str:
+    """The current time as the schema wants it: ISO-8601 with the local zone, milliseconds."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def append_event(ev: InjectedEvent, path: Path | None = None) -> Path:
+    """Append one event as one line (default `paths.events_log()`); what simulate-failure calls.
+
+    One `write` of one line in append mode, so concurrent writers do not interleave lines.
+    """
+    from ftslurm.paths import events_log
+
+    target = Path(path) if path is not None else events_log()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(ev.to_json_line() + "\n")
+    return target
+
+
 def parse_event_line(line: str | bytes) -> InjectedEvent | None:
     """One JSON line -> InjectedEvent, None if it breaks the schema (never raises)."""
     try:
