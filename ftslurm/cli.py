@@ -94,7 +94,8 @@ def main() -> None:
     from ftslurm.runner import CommandError
 
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False returns (not raises) the code of ctx.exit(n)
+        sys.exit(cli.main(standalone_mode=False) or 0)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.Abort:

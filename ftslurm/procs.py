@@ -83,3 +83,32 @@ def terminate(pid: int, grace_s: float = 5.0) -> bool:
         time.sleep(0.05)
     kill_pids([pid], signal.SIGKILL)
     return True
+
+
+def children_map() -> dict[int, list[int]]:
+    """ppid -> child pids, for every live process (one pass over /proc)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] not in ("Z", "X"):
+            out.setdefault(int(fields[1]), []).append(int(entry))
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and all its live descendants, parents first. Unlike a process group this also
+    finds torchrun's worker, which torchrun starts in a session of its own."""
+    kids = children_map()
+    order, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if pid_alive(p):
+            order.append(p)
+        todo.extend(kids.get(p, []))
+    return order

@@ -1,0 +1,495 @@
+"""`ftslurm demo`: the whole fault-tolerance story on one machine, with real parts.
+
+Slurm backend: the local Slurm cluster (N nodes) → the managed Lighthouse → the FT sbatch
+script as an N-task array with the CPU debug model → quorum → replica 1's node DOWN → the
+survivor commits alone → RESUME, requeue, heal → repeat → stop what was started → report.
+
+Local backend (no Slurm: not root, not Linux): the same Lighthouse and the same replica
+launcher (`python -m ftslurm.replica job`), N replica processes supervised here. A failure
+SIGKILLs the replica's whole process tree, and the replica is started again with the same id
+and the next attempt number, as Slurm's requeue would, appending to the same log layout
+(`outputs/torchft/tft-<run>/tft-<run>_<i>.out`), so `report`, `logs` and `status` read both.
+
+Everything started is tracked by pid and stopped in a `finally`, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ftslurm import paths, procs
+from ftslurm.errors import UserError
+from ftslurm.report.events import InjectedEvent
+from ftslurm.wait import WaitTimeout, free_port, wait_for
+
+Say = Callable[[str], None]
+
+_STEP = re.compile(rb"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
+_LAUNCH = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)")
+_LOADED = re.compile(rb" - step (\d+)\] Loaded state dict")
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def slurm_possible() -> str | None:
+    """None if the Slurm backend can run here, else why not."""
+    if not sys.platform.startswith("linux"):
+        return "the local Slurm cluster needs Linux"
+    if os.geteuid() != 0:
+        return "the local Slurm cluster needs root"
+    from ftslurm.cluster import local
+
+    if local.missing_binaries() and shutil.which("apt-get") is None:
+        return "slurm-wlm and munge are missing and apt-get is not available"
+    return None
+
+
+@dataclass
+class DemoConfig:
+    replicas: int = 2
+    failures: int = 2
+    backend: str = "auto"  # auto | slurm | local
+    steps: int = 10_000  # the demo stops the job itself once the story is told
+    down_for: float = 5.0
+    steps_between: int = 6  # committed steps with the full group before each failure
+    outputs: Path = field(default_factory=paths.outputs_dir)
+    timeout: float = 300.0  # for each wait
+
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "slurm" if slurm_possible() is None else "local"
+
+    def validate(self) -> None:
+        if self.replicas < 2:
+            raise UserError("--replicas must be at least 2 (one survivor, one to fail)")
+        if self.failures < 0:
+            raise UserError("--failures must be 0 or more")
+        if self.backend == "slurm" and (why := slurm_possible()):
+            raise UserError(f"--backend slurm: {why}; use --backend local")
+
+
+def plan_lines(cfg: DemoConfig) -> list[str]:
+    """What the demo will do, printed by --dry-run (nothing is started)."""
+    b = cfg.resolved_backend()
+    n, k = cfg.replicas, cfg.failures
+    start = (
+        [f"ftslurm cluster up --nodes {n}   (local Slurm: slurmctld + {n} slurmd nodes)"]
+        if b == "slurm"
+        else []
+    )
+    submit = (
+        f"DEVICE=cpu ftslurm submit --array=0-{n - 1} {paths.FT_SCRIPT}"
+        if b == "slurm"
+        else f"{n} x python -m ftslurm.replica job  (DEVICE=cpu, supervised by ftslurm)"
+    )
+    fail = (
+        f"ftslurm simulate-failure --replica 1 --mode node-down --down-for {cfg.down_for:g}"
+        if b == "slurm"
+        else f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
+    )
+    return [
+        f"backend: {b}",
+        *start,
+        "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)",
+        submit,
+        f"wait until all {n} replicas are in one quorum",
+        *[f"failure {i + 1}/{k}: {fail}; survivor commits alone; heal" for i in range(k)],
+        "stop the job, the Lighthouse" + (" and the cluster" if b == "slurm" else ""),
+        "ftslurm report <run dir> --plot <run dir>/report.png",
+    ]
+
+
+class ReplicaLog:
+    """Incremental reader of one replica log: reads only what was appended since last time."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.last_step = -1
+        self.attempt = -1
+        self.healed_step: dict[int, int] = {}  # attempt -> step of its first heal (> 0)
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if m := _LAUNCH.search(line):
+                self.attempt = int(m.group(2))
+            elif m := _LOADED.search(line):
+                step = int(m.group(1))
+                if step > 0 and self.attempt > 0:
+                    self.healed_step.setdefault(self.attempt, step)
+            elif b"loss:" in line and (m := _STEP.search(_ANSI.sub(b"", line))):
+                self.last_step = int(m.group(1))
+
+
+class Backend:
+    """What the two backends share: the run directory, the Lighthouse, the logs."""
+
+    name = ""
+
+    def __init__(self, cfg: DemoConfig, say: Say):
+        self.cfg = cfg
+        self.say = say
+        self.demo_dir = cfg.outputs / "demo"
+        self.lh_dir = self.demo_dir / "lighthouse"
+        self.lighthouse = None
+        self.run_id = ""
+        self.run_dir = Path()
+        self.logs: list[ReplicaLog] = []
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start_lighthouse(self, advertise: str, bind_host: str) -> str:
+        from ftslurm import lighthouse
+
+        info = lighthouse.start(
+            bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir
+        )
+        if info.already_running:  # a previous demo was killed hard: start clean
+            lighthouse.stop(self.lh_dir)
+            info = lighthouse.start(
+                bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir
+            )
+        self.lighthouse = info
+        self.say(f"Lighthouse running (pid {info.pid}): TORCHFT_LIGHTHOUSE={info.address}")
+        return info.address
+
+    def stop_lighthouse(self) -> None:
+        from ftslurm import lighthouse
+
+        if self.lighthouse is not None:
+            lighthouse.stop(self.lh_dir)
+            log = Path(self.lighthouse.log_path)
+            if log.exists() and self.run_dir.is_dir():
+                shutil.copyfile(log, self.run_dir / "lighthouse.log")
+            self.say("Lighthouse stopped")
+
+    def attach_logs(self) -> None:
+        self.run_dir = self.cfg.outputs / "torchft" / f"tft-{self.run_id}"
+        self.logs = [
+            ReplicaLog(self.run_dir / f"tft-{self.run_id}_{i}.out")
+            for i in range(self.cfg.replicas)
+        ]
+
+    @property
+    def events_path(self) -> Path:
+        return self.run_dir / "events.jsonl"
+
+    def record(self, action: str, replica: int | None, node: str | None, detail: str) -> None:
+        ev = InjectedEvent(
+            time=_now_iso(), action=action, replica=replica, node=node, job=self.run_id,
+            detail=detail,
+        )  # fmt: skip
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.events_path, "a") as f:
+            f.write(ev.to_json_line() + "\n")
+
+    def poll(self) -> list[ReplicaLog]:
+        for log in self.logs:
+            log.poll()
+        return self.logs
+
+    def quorum_size(self) -> int:
+        """Replicas in the newest `Quorum!` line of the Lighthouse log (read from the end)."""
+        if self.lighthouse is None:
+            return 0
+        from ftslurm.daemon import tail_lines
+
+        for line in reversed(tail_lines(Path(self.lighthouse.log_path), 50)):
+            if "Quorum! Quorum {" in line:
+                return len(set(re.findall(r'replica_id: "[^"]*?_(\d+):', line)))
+        return 0
+
+    # -- backend specific ----------------------------------------------------------------
+    def setup(self) -> None:
+        raise NotImplementedError
+
+    def fail(self, replica: int) -> None:
+        raise NotImplementedError
+
+    def restore(self, replica: int) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        raise NotImplementedError
+
+
+def _now_iso() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
+def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
+    return {
+        "DEVICE": "cpu",
+        "STEPS": str(cfg.steps),
+        "TORCHFT_LIGHTHOUSE": lighthouse_addr,
+        "FTSLURM_OUTPUTS": str(cfg.outputs),
+        "FTSLURM_GROUP_SIZE": str(cfg.replicas),
+    }
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+
+    def __init__(self, cfg: DemoConfig, say: Say):
+        super().__init__(cfg, say)
+        self.cluster_dir = paths.cluster_dir()
+        self.started_cluster = False
+        self.job: int | None = None
+        self.down_nodes: set[str] = set()
+
+    def setup(self) -> None:
+        from ftslurm.cluster import local
+        from ftslurm.slurm import client
+
+        was_up = local.status(self.cluster_dir).running
+        spec = local.up(nodes=self.cfg.replicas, state_dir=self.cluster_dir, progress=self.say)
+        self.started_cluster = not was_up
+        os.environ["SLURM_CONF"] = str(spec.conf_path)
+        addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
+        env = {**os.environ, **_replica_env(self.cfg, addr)}
+        env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
+        from ftslurm.commands.submit import device_overrides
+
+        (self.cfg.outputs / "torchft").mkdir(parents=True, exist_ok=True)
+        opts = [
+            *device_overrides(env),
+            f"--array=0-{self.cfg.replicas - 1}",
+            f"--output={self.cfg.outputs}/torchft/slurm-%A_%a.out",
+        ]
+        from ftslurm.runner import run
+        from ftslurm.slurm.args import parse_sbatch_parsable, sbatch_cmd
+
+        script = str(paths.project_root() / paths.FT_SCRIPT)
+        out = run(sbatch_cmd(script, opts), env=env, cwd=paths.project_root(), timeout=60)
+        self.job = parse_sbatch_parsable(out.stdout)
+        self.run_id = str(self.job)
+        self.attach_logs()
+        self.say(
+            f"submitted FT array job {self.job} "
+            f"(sbatch --array=0-{self.cfg.replicas - 1} {paths.FT_SCRIPT}, DEVICE=cpu)"
+        )
+        del client
+
+    def _node_of(self, replica: int) -> str:
+        from ftslurm.slurm import client
+
+        tasks = {j.array_task_id: j for j in client.jobs(self.job)}
+        t = tasks.get(replica)
+        if t is None or t.state != "RUNNING" or not t.node:
+            raise UserError(f"replica {replica} is not running (state {t.state if t else '?'})")
+        return t.node
+
+    def fail(self, replica: int) -> None:
+        from ftslurm.slurm import client
+
+        node = self._node_of(replica)
+        self.down_nodes.add(node)
+        client.update_node(node, "DOWN", "ftslurm demo")
+        self.record("node-down", replica, node, "scontrol update State=DOWN (ftslurm demo)")
+        self.say(
+            f"node {node} (replica {replica}) DOWN: scontrol update NodeName={node} State=DOWN"
+        )
+
+    def restore(self, replica: int) -> None:
+        from ftslurm.slurm import client
+
+        for node in sorted(self.down_nodes):
+            client.update_node(node, "RESUME")
+            self.record("resume", replica, node, "scontrol update State=RESUME")
+            self.say(f"node {node} RESUMEd; Slurm requeues replica {replica} on it")
+        self.down_nodes.clear()
+
+    def teardown(self) -> None:
+        from ftslurm.cluster import local
+        from ftslurm.runner import CommandError, run
+        from ftslurm.slurm import client
+
+        try:
+            if self.down_nodes:
+                self.restore(-1)
+        except (CommandError, UserError) as e:
+            self.say(f"warning: could not resume nodes: {e}")
+        if self.job is not None:
+            run(["scancel", str(self.job)], env=client.slurm_env(), check=False, timeout=30)
+            self.say(f"job {self.job} cancelled")
+        self.stop_lighthouse()
+        if self.started_cluster:
+            local.down(self.cluster_dir)
+            self.say("local Slurm cluster stopped")
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, cfg: DemoConfig, say: Say):
+        super().__init__(cfg, say)
+        self.procs: dict[int, int] = {}  # replica -> pid of its launcher
+        self.attempts: dict[int, int] = {}
+        self.addr = ""
+
+    def setup(self) -> None:
+        self.addr = self.start_lighthouse(advertise="127.0.0.1", bind_host="127.0.0.1")
+        self.run_id = "local-" + time.strftime("%Y%m%d-%H%M%S")
+        self.attach_logs()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(self.cfg.replicas):
+            self._start(i, 0)
+        self.say(
+            f"started {self.cfg.replicas} replicas (python -m ftslurm.replica job, DEVICE=cpu)"
+        )
+
+    def _start(self, replica: int, attempt: int) -> None:
+        from ftslurm.runner import spawn
+
+        env = {
+            **_replica_env(self.cfg, self.addr),
+            "FTSLURM_REPLICA_ID": str(replica),
+            "FTSLURM_ATTEMPT": str(attempt),
+            "FTSLURM_RUN_ID": self.run_id,
+            "MASTER_ADDR": "127.0.0.1",
+        }
+        proc = spawn(
+            [sys.executable, "-m", "ftslurm.replica", "job"],
+            log_path=self.logs[replica].path,
+            extra_env=env,
+            detach=True,
+        )
+        self.procs[replica] = proc.pid
+        self.attempts[replica] = attempt
+        (self.run_dir / f"replica_{replica}.pid").write_text(f"{proc.pid}\n")
+
+    def _kill(self, replica: int) -> list[int]:
+        pid = self.procs.pop(replica, None)
+        if pid is None:
+            return []
+        tree = procs.process_tree(pid)
+        procs.kill_pids(tree, signal.SIGKILL)
+        try:
+            os.waitpid(pid, 0)  # our child: reap it
+        except ChildProcessError:
+            pass
+        (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
+        return tree
+
+    def fail(self, replica: int) -> None:
+        tree = self._kill(replica)
+        self.record("kill", replica, None, f"SIGKILL to {len(tree)} processes (ftslurm demo)")
+        self.say(f"replica {replica} killed: SIGKILL to its {len(tree)} processes")
+
+    def restore(self, replica: int) -> None:
+        attempt = self.attempts.get(replica, 0) + 1
+        self._start(replica, attempt)
+        self.record("restart", replica, None, f"attempt {attempt} (ftslurm demo)")
+        self.say(f"replica {replica} started again (attempt {attempt}), as a requeue would")
+
+    def teardown(self) -> None:
+        for replica in list(self.procs):
+            self._kill(replica)
+        self.say("replicas stopped")
+        self.stop_lighthouse()
+
+
+def run_demo(cfg: DemoConfig, say: Say) -> Path:
+    """Run the story; returns the run directory. Cleans up in every case."""
+    cfg.validate()
+    backend: Backend = (SlurmBackend if cfg.resolved_backend() == "slurm" else LocalBackend)(
+        cfg, say
+    )
+    t0 = time.monotonic()
+    stamp = lambda: f"[{time.monotonic() - t0:6.1f} s]"  # noqa: E731
+    tsay: Say = lambda m: say(f"{stamp()} {m}")  # noqa: E731
+    backend.say = tsay
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        backend.setup()
+        tsay(f"logs: {backend.run_dir}/")
+        _story(backend, cfg, tsay)
+    except WaitTimeout as e:
+        raise UserError(f"demo stopped: {e}; logs in {backend.run_dir}") from e
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        tsay("cleaning up ...")
+        backend.teardown()
+    return backend.run_dir
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
+    n = cfg.replicas
+    say(f"waiting for all {n} replicas to join one quorum (model build + imports: ~30 s) ...")
+    wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what=f"a quorum of {n}")
+    b.poll()
+    say(f"quorum of {n}: replicas {', '.join(str(i) for i in range(n))} train together")
+    for k in range(cfg.failures):
+        _one_failure(b, cfg, k, say)
+    base = b.poll()[0].last_step
+    wait_for(
+        lambda: min(x.last_step for x in b.poll()) >= base + 3, cfg.timeout, interval=0.5,
+        what="a few more steps on every replica",
+    )  # fmt: skip
+    say(f"every replica is at step >= {base + 3}: the story is told, stopping")
+
+
+def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
+    """Fail replica `target`, show the survivors training alone, bring it back, see it heal."""
+    n = cfg.replicas
+    target = 1 + k % (n - 1)
+    survivor = b.logs[0]
+    base = b.poll()[0].last_step
+    wait_for(
+        lambda: b.poll()[0].last_step >= base + cfg.steps_between, cfg.timeout, interval=0.5,
+        what=f"{cfg.steps_between} more steps",
+    )  # fmt: skip
+    step = survivor.last_step
+    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} down at step {step}")
+    b.fail(target)
+    t_fail = time.monotonic()
+    wait_for(
+        lambda: b.quorum_size() == n - 1 and b.poll()[0].last_step >= step + 2,
+        cfg.timeout, interval=0.5, what="the survivors to commit without it",
+    )  # fmt: skip
+    say(
+        f"survivors train on without replica {target}: step {step} -> {survivor.last_step} "
+        f"({n - 1}/{n} replicas, {time.monotonic() - t_fail:.1f} s after the failure)"
+    )
+    time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
+    log = b.logs[target]
+    attempt_before = log.attempt
+    b.restore(target)
+    t_back = time.monotonic()
+
+    def healed() -> bool:
+        b.poll()
+        return log.attempt > attempt_before and log.attempt in log.healed_step
+
+    wait_for(healed, cfg.timeout, interval=0.5, what=f"replica {target} to heal")
+    say(
+        f"replica {target} (attempt {log.attempt}) healed from a peer at step "
+        f"{log.healed_step[log.attempt]}, {time.monotonic() - t_back:.1f} s after it was "
+        "started again"
+    )
+    wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what="full quorum")
+    say(f"quorum of {n} again")
