@@ -210,6 +210,7 @@ class _Builder:
         self.failures: list[Failure] = []
         self.commit_failures: list[CommitFailure] = []
         self.attempts: dict[str, list[Attempt]] = {}
+        self.by_uuid: dict[tuple[str, str | None], Attempt] = {}
         self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
@@ -230,16 +231,18 @@ class _Builder:
         self.timeline.append(Entry(t, kind, text, replica))
 
     def _attempt_for_uuid(self, gkey: str, uuid: str | None, t: float | None) -> Attempt:
+        found = self.by_uuid.get((gkey, uuid))
+        if found is not None:
+            return found
         atts = self.attempts.setdefault(gkey, [])
-        for a in atts:
-            if a.uuid == uuid:
-                return a
         last = atts[-1] if atts else None
         if last is not None and last.uuid is None:
             last.uuid = uuid
+            self.by_uuid[(gkey, uuid)] = last
             return last
         a = Attempt(gkey, len(atts), t, "first-seen", uuid)
         atts.append(a)
+        self.by_uuid[(gkey, uuid)] = a
         if a.number > 0:
             self._entry(t, "attempt", f"replica {_short(gkey)} attempt {a.number} first seen", gkey)
         return a
