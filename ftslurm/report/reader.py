@@ -295,8 +295,9 @@ def iter_file_events(
                             c.recent[step] = ok
                             if step > c.max_step:
                                 c.max_step = step
-                            if len(c.recent) > 16:  # ranks interleave within a few steps
-                                c.recent = {k: v for k, v in c.recent.items() if k > step - 8}
+                            c.recent.pop(step - 16, None)  # ranks interleave within a few steps
+                            if len(c.recent) > 64:  # steps that jumped (a heal): start again
+                                c.recent = {step: ok}
                         elif ok and not seen:
                             c.committed += 1
                             c.recent[step] = True

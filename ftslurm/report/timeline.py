@@ -211,6 +211,7 @@ class _Builder:
         self.commit_failures: list[CommitFailure] = []
         self.attempts: dict[str, list[Attempt]] = {}
         self.by_uuid: dict[tuple[str, str | None], Attempt] = {}
+        self.rec_by_target: dict[str, Recovery] = {}  # full target id -> its latest recovery
         self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
@@ -279,6 +280,7 @@ class _Builder:
             rec.time = t
         if ":" in target:
             rec.target_id = target
+            self.rec_by_target[target] = rec
         return rec
 
     # -- events
@@ -505,11 +507,11 @@ class _Builder:
     def on_heal_fetch(self, ev: Event) -> None:
         if not ev.replica or not ev.ranks:
             return
-        for rec in self.recoveries.values():
-            if rec.target_id == ev.replica and rec.source_replica is None:
-                src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
-                if src is not None:
-                    rec.source_replica, rec.source_id = _idx(src)[0], src
+        rec = self.rec_by_target.get(ev.replica)
+        if rec is not None and rec.source_replica is None:
+            src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
+            if src is not None:
+                rec.source_replica, rec.source_id = _idx(src)[0], src
 
     def on_healed(self, ev: Event) -> None:
         if not ev.replica or not ev.step:
