@@ -159,14 +159,13 @@ class Backend:
     def start_lighthouse(self, advertise: str, bind_host: str) -> str:
         from ftslurm import lighthouse
 
+        lighthouse.stop(self.lh_dir)  # a previous demo killed hard
+        for old in (self.lh_dir / "lighthouse.log", self.lh_dir / "lighthouse.log.1"):
+            old.unlink(missing_ok=True)  # this run's report must not read an older run's quorums
+
         info = lighthouse.start(
             bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir
         )
-        if info.already_running:  # a previous demo was killed hard: start clean
-            lighthouse.stop(self.lh_dir)
-            info = lighthouse.start(
-                bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir
-            )
         self.lighthouse = info
         self.say(f"Lighthouse running (pid {info.pid}): TORCHFT_LIGHTHOUSE={info.address}")
         return info.address

@@ -170,3 +170,10 @@ def test_wait_helper_times_out_quickly():
     with pytest.raises(Exception, match="timed out"):
         wait_for(lambda: False, 0.3, interval=0.05)
     assert time.monotonic() - t0 < 2
+
+
+def test_first_job_id_skips_existing_run_folders(tmp_path):
+    assert local.next_free_job_id(tmp_path / "missing") == 1
+    for name in ("tft-3", "tft-12", "tft-local-2026", "slurm-4_0.out"):
+        (tmp_path / name).mkdir()
+    assert local.next_free_job_id(tmp_path) == 13

@@ -27,6 +27,7 @@ class ClusterSpec:
     partition: str = "main"
     slurmd_timeout_s: int = 30
     node_prefix: str = "worker-"
+    first_job_id: int = 1
     extra_hosts: list[str] = field(default_factory=lambda: [LOGIN_NODE])
 
     @property
@@ -82,6 +83,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         "SchedulerType=sched/backfill",
         "SchedulerParameters=sched_interval=1,bf_interval=1",
         "JobRequeue=1",
+        f"FirstJobId={spec.first_job_id}",
         "ReturnToService=1",
         "KillWait=2",
         "MinJobAge=600",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -113,10 +114,28 @@ def choose_ports(nodes: int, preferred: int = 6817) -> int:
     raise UserError("no free block of ports for slurmctld/slurmd found")
 
 
+_RUN_DIR = re.compile(r"^tft-(\d+)$")
+
+
+def next_free_job_id(runs_dir: Path) -> int:
+    """1 + the highest job id with a `tft-<id>` log folder. A fresh slurmctld starts counting
+    at 1, and the FT script appends to `tft-<id>/`: without this, a new job would append its
+    logs to an old run's files (and `ftslurm report` would mix the two runs)."""
+    try:
+        ids = [int(m.group(1)) for p in runs_dir.iterdir() if (m := _RUN_DIR.match(p.name))]
+    except OSError:
+        return 1
+    return max(ids, default=0) + 1
+
+
 def new_spec(nodes: int, state_dir: Path) -> ClusterSpec:
     base = choose_ports(nodes)
     return ClusterSpec(
-        state_dir=str(state_dir), nodes=nodes, ctld_port=base, slurmd_base_port=base + 1
+        state_dir=str(state_dir),
+        nodes=nodes,
+        ctld_port=base,
+        slurmd_base_port=base + 1,
+        first_job_id=next_free_job_id(paths.torchft_runs_dir()),
     )
 
 
