@@ -312,3 +312,33 @@ def test_logs_ending_while_degraded(tmp_path):
     assert d["end_time"] == "2026-11-23T08:51:14.993"  # the last timestamped line of the logs
     assert j["recoveries"] == [] and j["summary"]["requeues"] == 0
     assert "1/2 replicas from step 22 to 44 (end of logs), 7.59 s" in build_report(run).to_text()
+
+
+def test_project_slurm_run_tft_8():
+    """A real job of this project's local Slurm cluster (torchtitan logs only, launcher lines
+    before any replica id, a replica finishing while the other restarts)."""
+    j = build_report(FIX / "slurm-tft-8").to_json()
+    assert [(q["quorum_id"], q["time"], q["step"], q["participants"]) for q in j["quorums"]] == [
+        (1, "2026-11-23T09:54:19.258", 0, ["0", "1"]),
+        (2, "2026-11-23T09:54:58.759", 7, ["0"]),
+        (3, "2026-11-23T09:55:14.960", 0, ["1"]),
+    ]
+    # replica 0 leaving quorum 3 is the end of its training, not a failure
+    failures = [(f["replica"], f["step"], f["kind"]) for f in j["failures"]]
+    assert failures == [("1", 7, "left-quorum")]
+    atts = [(a["replica"], a["attempt"], a["source"], a["start_time"], a["uuid"][:8])
+            for a in j["attempts"]]
+    assert sorted(atts) == [
+        ("0", 0, "launch", "2026-11-23T09:53:57.000", "3d01e2d6"),
+        ("1", 0, "launch", "2026-11-23T09:53:57.000", "f7261ba2"),
+        ("1", 1, "launch", "2026-11-23T09:55:00.000", "7822f48b"),
+    ]
+    s = j["summary"]
+    assert (s["requeues"], s["recoveries"]) == (1, 0)
+    assert s["steps_by_replica"] == {
+        "0": {"attempted": 10, "committed": 10, "failed": 0},
+        "1": {"attempted": 13, "committed": 13, "failed": 0},
+    }
+    texts = [e["text"] for e in j["timeline"]]
+    assert "replica 0 finished training" in texts
+    assert any("step back from 7" in t for t in texts)

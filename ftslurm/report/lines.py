@@ -36,6 +36,7 @@ MANAGER_START = "manager_start"  # Rust `[Replica X] Manager listening on ...`: 
 LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
 INJECTED = "injected"  # one line of the simulate-failure event log (see events.py)
+FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +265,8 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
         return parse_titan_step(line, t)
     if b"Lighthouse listening on" in line:
         return Event(LIGHTHOUSE_START, t)
+    if b"Training completed" in line:
+        return Event(FINISHED, t)
     return None
 
 

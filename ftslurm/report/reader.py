@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ftslurm.report.lines import (
     ERROR,
+    FINISHED,
     LIGHTHOUSE_START,
     Event,
     parse_launch,
@@ -135,17 +136,18 @@ class _Commits:
 # faster): the Rust `healing is required` line is not needed (the Python side logs the same heal
 # with the replica's uuid), and a Lighthouse log only needs its quorums and its start. The
 # `quorum_id: ` offsets below are relative to the needle's start.
-_PY_MGR, _QUORUM, _LISTEN, _LAUNCH_M = range(4)
+_PY_MGR, _QUORUM, _LISTEN, _LAUNCH_M, _DONE = range(5)
 _Q_NEEDLE = b"Quorum { quorum_id: "
 _NEEDLES = (
     (b" - step ", _PY_MGR),
     (_Q_NEEDLE, _QUORUM),
     (b"Manager listening on", _LISTEN),
     (b"launching replica ", _LAUNCH_M),
+    (b"Training completed", _DONE),
 )
 # replica logs when a Lighthouse log is read too: its quorums are the same, and the replica's
 # own `reconfiguring for quorum_id=N` lines re-arm commit emission
-_NEEDLES_NO_QUORUM = (_NEEDLES[0], _NEEDLES[2], _NEEDLES[3])
+_NEEDLES_NO_QUORUM = tuple(n for n in _NEEDLES if n[1] != _QUORUM)
 _LIGHTHOUSE_NEEDLES = ((_Q_NEEDLE, _QUORUM), (b"Lighthouse listening on", _LISTEN))
 _HEAD = 48  # bytes of a line that hold its timestamp
 
@@ -241,6 +243,7 @@ def iter_file_events(
     last_qid = b""
     round_buf, round_p = b"", 0  # the previous quorum round: its time is "last seen alive"
     seq = 0
+    file_rid = b""  # the replica id of this file's last commit line: who "Training completed" is
     first_t: float | None = None
     matched = file_lines = 0
     changes = 0  # quorum changes / reconfigurations / heals emitted: re-arm commit emission
@@ -277,7 +280,7 @@ def iter_file_events(
                         if lb == 0 or sl < 0:
                             stats.malformed += 1
                             continue
-                        rid = buf[lb:sl]
+                        rid = file_rid = buf[lb:sl]
                         ok = buf.startswith(b"True", q + 16)
                         c = commits.get(rid)
                         if c is None:
@@ -349,6 +352,10 @@ def iter_file_events(
                             matched -= 1
                             continue
                         ev.time = time_at(ls)
+                elif code == _DONE:
+                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
+                    rid_s = file_rid.decode("utf-8", "replace") if file_rid else None
+                    ev = Event(FINISHED, time_at(ls), replica=rid_s)
                 elif code == _LAUNCH_M:
                     ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
                     ev = parse_launch(buf[ls:le], None)

@@ -212,6 +212,7 @@ class _Builder:
         self.attempts: dict[str, list[Attempt]] = {}
         self.by_uuid: dict[tuple[str, str | None], Attempt] = {}
         self.rec_by_target: dict[str, Recovery] = {}  # full target id -> its latest recovery
+        self.finished: dict[str, float | bool] = {}  # full id -> when it finished training
         self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
@@ -231,11 +232,23 @@ class _Builder:
     def _entry(self, t: float | None, kind: str, text: str, replica: str | None = None) -> None:
         self.timeline.append(Entry(t, kind, text, replica))
 
+    def _atts(self, gkey: str) -> list[Attempt]:
+        """The attempts of `prefix_i`; launcher lines seen before any id (they carry only the
+        index) are adopted by the first prefixed id of that index."""
+        atts = self.attempts.get(gkey)
+        if atts is None:
+            idx = _idx(gkey)[1]
+            atts = self.attempts.pop(idx, []) if idx != gkey else []
+            for a in atts:
+                a.replica = gkey
+            self.attempts[gkey] = atts
+        return atts
+
     def _attempt_for_uuid(self, gkey: str, uuid: str | None, t: float | None) -> Attempt:
         found = self.by_uuid.get((gkey, uuid))
         if found is not None:
             return found
-        atts = self.attempts.setdefault(gkey, [])
+        atts = self._atts(gkey)
         last = atts[-1] if atts else None
         if last is not None and last.uuid is None:
             last.uuid = uuid
@@ -250,7 +263,7 @@ class _Builder:
 
     def _new_attempt(self, gkey: str, t: float | None, source: str, node: str = "",
                      number: int | None = None) -> Attempt:
-        atts = self.attempts.setdefault(gkey, [])
+        atts = self._atts(gkey)
         a = Attempt(gkey, len(atts), t, source, node=node)
         if number is not None and number > a.number:
             a.number = number
@@ -308,6 +321,13 @@ class _Builder:
         old = self.qmembers.get((self.epoch, ev.quorum_id), [])
         return sorted(m.replica_id for m in ev.members) != sorted(old)
 
+    def on_finished(self, ev: Event) -> None:
+        if not ev.replica:
+            return
+        self.finished[ev.replica] = ev.time if ev.time is not None else True
+        gkey, _ = _idx(ev.replica)
+        self._entry(ev.time, "finished", f"replica {_short(gkey)} finished training", gkey)
+
     def on_lighthouse_start(self, ev: Event) -> None:
         if self.quorums:
             self.epoch += 1
@@ -358,6 +378,11 @@ class _Builder:
             now = new_by_key.get(gkey)
             if now == old:
                 continue
+            done = self.finished.get(old)
+            if now is None and done is not None and (
+                done is True or ev.time is None or done <= ev.time + SLACK_S
+            ):
+                continue  # it finished training: leaving is not a failure
             kind = "left-quorum" if now is None else "restarted"
             f = Failure(
                 ev.time, gkey, old, q.step, kind, "quorum-change",
@@ -460,7 +485,7 @@ class _Builder:
             return
         gkey, _ = _idx(ev.replica)
         self._note_log_prefix(ev.replica)
-        atts = self.attempts.get(gkey)
+        atts = self._atts(gkey)
         last = atts[-1] if atts else None
         if last is not None and last.source == "launch" and not last.manager_started:
             last.manager_started = True
@@ -657,8 +682,8 @@ class _Builder:
 
 
 # same-time entries: causes before effects
-_ORDER = {"lighthouse": 0, "injected": 1, "commit-failure": 2, "failure": 3, "attempt": 4,
-          "quorum": 5, "recovery": 6, "healed": 7}
+_ORDER = {"lighthouse": 0, "injected": 1, "commit-failure": 2, "failure": 3, "finished": 3,
+          "attempt": 4, "quorum": 5, "recovery": 6, "healed": 7}
 
 
 def _mine_key(gkey: str, ours: set[str]) -> bool:
@@ -693,7 +718,9 @@ def _quorum_text(q: Quorum, prev: Quorum | None, group: int) -> str:
         for label, xs in (("left", left), ("joined", joined), ("rejoined", renewed)):
             if xs:
                 text += f"; {label}: " + ", ".join(_short(x) for x in xs)
-    cf = {k: v for k, v in q.commit_failures.items()}
+    if prev is not None and q.step < prev.step:
+        text += f"; step back from {prev.step} (no member had the newer state)"
+    cf = dict(q.commit_failures)
     if cf:
         text += "; commit_failures " + ", ".join(
             f"{_short(_idx(k)[0])}={v}" for k, v in sorted(cf.items()))
