@@ -26,6 +26,8 @@ def _sample() -> list[bytes]:
         lines = gzip.decompress((FIX / "cpu-run1" / f"{name}.log.gz").read_bytes()).splitlines()
         out += lines[lo:hi]
     out += (FIX / "cpu-run1" / "events.jsonl").read_bytes().splitlines()
+    tft8 = gzip.decompress((FIX / "slurm-tft-8" / "tft-8_0.out.gz").read_bytes()).splitlines()
+    out += tft8[:5] + tft8[60:110] + tft8[195:]  # launcher, titan steps, Training completed
     return out
 
 
