@@ -13,7 +13,8 @@ Semantics (shared/notes/torchft-logs.md):
   under a new uuid without having left. Its time is, best first: the injected event
   (events.jsonl), a survivor's failed commit after the replica was last seen, the quorum
   change that showed it (`time_source` says which). The group leaving all at once is the run
-  ending (or another job on the same Lighthouse), not a failure.
+  ending (or another job on the same Lighthouse), not a failure; nor is leaving after
+  torchtitan's `Training completed`.
 - Recovery ranks (`peers need recovery from us [1]`, `recover_src_replica_rank=0`) are ranks
   in the quorum, participants ordered by replica id. Step-0 healing is the initial sync.
 - Every rank logs its own lines: commits are deduplicated by (replica, step).
