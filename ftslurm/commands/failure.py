@@ -1,0 +1,178 @@
+"""`ftslurm simulate-failure`: node-down / kill / requeue one replica, or chaos, guarded."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+
+import click
+
+from ftslurm.errors import UserError
+
+
+def _resolve(replica, node, job, mode, down_for, reason, force):
+    """Slurm look-ups + safety checks + plan (what both a single failure and chaos use)."""
+    from ftslurm import failure
+    from ftslurm.slurm import client
+
+    jobs = client.jobs()
+    target = failure.resolve_target(
+        jobs,
+        client.nodes(),
+        replica=replica,
+        node=node,
+        job=job,
+        here=failure.hostname(),
+        user=getpass.getuser(),
+        force=force,
+    )
+    kill = failure.kill_selection(target) if mode == "kill" else None
+    return failure.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
+
+
+def _print_plan(plan, dry_run: bool) -> None:
+    click.echo(f"# target: {plan.target.describe()}, mode {plan.mode}")
+    for line in plan.lines():
+        click.echo(line)
+    if dry_run:
+        click.echo("# dry run: nothing was run")
+
+
+@click.command("simulate-failure")
+@click.option("--replica", type=int, help="Array task index of the FT job to hit.")
+@click.option("--node", help="Node to hit (instead of --replica).")
+@click.option("--job", type=int, help="FT array job id [newest running FT array of this user].")
+@click.option(
+    "--mode",
+    type=click.Choice(["node-down", "kill", "requeue"]),
+    default="node-down",
+    show_default=True,
+    help="node-down: scontrol DOWN, wait, RESUME; kill: SIGKILL the training worker "
+    "(the FT launcher requeues its task); requeue: scontrol requeue <job>_<task>.",
+)
+@click.option("--down-for", type=float, default=30.0, show_default=True, help="Seconds DOWN.")
+@click.option("--reason", help="Reason= for the DOWN node [ftslurm simulate-failure ...].")
+@click.option("--dry-run", is_flag=True, help="Print the exact commands, run nothing.")
+@click.option("--wait-recovered", is_flag=True, help="Wait until the task runs again; time it.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="For recovery.")
+@click.option("--force", is_flag=True, help="Allow a node that runs no task of the job.")
+@click.option("--chaos", is_flag=True, help="Repeated failures on random running replicas.")
+@click.option("--every", type=float, help="Chaos: seconds between failures.")
+@click.option("--count", type=int, default=3, show_default=True, help="Chaos: failures.")
+@click.option("--seed", type=int, help="Chaos: random seed (repeatable choice of replicas).")
+@click.option(
+    "--events",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Event log (JSON lines) [$FTSLURM_EVENTS or outputs/events.jsonl].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON at the end.")
+@click.pass_context
+def simulate_failure(
+    ctx: click.Context,
+    replica: int | None,
+    node: str | None,
+    job: int | None,
+    mode: str,
+    down_for: float,
+    reason: str | None,
+    dry_run: bool,
+    wait_recovered: bool,
+    timeout: float,
+    force: bool,
+    chaos: bool,
+    every: float | None,
+    count: int,
+    seed: int | None,
+    events: Path | None,
+    as_json: bool,
+) -> None:
+    """Inject a failure into a replica of a running FT job array, and undo it.
+
+    The node is always RESUMEd, also on Ctrl-C or an error. Every action is appended to the
+    event log that `ftslurm report` reads. `scontrol update` needs root: run with sudo.
+    Refused: nodes not in the cluster, login nodes, the node this runs on, and (without
+    --force) nodes that run no task of the job.
+
+    \b
+    Examples:
+      sudo ftslurm simulate-failure --replica 1 --down-for 30 --wait-recovered
+      ftslurm simulate-failure --replica 1 --dry-run
+      ftslurm simulate-failure --replica 0 --mode kill --wait-recovered
+      ftslurm simulate-failure --node worker-1 --mode requeue --job 12
+      sudo ftslurm simulate-failure --chaos --every 60 --count 5 --seed 1 --down-for 20
+    """
+    from ftslurm import failure
+
+    if down_for < 0 or timeout <= 0:
+        raise UserError("--down-for must be >= 0 and --timeout > 0")
+    if chaos:
+        _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force)
+        return
+    if every is not None:
+        raise UserError("--every is for --chaos")
+    plan = _resolve(replica, node, job, mode, down_for, reason, force)
+    if dry_run:
+        _print_plan(plan, True)
+        return
+    _print_plan(plan, False)
+    try:
+        out = failure.execute(
+            plan,
+            wait_recovered=wait_recovered,
+            timeout=timeout,
+            say=lambda s: click.echo(s),
+            events_path=events,
+        )
+    except failure.Interrupted as e:
+        click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)
+        ctx.exit(130)
+        return
+    if out.recovered:
+        click.echo(
+            f"replica {plan.target.replica} RUNNING again on {out.new_node} "
+            f"(restart count {out.restarts})"
+        )
+        for p in out.phases:
+            click.echo(f"  {p.name:<26} {p.seconds:7.1f} s")
+    if as_json:
+        click.echo(json.dumps(out.to_dict()))
+
+
+def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force):
+    from ftslurm import failure
+    from ftslurm.slurm import client
+
+    if every is None or every <= 0:
+        raise UserError("--chaos needs --every SECONDS (> 0)")
+    if count < 1:
+        raise UserError("--count must be at least 1")
+    if job is None:
+        job = failure.newest_ft_job(client.jobs(), getpass.getuser())
+        if job is None:
+            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+    if mode == "node-down" and down_for >= every:
+        click.echo(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
+
+    def make(replica: int):
+        return _resolve(replica, None, job, mode, down_for, reason, force)
+
+    click.echo(
+        f"chaos on job {job}: {count} x {mode} every {every:g} s"
+        + (f", seed {seed}" if seed is not None else "")
+    )
+    if dry_run:
+        import random
+
+        pick = failure.chaos_pick(failure.SlurmOps().tasks(job), random.Random(seed))
+        if pick is None:
+            click.echo("# fewer than 2 replicas running: every event would be skipped")
+        else:
+            _print_plan(make(pick), True)
+        return
+    summary = failure.run_chaos(
+        job, every=every, count=count, seed=seed, make=make, say=click.echo, events_path=events
+    )
+    click.echo(failure.chaos_summary_line(summary))
+    if summary.interrupted:
+        ctx.exit(130)

@@ -1,0 +1,88 @@
+"""`ftslurm logs`: replica logs (and the Lighthouse's) merged in time order; no Slurm call."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ftslurm.errors import UserError
+
+
+@click.command("logs")
+@click.option("--job", help="Array job id of the run [newest tft-* folder in outputs/torchft].")
+@click.option("--replica", "replicas", type=int, multiple=True, help="Only this replica (repeat).")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
+@click.option("-n", "lines", type=int, default=10, show_default=True, help="Last N lines each.")
+@click.option("--lighthouse", is_flag=True, help="Merge in the managed Lighthouse's log.")
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A run folder (tft-<job>) instead of --job.",
+)
+@click.option("--color/--no-color", default=None, help="Colour prefixes [on a terminal].")
+def logs(
+    job: str | None,
+    replicas: tuple[int, ...],
+    follow: bool,
+    lines: int,
+    lighthouse: bool,
+    run_dir: Path | None,
+    color: bool | None,
+) -> None:
+    """Tail one or all replica logs of a run, merged by timestamp, each line prefixed with its
+    replica. Reads only the end of each file; follows growth, new attempts of requeued tasks
+    (appended to the same file) and replicas whose log appears later. Works from the login
+    node on the shared filesystem.
+
+    \b
+    Examples:
+      ftslurm logs -n 20
+      ftslurm logs --job 12 --replica 1 -f
+      ftslurm logs -f --lighthouse
+    """
+    from ftslurm import logtail, paths
+
+    if lines < 0:
+        raise UserError("-n must be >= 0")
+    runs = paths.torchft_runs_dir()
+    if run_dir is None:
+        if job is not None:
+            run_dir = runs / f"tft-{job}"
+        else:
+            run_dir = logtail.newest_run_dir(runs)
+            if run_dir is None:
+                raise UserError(f"no run folder (tft-*) under {runs}: pass --job or --run-dir")
+    if not run_dir.is_dir() and not follow:
+        raise UserError(f"{run_dir} does not exist (wrong --job?)")
+    selected = set(replicas) or None
+    lh_log: Path | None = None
+    if lighthouse:
+        from ftslurm import lighthouse as lh
+
+        lh_log = lh.log_path()
+
+    def discover() -> dict[str, Path]:
+        found = logtail.replica_logs(run_dir, selected)
+        if lh_log is not None and lh_log.exists():
+            found["lh"] = lh_log
+        return found
+
+    if not follow and not discover():
+        raise UserError(f"no replica logs in {run_dir}")
+    use_color = sys.stdout.isatty() if color is None else color
+    width = max((len(k) for k in discover()), default=2)
+    follower = logtail.Follower(discover)
+
+    def emit(entries: list[logtail.Entry]) -> None:
+        for e in entries:
+            click.echo(logtail.prefix(e.label, width, use_color) + e.text)
+
+    emit(follower.start(lines))
+    if follow:
+        try:
+            for e in follower.follow():
+                emit([e])
+        except KeyboardInterrupt:
+            pass

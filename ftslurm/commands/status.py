@@ -1,0 +1,56 @@
+"""`ftslurm status`: one row per replica of an FT job array, plus the Lighthouse's quorum."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import time
+from pathlib import Path
+
+import click
+
+from ftslurm.errors import UserError
+
+
+@click.command("status")
+@click.option("--job", type=int, help="FT array job id [newest FT array of this user].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder of the replica logs [outputs/torchft/tft-<job>].",
+)
+@click.option("--no-lighthouse", is_flag=True, help="Do not ask the managed Lighthouse.")
+def status(job: int | None, as_json: bool, log_dir: Path | None, no_lighthouse: bool) -> None:
+    """One row per array task: replica, Slurm state and reason, node, restart count, the
+    attempt, last step and loss in its log, and how long ago the log last changed; then the
+    managed Lighthouse's current quorum when it runs.
+
+    \b
+    Examples:
+      ftslurm status
+      ftslurm status --job 12 --json
+    """
+    from ftslurm import failure, paths
+    from ftslurm import status as st
+    from ftslurm.slurm import client
+
+    jobs = client.jobs()
+    if job is None:
+        job = failure.newest_ft_job(jobs, getpass.getuser())
+        if job is None:
+            ft = [j.array_job_id for j in jobs if failure.is_ft_array_task(j) and j.array_job_id]
+            if not ft:
+                raise UserError("no FT job array in squeue (job name tft_replica): pass --job ID")
+            job = max(ft)
+    tasks = failure.job_tasks(jobs, job)
+    if not tasks:
+        raise UserError(f"job {job} has no array tasks in squeue (finished long ago, or a typo?)")
+    run_dir = log_dir or paths.torchft_runs_dir() / f"tft-{job}"
+    logs = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out") for i in tasks}
+    rows = st.build_rows(jobs, job, logs, time.time())
+    quorum = None if no_lighthouse else st.lighthouse_quorum()
+    if as_json:
+        click.echo(json.dumps(st.to_json(job, rows, quorum), indent=2))
+    else:
+        click.echo(st.render_table(job, rows, quorum))

@@ -1,0 +1,749 @@
+"""Inject failures into a running FT job array: take a replica's node down, kill its training
+worker, or requeue its task; then bring everything back and say how long recovery took.
+
+Why a plan first: `--dry-run` must print exactly what a real run does, so the commands of a
+failure are computed once (`make_plan`, pure once the target is resolved) and the executor
+(`execute`) only runs them. The executor is guarded: a node it took DOWN is RESUMEd on every
+way out (normal end, error, Ctrl-C, SIGTERM), and every action is appended to the event log
+(`ftslurm.report.events`) so `ftslurm report` knows when a failure was *caused*, not only
+when the logs noticed it.
+
+Kill mode and process trees: torchrun starts its worker with start_new_session=True, so a
+process-group kill misses the worker. We select processes by what they run instead: the
+python interpreter running the training module (`python -u -m ftslurm.replica.train`, also
+`torchtitan.train`), never torchrun, the launcher, slurmd or slurmstepd. On the local cluster
+(every node shares this machine's /proc) the selection is also restricted to the node's UTS
+namespace and to processes whose environment has the task's SLURM_JOB_ID, so no other job or
+node is touched; on a real cluster the same regex goes to `pkill` through
+`srun --overlap` on the node (the allocation is exclusive, so the node runs only this job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftslurm import paths, procs
+from ftslurm.errors import UserError
+from ftslurm.slurm import args as slurm_args
+from ftslurm.slurm.parse import JobInfo
+
+MODES = ("node-down", "kill", "requeue")
+FT_JOB_NAME = "tft_replica"  # the FT sbatch script's --job-name
+LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
+# The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
+# interpreter followed only by options, so torchrun's own command line (`python .../torchrun
+# ... -m ftslurm.replica.train`) does not match. POSIX ERE: also valid for pkill -f.
+TRAIN_CMD_RE = r"(^|/)python[0-9.]*( -[^ ]+)* -m (ftslurm\.replica\.train|torchtitan\.train)( |$)"
+NEVER_KILL = ("slurmd", "slurmstepd", "slurmctld", "munged")
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# Target resolution (pure)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a failure hits: a node, and the FT array task running there (if any)."""
+
+    node: str
+    job: int | None = None  # the array job id
+    replica: int | None = None  # the array task id
+    raw_job_id: int | None = None  # Slurm's own id of that task (srun --jobid)
+    restarts: int = 0  # the task's restart count when resolved
+
+    @property
+    def task_key(self) -> str | None:
+        if self.job is None or self.replica is None:
+            return None
+        return f"{self.job}_{self.replica}"
+
+    def describe(self) -> str:
+        if self.replica is None:
+            return f"node {self.node}"
+        return f"replica {self.replica} of job {self.job} on {self.node}"
+
+
+def is_ft_array_task(j: JobInfo) -> bool:
+    """An array task of the FT script: its job name, or a stdout path under `torchft`."""
+    return j.array_task_id is not None and (j.name == FT_JOB_NAME or "torchft" in j.stdout)
+
+
+def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
+    """The newest (highest id) FT array with a task RUNNING or PENDING, of `user` if given."""
+    ids = [
+        j.array_job_id
+        for j in jobs
+        if is_ft_array_task(j)
+        and j.array_job_id is not None
+        and j.state in ("RUNNING", "PENDING")
+        and (not user or not j.user or j.user == user)
+    ]
+    return max(ids) if ids else None
+
+
+def job_tasks(jobs: list[JobInfo], job: int) -> dict[int, JobInfo]:
+    """array task id -> its entry; a live entry wins over a finished one of the same task."""
+    out: dict[int, JobInfo] = {}
+    for j in jobs:
+        if j.array_job_id != job or j.array_task_id is None:
+            continue
+        prev = out.get(j.array_task_id)
+        if prev is None or (prev.state not in LIVE_STATES and j.state in LIVE_STATES):
+            out[j.array_task_id] = j
+    return out
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
+def check_node(
+    node: str,
+    cluster_nodes: dict[str, str],
+    here: str,
+    tasks_on_node: list[JobInfo],
+    job: int | None,
+    force: bool,
+) -> None:
+    """Refuse nodes a failure must not hit (UserError, one line): unknown ones, a login node,
+    the node this command runs on, and (without --force) a node running no task of the job."""
+    if _short(node).startswith("login"):
+        raise UserError(f"refusing {node}: it is a login node")
+    if node not in cluster_nodes:
+        known = ", ".join(sorted(cluster_nodes)) or "none"
+        raise UserError(f"node {node!r} is not in the cluster (nodes: {known})")
+    if _short(node) == _short(here):
+        raise UserError(f"refusing {node}: this command runs on it")
+    if not tasks_on_node and not force:
+        what = f"job {job}" if job is not None else "any FT job"
+        raise UserError(
+            f"refusing {node}: it runs no task of {what} (use --force to take it down anyway)"
+        )
+
+
+def resolve_target(
+    jobs: list[JobInfo],
+    cluster_nodes: dict[str, str],
+    *,
+    replica: int | None,
+    node: str | None,
+    job: int | None,
+    here: str,
+    user: str | None = None,
+    force: bool = False,
+) -> Target:
+    """--replica I (the node running array task I of the job) or --node NAME -> Target, with
+    every refusal checked. Pure: the caller passes squeue's jobs and sinfo's nodes."""
+    if (replica is None) == (node is None):
+        raise UserError("give exactly one of --replica I or --node NAME")
+    if job is None:
+        job = newest_ft_job(jobs, user)
+        if job is None and replica is not None:
+            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+    tasks = job_tasks(jobs, job) if job is not None else {}
+    if replica is not None:
+        t = tasks.get(replica)
+        if t is None:
+            have = ", ".join(str(i) for i in sorted(tasks)) or "none"
+            raise UserError(f"job {job} has no array task {replica} (tasks: {have})")
+        if t.state != "RUNNING" or not t.node:
+            raise UserError(
+                f"replica {replica} of job {job} is {t.state}"
+                + (f" ({t.reason})" if t.reason else "")
+                + ", not running on a node"
+            )
+        node = t.node
+    assert node is not None
+    on_node = [t for t in tasks.values() if t.state == "RUNNING" and t.node == node]
+    check_node(node, cluster_nodes, here, on_node, job, force)
+    if not on_node:
+        return Target(node=node, job=job)
+    t = on_node[0]
+    return Target(
+        node=node, job=job, replica=t.array_task_id, raw_job_id=t.job_id, restarts=t.restarts
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The plan (pure)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of a failure: a command to run, a wait, or a signal to processes."""
+
+    kind: str  # 'down' | 'resume' | 'wait' | 'requeue' | 'kill-local' | 'kill-srun'
+    argv: tuple[str, ...] = ()
+    seconds: float = 0.0
+    pids: tuple[int, ...] = ()
+    note: str = ""
+
+    def line(self) -> str:
+        """The action as the user would type it (dry run)."""
+        if self.kind == "wait":
+            return f"sleep {self.seconds:g}"
+        if self.kind == "kill-local":
+            text = "kill -KILL " + " ".join(str(p) for p in self.pids)
+        else:
+            text = shlex.join(self.argv)
+        return f"{text}    # {self.note}" if self.note else text
+
+
+@dataclass(frozen=True)
+class FailurePlan:
+    """A failure, resolved: the target and the exact actions, in order."""
+
+    mode: str
+    target: Target
+    actions: tuple[Action, ...]
+    down_for: float = 0.0
+    reason: str = ""
+
+    def lines(self) -> list[str]:
+        return [a.line() for a in self.actions]
+
+
+def default_reason(mode: str) -> str:
+    return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
+
+
+@dataclass(frozen=True)
+class KillSelection:
+    """How kill mode finds the worker: local pids (local cluster) or srun + pkill."""
+
+    local: bool
+    pids: tuple[int, ...] = ()
+    described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
+
+
+def srun_pkill_cmd(raw_job_id: int, node: str, regex: str = TRAIN_CMD_RE) -> list[str]:
+    """A step in the job's allocation on the node (--overlap: beside the running step) that
+    SIGKILLs the training workers. Works where the node runs only this job (exclusive)."""
+    return [
+        "srun", f"--jobid={raw_job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+        f"--nodelist={node}", "pkill", "-KILL", "-f", "--", regex,
+    ]  # fmt: skip
+
+
+def make_plan(
+    mode: str,
+    target: Target,
+    *,
+    down_for: float = 30.0,
+    reason: str | None = None,
+    kill: KillSelection | None = None,
+) -> FailurePlan:
+    """The exact actions of one failure."""
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    reason = reason or default_reason(mode)
+    acts: list[Action] = []
+    if mode == "node-down":
+        acts = [
+            Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),
+            Action("wait", seconds=down_for, note=f"{target.node} stays DOWN"),
+            Action("resume", tuple(slurm_args.node_update_cmd(target.node, "RESUME"))),
+        ]
+    elif mode == "requeue":
+        if target.task_key is None:
+            raise UserError(f"--mode requeue needs a replica; {target.node} runs no task")
+        acts = [Action("requeue", tuple(slurm_args.requeue_cmd(target.task_key)))]
+    else:
+        if target.raw_job_id is None:
+            raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
+        kill = kill or KillSelection(local=False)
+        if kill.local:
+            if not kill.pids:
+                raise UserError(
+                    f"no training worker of job {target.task_key} found on {target.node} "
+                    "(it may be starting or restarting; try again)"
+                )
+            acts = [
+                Action(
+                    "kill-local",
+                    pids=kill.pids,
+                    note="local cluster: training worker(s) " + "; ".join(kill.described)[:300],
+                )
+            ]
+        else:
+            acts = [
+                Action(
+                    "kill-srun",
+                    tuple(srun_pkill_cmd(target.raw_job_id, target.node)),
+                    note="SIGKILL the training worker(s) on the node",
+                )
+            ]
+    return FailurePlan(mode, target, tuple(acts), down_for if mode == "node-down" else 0, reason)
+
+
+# --------------------------------------------------------------------------------------------
+# Kill: finding the worker processes
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def is_training_worker(cmdline: list[str], comm: str = "", regex: str = TRAIN_CMD_RE) -> bool:
+    """Pure: does this command line run the training module (not torchrun, not slurm)?"""
+    if comm in NEVER_KILL or not cmdline:
+        return False
+    if os.path.basename(cmdline[0]) in NEVER_KILL:
+        return False
+    return re.search(regex, " ".join(cmdline)) is not None
+
+
+def local_node_ns(node: str) -> str | None:
+    """The UTS namespace of `node` when it is a node of the local cluster we talk to, else
+    None (a real cluster)."""
+    from ftslurm.cluster import local
+
+    spec = local.load_spec()
+    if spec is None or node not in spec.node_names:
+        return None
+    conf = os.environ.get("SLURM_CONF")
+    if conf and Path(conf).resolve() != Path(spec.conf_path).resolve():
+        return None  # SLURM_CONF points at another cluster
+    holder = procs.read_pidfile(spec.path("run", f"node-{node}.pid"))
+    if not holder or not procs.pid_alive(holder):
+        return None
+    ns = procs.uts_ns(holder)
+    return ns if ns and ns != procs.uts_ns(os.getpid()) else None
+
+
+def find_local_workers(ns: str, raw_job_id: int, regex: str = TRAIN_CMD_RE) -> KillSelection:
+    """Training workers of Slurm job `raw_job_id` in the node namespace `ns`."""
+    pids, described = [], []
+    for pid in sorted(procs.pids_in_uts_ns(ns)):
+        cmd = procs.cmdline(pid)
+        if not is_training_worker(cmd, _comm(pid), regex):
+            continue
+        if _environ(pid).get("SLURM_JOB_ID") != str(raw_job_id):
+            continue
+        pids.append(pid)
+        described.append(f"{pid}: {shlex.join(cmd)[:120]}")
+    return KillSelection(local=True, pids=tuple(pids), described=tuple(described))
+
+
+def kill_selection(target: Target) -> KillSelection:
+    ns = local_node_ns(target.node)
+    if ns is None or target.raw_job_id is None:
+        return KillSelection(local=False)
+    return find_local_workers(ns, target.raw_job_id)
+
+
+# --------------------------------------------------------------------------------------------
+# The executor
+
+
+class RecoveryTimeout(UserError):
+    """The replica did not come back in time (not a usage mistake: exit code 1)."""
+
+    exit_code = 1
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM arrived during a failure; the guard resumes the node first."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGINT/SIGTERM raise `Interrupted` (so `finally` blocks run), restored after."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[list[int]]:
+    """While the guard resumes a node, a second Ctrl-C must not stop it: signals are noted
+    and re-raised as `Interrupted` after the block."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        got.append(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def atomic() -> Iterator[None]:
+    """An action and its event-log line go together: a Ctrl-C between them would leave a
+    DOWN node unrecorded. Signals in the block are re-raised as `Interrupted` after it."""
+    with signals_deferred() as got:
+        yield
+    if got:
+        raise Interrupted(got[0])
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+
+
+@dataclass
+class Outcome:
+    """What happened: the phases with durations, and whether the replica came back."""
+
+    plan: FailurePlan
+    phases: list[Phase] = field(default_factory=list)
+    recovered: bool | None = None  # None: not waited for
+    new_node: str | None = None
+    restarts: int | None = None
+    killed: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.plan.target
+        return {
+            "mode": self.plan.mode, "node": t.node, "job": t.job, "replica": t.replica,
+            "phases": {p.name: round(p.seconds, 2) for p in self.phases},
+            "recovered": self.recovered, "new_node": self.new_node, "restarts": self.restarts,
+        }  # fmt: skip
+
+
+class SlurmOps:
+    """The Slurm calls the executor makes (a seam for unit tests)."""
+
+    def update_node(self, node: str, state: str, reason: str | None = None) -> None:
+        from ftslurm.slurm import client
+
+        client.update_node(node, state, reason)
+
+    def requeue(self, key: str) -> None:
+        from ftslurm.slurm import client
+
+        client.requeue(key)
+
+    def run(self, argv: list[str]) -> None:
+        from ftslurm.slurm import client
+
+        client._slurm(argv, timeout=60)
+
+    def tasks(self, job: int) -> dict[int, JobInfo]:
+        from ftslurm.slurm import client
+
+        return job_tasks(client.jobs(job), job)
+
+    def node_state(self, node: str) -> str:
+        from ftslurm.slurm import client
+
+        return client.nodes().get(node, "")
+
+
+def record(plan: FailurePlan, action: str, detail: str, events_path: Path | None = None) -> None:
+    """Append one event (JSON line) to the event log that `ftslurm report` reads."""
+    from ftslurm.report.events import InjectedEvent, append_event, now_iso
+
+    t = plan.target
+    append_event(
+        InjectedEvent(
+            time=now_iso(),
+            action=action,
+            replica=t.replica,
+            node=t.node,
+            job=str(t.job) if t.job is not None else None,
+            detail=detail,
+        ),
+        events_path,
+    )
+
+
+def _log_path(job: int, replica: int) -> Path:
+    return paths.torchft_runs_dir() / f"tft-{job}" / f"tft-{job}_{replica}.out"
+
+
+def _attempt_banner_count(path: Path) -> int:
+    """How many `launching replica` lines the log has (reads it in blocks, not at once)."""
+    n = 0
+    try:
+        with open(path, "rb") as fh:
+            carry = b""
+            while chunk := fh.read(1 << 20):
+                data = carry + chunk
+                n += data.count(b"launching replica")
+                carry = data[-32:]
+                n -= carry.count(b"launching replica")
+            n += carry.count(b"launching replica")
+    except OSError:
+        return 0
+    return n
+
+
+def execute(
+    plan: FailurePlan,
+    *,
+    ops: SlurmOps | None = None,
+    wait_recovered: bool = False,
+    timeout: float = 300.0,
+    say: Say = _quiet,
+    events_path: Path | None = None,
+    poll: float = 0.25,
+    log_path: Path | None = None,
+) -> Outcome:
+    """Run the plan. A node taken DOWN is RESUMEd on every way out; each action is logged.
+
+    With `wait_recovered`, wait until the task runs again (restart count above the one seen
+    at resolve time, state RUNNING) and, when its log is known, until its new attempt's
+    launching line appears; the phases are timed."""
+    ops = ops or SlurmOps()
+    t = plan.target
+    out = Outcome(plan)
+    down = False
+    t0 = time.monotonic()
+    mark = t0
+    if log_path is None and t.job is not None and t.replica is not None:
+        log_path = _log_path(t.job, t.replica)
+    banners_before = _attempt_banner_count(log_path) if log_path else 0
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        out.phases.append(Phase(name, now - mark))
+        mark = now
+
+    def left_running() -> JobInfo | None:
+        if t.job is None or t.replica is None:
+            return None
+        cur = ops.tasks(t.job).get(t.replica)
+        if cur is None or cur.state != "RUNNING" or cur.restarts > t.restarts:
+            return cur or JobInfo(0, t.job, t.replica, "UNKNOWN")
+        return None
+
+    def wait_until(cond: Callable[[], Any], limit: float, what: str) -> Any:
+        deadline = time.monotonic() + limit
+        while True:
+            v = cond()
+            if v:
+                return v
+            if time.monotonic() >= deadline:
+                raise RecoveryTimeout(f"timed out after {limit:g} s waiting for {what}")
+            time.sleep(poll)
+
+    def resume(why: str) -> None:
+        nonlocal down
+        with signals_deferred() as got:
+            ops.update_node(t.node, "RESUME")
+            down = False
+            record(plan, "resume", why, events_path)
+            say(f"RESUMEd {t.node}" + (f" ({why})" if why != "planned" else ""))
+        if got:
+            raise Interrupted(got[0])
+
+    try:
+        with signals_raise():
+            for a in plan.actions:
+                if a.kind == "down":
+                    with atomic():
+                        down = True  # before the call: a Ctrl-C may stop scontrol after DOWN
+                        ops.update_node(t.node, "DOWN", plan.reason)
+                        record(plan, "node-down", f"State=DOWN Reason={plan.reason}", events_path)
+                        say(f"{t.node} set DOWN ({t.describe()})")
+                    if wait_recovered and t.replica is not None:
+                        wait_until(left_running, min(timeout, 60), f"task {t.task_key} to stop")
+                        phase("down->task stopped")
+                elif a.kind == "wait":
+                    end = time.monotonic() + a.seconds
+                    while (left := end - time.monotonic()) > 0:
+                        time.sleep(min(left, 0.5))
+                    if wait_recovered:
+                        phase("held down")
+                elif a.kind == "resume":
+                    resume("planned")
+                    mark = time.monotonic()
+                elif a.kind == "requeue":
+                    with atomic():
+                        ops.requeue(a.argv[-1])
+                        record(plan, "requeue", shlex.join(a.argv), events_path)
+                        say(f"requeued {a.argv[-1]} ({t.describe()})")
+                elif a.kind == "kill-local":
+                    with atomic():
+                        procs.kill_pids(list(a.pids), signal.SIGKILL)
+                        out.killed = a.pids
+                        detail = f"SIGKILL to worker pid(s) {list(a.pids)}"
+                        record(plan, "kill", detail, events_path)
+                        say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({t.describe()})")
+                elif a.kind == "kill-srun":
+                    with atomic():
+                        ops.run(list(a.argv))
+                        record(plan, "kill", shlex.join(a.argv), events_path)
+                        say(f"SIGKILLed training worker(s) through srun ({t.describe()})")
+            if wait_recovered and t.replica is not None:
+                if plan.mode != "node-down":
+                    wait_until(left_running, min(timeout, 60), f"task {t.task_key} to stop")
+                    phase(f"{plan.mode}->task stopped")
+
+                def back() -> JobInfo | None:
+                    cur = ops.tasks(t.job).get(t.replica)  # type: ignore[arg-type]
+                    ok = cur and cur.state == "RUNNING" and cur.restarts > t.restarts
+                    return cur if ok else None
+
+                cur = wait_until(back, timeout, f"task {t.task_key} RUNNING again")
+                phase("RUNNING again" if plan.mode != "node-down" else "resume->RUNNING")
+                out.new_node, out.restarts = cur.node, cur.restarts
+                if log_path is not None and log_path.parent.exists():
+                    wait_until(
+                        lambda: _attempt_banner_count(log_path) > banners_before,
+                        timeout,
+                        f"a new `launching replica` line in {log_path}",
+                    )
+                    phase("RUNNING->launch line")
+                out.recovered = True
+                out.phases.append(Phase("total", time.monotonic() - t0))
+    finally:
+        if down:
+            try:
+                resume("guard: interrupted or failed")
+            except Exception as e:  # noqa: BLE001 - say it, and let the first error through
+                say(
+                    f"WARNING: could not RESUME {t.node} ({e}); run by hand: "
+                    + shlex.join(slurm_args.node_update_cmd(t.node, "RESUME"))
+                )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Chaos
+
+
+@dataclass
+class ChaosSummary:
+    events: list[Outcome] = field(default_factory=list)
+    skipped: int = 0
+    interrupted: bool = False
+
+
+def chaos_pick(
+    tasks: dict[int, JobInfo], rng: random.Random, exclude_nodes: frozenset[str] = frozenset()
+) -> int | None:
+    """A random RUNNING replica, or None when fewer than two run (the last live replica is
+    never hit)."""
+    running = sorted(
+        i for i, j in tasks.items() if j.state == "RUNNING" and j.node not in exclude_nodes
+    )
+    all_running = [i for i, j in tasks.items() if j.state == "RUNNING"]
+    if len(all_running) < 2 or not running:
+        return None
+    return rng.choice(running)
+
+
+def run_chaos(
+    job: int,
+    *,
+    every: float,
+    count: int,
+    seed: int | None,
+    make: Callable[[int], FailurePlan],
+    ops: SlurmOps | None = None,
+    say: Say = _quiet,
+    events_path: Path | None = None,
+) -> ChaosSummary:
+    """`count` failures, one every `every` seconds (the first at once), each on a random
+    RUNNING replica; a tick with fewer than two running replicas is skipped, so the last live
+    replica is never hit. `make(replica)` resolves and plans one failure (the command layer
+    does the Slurm look-ups and safety checks). Each failure runs guarded by `execute`."""
+    ops = ops or SlurmOps()
+    rng = random.Random(seed)
+    summary = ChaosSummary()
+    start = time.monotonic()
+    try:
+        with signals_raise():
+            for k in range(count):
+                wait = start + k * every - time.monotonic()
+                while wait > 0:
+                    time.sleep(min(wait, 0.5))
+                    wait = start + k * every - time.monotonic()
+                stamp = time.strftime("%H:%M:%S")
+                pick = chaos_pick(ops.tasks(job), rng)
+                if pick is None:
+                    summary.skipped += 1
+                    say(f"[{stamp}] event {k + 1}/{count}: skipped (fewer than 2 replicas running)")
+                    continue
+                try:
+                    plan = make(pick)
+                except UserError as e:
+                    summary.skipped += 1
+                    say(f"[{stamp}] event {k + 1}/{count}: skipped ({e})")
+                    continue
+                outcome = execute(plan, ops=ops, say=_quiet, events_path=events_path)
+                summary.events.append(outcome)
+                extra = f", {plan.down_for:g} s down, resumed" if plan.mode == "node-down" else ""
+                say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")
+    except Interrupted:
+        summary.interrupted = True
+    return summary
+
+
+def chaos_summary_line(summary: ChaosSummary) -> str:
+    modes: dict[str, int] = {}
+    for o in summary.events:
+        modes[o.plan.mode] = modes.get(o.plan.mode, 0) + 1
+    by_mode = ", ".join(f"{m} x{n}" for m, n in sorted(modes.items())) or "none"
+    replicas = sorted(
+        {o.plan.target.replica for o in summary.events if o.plan.target.replica is not None}
+    )
+    nodes = sorted({o.plan.target.node for o in summary.events if o.plan.mode == "node-down"})
+    text = (
+        f"chaos: {len(summary.events)} events ({by_mode}), {summary.skipped} skipped, "
+        f"replicas hit: {replicas or 'none'}"
+    )
+    if nodes:
+        text += f"; nodes resumed: {', '.join(nodes)}"
+    if summary.interrupted:
+        text += " (interrupted)"
+    return text
+
+
+def hostname() -> str:
+    """The node this command runs on (refused as a target)."""
+    return socket.gethostname()

@@ -1,0 +1,262 @@
+"""Tail replica logs merged in time order, following growth, new files and requeued attempts.
+
+Why it reads backwards: replica logs of a long run reach gigabytes, and `logs -n 20` or
+`status` must answer at once, so only the tail of each file is read (seek from the end, one
+block at a time, until enough lines are found), never the whole file.
+
+Merging: lines are ordered by the timestamp at their start (torchtitan's `[titan] 2026-11-23
+10:10:51,647`, the Rust `2026-11-23T10:10:51.647`, the launcher's `[2026-11-23 10:10:51]`).
+A line without one (tracebacks, JSON dumps, warnings) stays glued to the previous line of the
+same file, and a file's own order is never changed: its keys are made non-decreasing, so the
+k-way merge only interleaves files. Requeued tasks append to the same file (`--open-mode=
+append`), so following a file follows every new attempt; a truncated file is read again from
+the start, and files that appear later (a task that starts late) are picked up.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+BLOCK = 64 * 1024
+CONTEXT = 200  # lines read before a tail to date its first, untimed lines
+
+# date + time at the start of a line, after an optional `[titan] ` / `[` prefix
+_TS_RE = re.compile(
+    r"^(?:\[titan\]\s+|\[)?(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
+)
+# C++ (glog) lines of torch: `W1123 10:12:54.001000 11604 file.py:1028] ...` (no year)
+_GLOG_RE = re.compile(r"^\[?[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s")
+_EPOCH = datetime(1970, 1, 1)
+
+
+def line_time(line: str, year: int | None = None) -> float | None:
+    """Seconds (the log's local wall clock read as UTC, only for ordering) or None. A glog
+    line has no year: `year` (default: this year) is assumed."""
+    m = _TS_RE.match(line)
+    if m:
+        date, clock, frac_text = m.group(1), m.group(2), m.group(3)
+    else:
+        g = _GLOG_RE.match(line)
+        if not g:
+            return None
+        date = f"{year or datetime.now().year:04d}-{g.group(1)}-{g.group(2)}"
+        clock, frac_text = g.group(3), g.group(4)
+    try:
+        dt = datetime.fromisoformat(f"{date}T{clock}")
+    except ValueError:
+        return None
+    frac = float("0." + frac_text) if frac_text else 0.0
+    return (dt - _EPOCH).total_seconds() + frac
+
+
+def read_tail(path: Path, n: int, block: int = BLOCK) -> tuple[list[str], int]:
+    """The last `n` complete lines of `path` and the offset just after them (where following
+    resumes). Reads backwards from the end in blocks; an unterminated last line (a writer in
+    the middle of a line) is left for the follower."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        pos = size
+        data = b""
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+            if data.count(b"\n") > n:
+                break
+    end = data.rfind(b"\n") + 1  # only complete lines
+    complete = data[:end]
+    lines = complete.split(b"\n")[:-1]
+    if pos > 0:
+        lines = lines[1:]  # the first piece may be the middle of a line
+    if n >= 0:
+        lines = lines[-n:] if n else []
+    offset = size - (len(data) - end)
+    return [b.decode(errors="replace").rstrip("\r") for b in lines], offset
+
+
+def read_tail_bytes(path: Path, nbytes: int) -> str:
+    """Up to the last `nbytes` of `path`, starting at a line boundary (for summaries)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        start = max(0, size - nbytes)
+        fh.seek(start)
+        data = fh.read()
+    if start > 0:
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+    return data.decode(errors="replace")
+
+
+@dataclass
+class Entry:
+    """A line with its sort key, the source it came from, and its order in that source."""
+
+    key: float
+    label: str
+    seq: int
+    text: str
+
+
+def keyed(lines: list[str], label: str, last: float | None = None) -> list[Entry]:
+    """Lines -> entries with non-decreasing keys: a line without a timestamp (or one that
+    goes back in time) takes the key of the line before it. Leading lines without a time take
+    the first time found in the batch (else `last`, else 0)."""
+    if last is None:
+        last = next((t for t in map(line_time, lines) if t is not None), 0.0)
+    out = []
+    for i, line in enumerate(lines):
+        t = line_time(line)
+        if t is not None and t > last:
+            last = t
+        out.append(Entry(last, label, i, line))
+    return out
+
+
+def merge(groups: list[list[Entry]]) -> list[Entry]:
+    """k-way merge by time; files keep their own order; ties go to the earlier source."""
+    return list(heapq.merge(*groups, key=lambda e: e.key))
+
+
+@dataclass
+class Source:
+    """One followed file."""
+
+    label: str
+    path: Path
+    offset: int = 0
+    inode: int | None = None
+    partial: bytes = b""
+    last_key: float | None = None
+
+
+@dataclass
+class Follower:
+    """Follows a set of files found by `discover()` (label -> path), emitting merged batches.
+
+    `start(n)` returns the last n lines per file, merged; `poll()` returns what was appended
+    since, merged. New files from `discover()` are read from their beginning."""
+
+    discover: Callable[[], dict[str, Path]]
+    sources: dict[str, Source] = field(default_factory=dict)
+
+    def start(self, n: int) -> list[Entry]:
+        groups = []
+        for label, path in sorted(self.discover().items(), key=lambda kv: _label_order(kv[0])):
+            try:
+                # extra lines before the tail only to know the time of untimed first lines
+                lines, offset = read_tail(path, n + CONTEXT)
+                inode = path.stat().st_ino
+            except OSError:
+                continue
+            src = Source(label, path, offset, inode)
+            context, lines = lines[: max(0, len(lines) - n)], lines[len(lines) - n :] if n else []
+            before = next((t for t in map(line_time, reversed(context)) if t is not None), None)
+            entries = keyed(lines, label, before)
+            if entries:
+                src.last_key = entries[-1].key
+            self.sources[label] = src
+            groups.append(entries)
+        return merge(groups)
+
+    def poll(self) -> list[Entry]:
+        for label, path in self.discover().items():
+            if label not in self.sources:
+                self.sources[label] = Source(label, path)  # new file: from its start
+        groups = []
+        for label in sorted(self.sources, key=_label_order):
+            groups.append(self._read_new(self.sources[label]))
+        return merge(groups)
+
+    def _read_new(self, src: Source) -> list[Entry]:
+        try:
+            st = src.path.stat()
+        except OSError:
+            return []
+        if src.inode is not None and st.st_ino != src.inode or st.st_size < src.offset:
+            src.offset, src.partial = 0, b""  # replaced or truncated: read it again
+        src.inode = st.st_ino
+        if st.st_size == src.offset:
+            return []
+        try:
+            with open(src.path, "rb") as fh:
+                fh.seek(src.offset)
+                data = fh.read(st.st_size - src.offset)
+        except OSError:
+            return []
+        src.offset += len(data)
+        data = src.partial + data
+        end = data.rfind(b"\n") + 1
+        src.partial = data[end:]
+        lines = [b.decode(errors="replace").rstrip("\r") for b in data[:end].split(b"\n")[:-1]]
+        entries = keyed(lines, src.label, src.last_key)
+        if entries:
+            src.last_key = entries[-1].key
+        return entries
+
+    def follow(
+        self, interval: float = 0.3, stop: Callable[[], bool] = lambda: False
+    ) -> Iterator[Entry]:
+        while not stop():
+            yield from self.poll()
+            time.sleep(interval)
+
+
+def _label_order(label: str) -> tuple[int, str]:
+    """r0 < r1 < r10 < lh: replicas by number, other sources after."""
+    m = re.fullmatch(r"r(\d+)", label)
+    return (int(m.group(1)), "") if m else (1 << 30, label)
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the files of a run (no Slurm call: works from the login node)
+
+_TASK_RE = re.compile(r"^tft-(.+)_(\d+)\.out$")
+
+
+def newest_run_dir(runs_dir: Path) -> Path | None:
+    """The most recently modified `tft-*` run folder under `runs_dir`."""
+    try:
+        dirs = [p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith("tft-")]
+    except OSError:
+        return None
+    return max(dirs, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def replica_logs(run_dir: Path, replicas: set[int] | None = None) -> dict[str, Path]:
+    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given."""
+    out: dict[str, Path] = {}
+    job = run_dir.name[len("tft-") :]
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return out
+    for name in names:
+        m = _TASK_RE.match(name)
+        if not m or m.group(1) != job:
+            continue
+        i = int(m.group(2))
+        if replicas is None or i in replicas:
+            out[f"r{i}"] = run_dir / name
+    return out
+
+
+COLORS = ("36", "33", "35", "32", "34", "31", "96", "93")
+
+
+def prefix(label: str, width: int, color: bool) -> str:
+    text = f"[{label}]".ljust(width + 2) + " "
+    if not color:
+        return text
+    order = _label_order(label)[0]
+    code = COLORS[order % len(COLORS)] if order < (1 << 30) else "90"
+    return f"\x1b[{code}m{text}\x1b[0m"

@@ -1,0 +1,192 @@
+"""`ftslurm status`: one row per array task of an FT job, from Slurm's view and the log tail.
+
+Why both sources: Slurm knows the state, the reason and the restart count, but not whether
+the replica is actually training; the tail of its log does (last step and loss, how long
+since it last wrote). The row builder is a pure function of those two inputs, so it is
+tested on recorded output; only `collect` touches Slurm and the files.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftslurm.failure import job_tasks
+from ftslurm.logtail import read_tail_bytes
+from ftslurm.slurm.parse import JobInfo
+
+TAIL_BYTES = 256 * 1024
+STEP_RE = re.compile(r"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaif]+)")
+ATTEMPT_RE = re.compile(r"launching replica (\d+) \(attempt (\d+)\)")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class LogSummary:
+    """What the tail of a replica log says."""
+
+    path: str
+    exists: bool = False
+    last_step: int | None = None
+    last_loss: float | None = None
+    attempt: int | None = None  # from the last `launching replica R (attempt A)` line
+    mtime: float | None = None
+
+
+def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> LogSummary:
+    """Pure: the last step/loss and attempt number found in a log tail."""
+    text = _ANSI_RE.sub("", text)
+    s = LogSummary(path=path, exists=True, mtime=mtime)
+    steps = STEP_RE.findall(text)
+    if steps:
+        s.last_step = int(steps[-1][0])
+        try:
+            s.last_loss = float(steps[-1][1])
+        except ValueError:
+            s.last_loss = None
+    attempts = ATTEMPT_RE.findall(text)
+    if attempts:
+        s.attempt = int(attempts[-1][1])
+    return s
+
+
+def read_summary(path: Path, tail_bytes: int = TAIL_BYTES) -> LogSummary:
+    try:
+        mtime = path.stat().st_mtime
+        text = read_tail_bytes(path, tail_bytes)
+    except OSError:
+        return LogSummary(path=str(path))
+    return summarize_tail(text, str(path), mtime)
+
+
+@dataclass
+class Row:
+    replica: int
+    state: str
+    reason: str
+    node: str
+    restarts: int
+    attempt: int | None
+    last_step: int | None
+    last_loss: float | None
+    idle_s: float | None  # seconds since the log last changed
+    job_id: int  # Slurm's own id of the task
+    log: str
+
+
+def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: float) -> list[Row]:
+    """Pure: one row per array task of `job`, in task order."""
+    rows = []
+    for i, t in sorted(job_tasks(jobs, job).items()):
+        s = logs.get(i) or LogSummary(path="")
+        rows.append(
+            Row(
+                replica=i,
+                state=t.state,
+                reason=t.reason if t.reason not in ("None", "") else "",
+                node=t.node if t.state in ("RUNNING", "COMPLETING") else "",
+                restarts=t.restarts,
+                attempt=s.attempt,
+                last_step=s.last_step,
+                last_loss=s.last_loss,
+                idle_s=round(now - s.mtime, 1) if s.mtime is not None else None,
+                job_id=t.job_id,
+                log=s.path,
+            )
+        )
+    return rows
+
+
+@dataclass
+class Quorum:
+    """The Lighthouse's view, when a managed one runs."""
+
+    running: bool
+    address: str | None = None
+    quorum_id: int | None = None
+    participants: list[str] = field(default_factory=list)
+    status: str | None = None
+    heartbeating: int | None = None
+    error: str | None = None
+
+
+def lighthouse_quorum() -> Quorum | None:
+    """The managed Lighthouse's current quorum; None when that API is not available. Never
+    raises: status must work without a Lighthouse."""
+    try:
+        from ftslurm import lighthouse
+    except ImportError:
+        return None
+    try:
+        st = lighthouse.status(http_timeout=1.0)
+    except Exception as e:  # noqa: BLE001 - status must not fail on the Lighthouse
+        return Quorum(running=False, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    if not st.running:
+        return Quorum(running=False)
+    q = Quorum(running=True, address=st.address, error=st.http_error)
+    page = st.quorum
+    if page is not None:
+        q.quorum_id = page.quorum_id
+        q.participants = [m.replica_id for m in page.members]
+        q.status = page.next_status
+        q.heartbeating = len(page.live_heartbeats)
+    return q
+
+
+def _fmt_age(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.0f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
+    head = ["REPLICA", "STATE", "REASON", "NODE", "RESTARTS", "ATTEMPT", "STEP", "LOSS", "LAST LOG"]
+    body = [
+        [
+            str(r.replica),
+            r.state,
+            r.reason or "-",
+            r.node or "-",
+            str(r.restarts),
+            "-" if r.attempt is None else str(r.attempt),
+            "-" if r.last_step is None else str(r.last_step),
+            "-" if r.last_loss is None else f"{r.last_loss:.4f}",
+            _fmt_age(r.idle_s) + (" ago" if r.idle_s is not None else ""),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
+    lines = [f"job {job}: {len(rows)} array task(s)"]
+    for cells in [head, *body]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    if quorum is not None:
+        lines.append(render_quorum(quorum))
+    return "\n".join(lines)
+
+
+def render_quorum(q: Quorum) -> str:
+    if not q.running:
+        return "lighthouse: not running" + (f" ({q.error})" if q.error else "")
+    if q.quorum_id is None:
+        return f"lighthouse: {q.address} running" + (f", {q.error}" if q.error else "")
+    who = ", ".join(p.split(":", 1)[0] for p in q.participants) or "none"
+    text = f"lighthouse: {q.address} quorum {q.quorum_id}: {len(q.participants)} members ({who})"
+    if q.heartbeating is not None:
+        text += f", {q.heartbeating} heartbeating"
+    return text
+
+
+def to_json(job: int, rows: list[Row], quorum: Quorum | None) -> dict[str, Any]:
+    return {
+        "job": job,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "tasks": [asdict(r) for r in rows],
+        "lighthouse": asdict(quorum) if quorum is not None else None,
+    }
