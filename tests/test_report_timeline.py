@@ -270,17 +270,20 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path, restart_
     assert (s["quorum_changes"], s["failures"], s["requeues"], s["degraded_s"]) == (5, 3, 3, 35.0)
 
 
-def test_managed_lighthouse_log_is_found_and_windowed(tmp_path, monkeypatch):
+def test_managed_lighthouse_log_with_an_earlier_run_of_the_same_job(tmp_path, monkeypatch):
     """No Lighthouse log in the run dir: the managed Lighthouse's log (shared by every run) is
-    read, keeping only the lines around this run's replica logs."""
+    read; an earlier run with the same replica names (other uuids) in it is not this run."""
+    import re
+
     from ftslurm import lighthouse
 
     monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lh"))
     monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "none.jsonl"))
     shared = lighthouse.log_path()
     shared.parent.mkdir(parents=True, exist_ok=True)
-    older_run = (GUIDE / "lighthouse.log").read_bytes()  # 2025: another run, long before
-    shared.write_bytes(older_run + gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes()))
+    ours = gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes())
+    earlier = re.sub(rb"\b[0-9a-f]{8}-", b"00000000-", ours.replace(b"T08:", b"T07:"))
+    shared.write_bytes(earlier + ours)
     run = tmp_path / "torchft" / "tft-5"
     run.mkdir(parents=True)
     for i in (0, 1):
@@ -289,9 +292,18 @@ def test_managed_lighthouse_log_is_found_and_windowed(tmp_path, monkeypatch):
         )
     files = find_run_files([run])
     assert files.lighthouse_logs == [shared] and files.shared_lighthouse
-    j = build_report([run]).to_json()
-    assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
-    assert j["summary"]["foreign_quorums"] == 1  # only the torchtitan_ft_0 one at 08:52:30
+    j = build_report(run).to_json()
+    assert [(q["quorum_id"], q["time"]) for q in j["quorums"]] == [
+        (1, "2026-11-23T08:50:55.316"), (2, "2026-11-23T08:51:07.406"),
+        (3, "2026-11-23T08:51:19.640"),
+    ]
+    # the earlier run's quorums 1-3 and both torchtitan_ft_0 quorums are not ours
+    assert j["summary"]["foreign_quorums"] == 5
+    assert [(f["replica"], f["time"]) for f in j["failures"]] == [
+        ("1", "2026-11-23T08:51:07.406")
+    ]
+    assert j["summary"]["requeues"] == 1
+    assert not [e for e in j["timeline"] if e["time"] < "2026-11-23T08:49"]
 
 
 def test_logs_ending_while_degraded(tmp_path):

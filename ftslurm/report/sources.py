@@ -1,8 +1,9 @@
 """The files of one run, and their events merged into one time-ordered stream.
 
-A run is a directory (`outputs/torchft/tft-<job>/`), explicit files, or the newest run. Its
-Lighthouse log may be the managed Lighthouse's (shared by every run): then only the lines
-around the run's replica logs are kept. The global event log keeps only the run's job.
+A run is a directory (`outputs/torchft/tft-<job>/`), explicit files, or the newest run. A
+Lighthouse log outlives runs (the managed Lighthouse's is shared by every run, and is often
+copied whole into a run's directory): the timeline keeps the quorums whose members the
+replica logs know (see timeline.py). The global event log keeps only the run's job.
 """
 
 from __future__ import annotations
@@ -106,30 +107,6 @@ def _managed_lighthouse_log() -> Path | None:
     return path if path.is_file() else None
 
 
-def _head_tail_times(path: Path, size: int = 1 << 16) -> tuple[float | None, float | None]:
-    """First and last timestamp of a log from its first and last `size` bytes."""
-    first = last = None
-    try:
-        with R.open_log(path) as fh:
-            head = fh.read(size)
-            if path.suffix != ".gz":
-                fh.seek(0, 2)
-                end = fh.tell()
-                fh.seek(max(0, end - size))
-            tail = fh.read(size) if path.suffix != ".gz" else head
-    except OSError:
-        return None, None
-    for line in head.split(b"\n")[:200]:
-        first = L.parse_time(line)
-        if first is not None:
-            break
-    for line in reversed(tail.split(b"\n")[-200:]):
-        last = L.parse_time(line)
-        if last is not None:
-            break
-    return first, last
-
-
 def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
     name = f.name.lower().removesuffix(".gz")
     if name.endswith(".jsonl"):
@@ -183,31 +160,12 @@ def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> It
         streams.append(R.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
         streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
-    window = _run_window(files) if files.shared_lighthouse else None
-    if window is not None:
-        streams = [_in_window(s, *window) for s in streams]
     have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
     for p in files.replica_logs:
         streams.append(
             R.iter_file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
         )
     return heapq.merge(*streams, key=_key)
-
-
-def _run_window(files: RunFiles) -> tuple[float, float] | None:
-    """The replica logs' time span, widened a little: what to keep of a shared Lighthouse log."""
-    spans = [_head_tail_times(p) for p in files.replica_logs]
-    firsts = [f for f, _ in spans if f is not None]
-    lasts = [la for _, la in spans if la is not None]
-    if not firsts or not lasts:
-        return None
-    return min(firsts) - 120.0, max(lasts) + 60.0
-
-
-def _in_window(events: Iterator[Event], lo: float, hi: float) -> Iterator[Event]:
-    for ev in events:
-        if ev.time is None or lo <= ev.time <= hi:
-            yield ev
 
 
 def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:

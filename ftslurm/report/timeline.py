@@ -65,6 +65,7 @@ class Failure:
     next_commit_time: float | None = None
     next_commit_step: int | None = None
     survivor: str | None = None
+    quorum_pair: tuple[int, int] | None = field(default=None, repr=False)  # (prev, new) index
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Attempt:
     healed_step: int | None = None
     healed_time: float | None = None  # first committed step of this attempt
     manager_started: bool = False
+    launch_number: int | None = None  # the launcher's own attempt number (Slurm restarts)
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Entry:
     kind: str
     text: str
     replica: str | None = None
+    rid: str | None = None  # the full replica id it is about, when that decides if it is ours
 
 
 @dataclass
@@ -214,6 +217,7 @@ class _Builder:
         self.by_uuid: dict[tuple[str, str | None], Attempt] = {}
         self.rec_by_target: dict[str, Recovery] = {}  # full target id -> its latest recovery
         self.finished: dict[str, float | bool] = {}  # full id -> when it finished training
+        self.log_ids: set[str] = set()  # full replica ids the replica logs speak for
         self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
@@ -230,8 +234,9 @@ class _Builder:
         self.injected_all: list[Event] = []
 
     # -- helpers
-    def _entry(self, t: float | None, kind: str, text: str, replica: str | None = None) -> None:
-        self.timeline.append(Entry(t, kind, text, replica))
+    def _entry(self, t: float | None, kind: str, text: str, replica: str | None = None,
+               rid: str | None = None) -> None:
+        self.timeline.append(Entry(t, kind, text, replica, rid))
 
     def _atts(self, gkey: str) -> list[Attempt]:
         """The attempts of `prefix_i`; launcher lines seen before any id (they carry only the
@@ -259,15 +264,14 @@ class _Builder:
         atts.append(a)
         self.by_uuid[(gkey, uuid)] = a
         if a.number > 0:
-            self._entry(t, "attempt", f"replica {_short(gkey)} attempt {a.number} first seen", gkey)
+            self._entry(t, "attempt", f"replica {_short(gkey)} seen with a new id (restarted)",
+                        gkey, f"{gkey}:{uuid}")
         return a
 
     def _new_attempt(self, gkey: str, t: float | None, source: str, node: str = "",
                      number: int | None = None) -> Attempt:
         atts = self._atts(gkey)
-        a = Attempt(gkey, len(atts), t, source, node=node)
-        if number is not None and number > a.number:
-            a.number = number
+        a = Attempt(gkey, len(atts), t, source, node=node, launch_number=number)
         atts.append(a)
         return a
 
@@ -323,6 +327,8 @@ class _Builder:
         return sorted(m.replica_id for m in ev.members) != sorted(old)
 
     def on_finished(self, ev: Event) -> None:
+        if ev.replica:
+            self._note_log_prefix(ev.replica)
         if not ev.replica:
             return
         self.finished[ev.replica] = ev.time if ev.time is not None else True
@@ -388,6 +394,7 @@ class _Builder:
             f = Failure(
                 ev.time, gkey, old, q.step, kind, "quorum-change",
                 detected_time=ev.time, last_seen_time=q.last_seen_before, quorum_id=q.quorum_id,
+                quorum_pair=(len(self.quorums) - 2, len(self.quorums) - 1),
             )
             inj = self._take_injected(gkey, ev.time)
             if inj is not None:
@@ -429,8 +436,9 @@ class _Builder:
             self.restart_actions.setdefault(ev.replica, []).append(ev)
 
     def on_commit(self, ev: Event) -> None:
-        """Emitted commits only (see lines.iter_file_events); the counts are in stats."""
+        """Emitted commits only (see reader.iter_file_events); the counts are in stats."""
         rid = ev.replica or "?"
+        self.log_ids.add(rid)
         gkey, _ = _idx(rid)
         step = ev.step if ev.step is not None else -1
         _, _, uuid = split_replica_id(rid)
@@ -463,6 +471,8 @@ class _Builder:
             self._note_log_prefix(ev.replica)
 
     def _note_log_prefix(self, rid: str) -> None:
+        if ":" in rid:
+            self.log_ids.add(rid)
         p = split_replica_id(rid)[0]
         self.log_prefixes[p] = self.log_prefixes.get(p, 0) + 1
 
@@ -493,8 +503,8 @@ class _Builder:
             return
         a = self._new_attempt(gkey, ev.time, "manager-start")
         a.manager_started = True
-        self._entry(ev.time, "attempt",
-                    f"replica {_short(gkey)} attempt {a.number} started (new process)", gkey)
+        where = f" (manager {ev.detail})" if ev.detail else ""
+        self._entry(ev.time, "attempt", f"replica {_short(gkey)} process started{where}", gkey)
         self._bind_restart(a)
 
     def _bind_restart(self, a: Attempt) -> None:
@@ -522,6 +532,8 @@ class _Builder:
             rec.source_id = ev.replica
 
     def on_heal_required(self, ev: Event) -> None:
+        if ev.replica:
+            self._note_log_prefix(ev.replica)
         if not ev.replica or not ev.step:
             return  # max_step=0: the initial sync, not a recovery
         rec = self._recovery(ev.replica, ev.step, ev.time)
@@ -531,6 +543,8 @@ class _Builder:
                 rec.source_replica, rec.source_id = _idx(src)[0], src
 
     def on_heal_fetch(self, ev: Event) -> None:
+        if ev.replica:
+            self._note_log_prefix(ev.replica)
         if not ev.replica or not ev.ranks:
             return
         rec = self.rec_by_target.get(ev.replica)
@@ -540,6 +554,8 @@ class _Builder:
                 rec.source_replica, rec.source_id = _idx(src)[0], src
 
     def on_healed(self, ev: Event) -> None:
+        if ev.replica:
+            self._note_log_prefix(ev.replica)
         if not ev.replica or not ev.step:
             return
         rec = self._recovery(ev.replica, ev.step, ev.time)
@@ -577,19 +593,31 @@ class _Builder:
         def mine(rid: str | None) -> bool:
             return rid is not None and split_replica_id(rid)[0] in ours
 
-        quorums, foreign = [], 0
-        for q in self.quorums:
+        # Ours: a quorum with a member the replica logs speak for (a Lighthouse log may hold
+        # other runs of the same job name before or after this one); without such ids, every
+        # quorum of the run's prefix.
+        ids = self.log_ids | {k.decode("utf-8", "replace") for k in stats.commits}
+        quorums, foreign, our_q = [], 0, set()
+        before_ours: float | None = None  # the last foreign quorum before the first of ours
+        for i, q in enumerate(self.quorums):
             parts = [r for r in q.participants if mine(r)]
-            if not parts and q.participants:
-                foreign += 1
+            if not parts or (ids and not any(r in ids for r in parts)):
+                foreign += bool(q.participants)
+                if not quorums and q.time is not None:
+                    before_ours = q.time
                 continue
             q.participants = parts
             quorums.append(q)
+            our_q.add(i)
+        known = ids | {r for q in quorums for r in q.participants}
         qtimes = [q.time for q in quorums if q.time is not None]
         if qtimes:
             self.first_time = min(qtimes[0], self.first_time or qtimes[0])
             self.last_time = max(qtimes[-1], self.last_time or qtimes[-1])
-        failures = [f for f in self.failures if mine(f.replica_id)]
+        failures = [
+            f for f in self.failures
+            if mine(f.replica_id) and (f.quorum_pair is None or set(f.quorum_pair) <= our_q)
+        ]
         # Injected failures that no quorum change accounted for (a kill the run absorbed).
         for pend in self.pending_injected.values():
             for e in pend:
@@ -599,14 +627,22 @@ class _Builder:
                     "injected-only", node=e.node,
                 ))
         failures.sort(key=lambda f: (f.time is None, f.time or 0.0))
+        attempts = []
+        for k, atts in self.attempts.items():
+            if not _mine_key(k, ours):
+                continue
+            kept = [a for a in atts if a.uuid is None or f"{a.replica}:{a.uuid}" in known]
+            for n, a in enumerate(kept):
+                a.number = a.launch_number if a.launch_number is not None else n
+            attempts += kept
         group = self.forced_group or max(
             [len(q.participants) for q in quorums]
-            + [len({_idx(k)[0] for k in self.attempts if split_replica_id(k)[0] in ours})],
+            + [len({_idx(a.replica)[0] for a in attempts})],
             default=0,
         )
-        attempts = [a for k, atts in self.attempts.items() if _mine_key(k, ours) for a in atts]
         recoveries = sorted(
-            (r for r in self.recoveries.values() if split_replica_id(r.target_replica)[0] in ours),
+            (r for r in self.recoveries.values()
+             if mine(r.target_replica) and (r.target_id is None or r.target_id in known)),
             key=lambda r: (r.time is None, r.time or 0.0),
         )
         for r in recoveries:
@@ -639,7 +675,11 @@ class _Builder:
         for q in quorums:
             self._entry(q.time, "quorum", _quorum_text(q, prevq, group))
             prevq = q
-        timeline = [e for e in self.timeline if e.replica is None or _mine_key(e.replica, ours)]
+        timeline = [e for e in self.timeline
+                    if (e.replica is None or _mine_key(e.replica, ours))
+                    and (e.rid is None or e.rid in known)
+                    and not (e.kind == "lighthouse" and before_ours is not None
+                             and e.time is not None and e.time < before_ours)]
         timeline.sort(key=lambda e: (e.time is None, e.time or 0.0, _ORDER.get(e.kind, 9)))
         return Report(
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
