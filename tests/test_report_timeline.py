@@ -354,3 +354,34 @@ def test_project_slurm_run_tft_8():
     texts = [e["text"] for e in j["timeline"]]
     assert "replica 0 finished training" in texts
     assert any("step back from 7" in t for t in texts)
+
+
+def test_project_slurm_run_tft_11_two_node_downs():
+    j = build_report(FIX / "slurm-tft-11").to_json()
+    assert [(q["quorum_id"], q["time"], q["step"], q["participants"], q["lighthouse_epoch"])
+            for q in j["quorums"]] == [
+        (1, "2026-11-23T10:10:50.580", 0, ["0", "1"], 1),
+        (2, "2026-11-23T10:11:04.571", 1, ["0"], 1),
+        (3, "2026-11-23T10:11:37.828", 5, ["0", "1"], 1),
+        (4, "2026-11-23T10:11:58.871", 7, ["0"], 1),
+        (5, "2026-11-23T10:12:42.201", 11, ["0", "1"], 1),
+    ]  # the earlier local run's quorums 1-3 (epoch 0) are in the log but not this run's
+    assert j["summary"]["foreign_quorums"] == 3
+    assert [(f["replica"], f["kind"], f["time"], f["step"], f["to_next_commit_s"])
+            for f in j["failures"]] == [
+        ("1", "node-down", "2026-11-23T10:10:59.612", 1, 4.988),
+        ("1", "node-down", "2026-11-23T10:11:53.795", 7, 5.17),
+    ]
+    assert [(r["source_replica"], r["target_replica"], r["step"], r["requeue_source"],
+             r["requeue_to_healed_s"]) for r in j["recoveries"]] == [
+        ("0", "1", 5, "injected resume", 31.622),
+        ("0", "1", 11, "injected resume", 40.088),
+    ]
+    assert [(d["start_step"], d["end_step"], d["duration_s"]) for d in j["degraded"]] == [
+        (1, 5, 33.257), (7, 11, 43.33)
+    ]
+    assert [(a["replica"], a["attempt"], a["node"]) for a in j["attempts"]] == [
+        ("0", 0, "worker-0"), ("1", 0, "worker-1"), ("1", 1, "worker-1"), ("1", 2, "worker-1")
+    ]
+    s = j["summary"]
+    assert (s["requeues"], s["init_syncs"], s["steps_attempted"]) == (2, 1, 18)
