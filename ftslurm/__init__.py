@@ -5,3 +5,12 @@ torch (tests/test_cli.py checks `sys.modules`). Heavy modules are imported where
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """The Python API (`ftslurm.submit_ft_array`, ...) is imported on first use only."""
+    if name in ("submit_ft_array", "submit_classic", "FTArray", "ReplicaHandle"):
+        from ftslurm import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ftslurm' has no attribute {name!r}")

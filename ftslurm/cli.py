@@ -41,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Timeline of quorum changes, failures, recoveries.",
     ),
     "demo": ("ftslurm.commands.demo:demo", "The whole fault-tolerance story on this machine."),
+    "doctor": (
+        "ftslurm.commands.doctor:doctor",
+        "Check a cluster set-up; each problem with its fix.",
+    ),
     "assets": (
         "ftslurm.commands.assets:assets",
         "Download the tokenizer / make tiny local assets.",
