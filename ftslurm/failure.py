@@ -428,8 +428,12 @@ def atomic() -> Iterator[None]:
 
 @dataclass
 class Phase:
+    """A point of the recovery timeline: what happened, when (s since the start), and how
+    long the phase that ended there took (s since the previous point)."""
+
     name: str
-    seconds: float
+    at_s: float
+    took_s: float
 
 
 @dataclass
@@ -447,7 +451,10 @@ class Outcome:
         t = self.plan.target
         return {
             "mode": self.plan.mode, "node": t.node, "job": t.job, "replica": t.replica,
-            "phases": {p.name: round(p.seconds, 2) for p in self.phases},
+            "phases": [
+                {"what": p.name, "at_s": round(p.at_s, 2), "took_s": round(p.took_s, 2)}
+                for p in self.phases
+            ],
             "recovered": self.recovered, "new_node": self.new_node, "restarts": self.restarts,
         }  # fmt: skip
 
@@ -520,6 +527,10 @@ def _attempt_banner_count(path: Path) -> int:
     return n
 
 
+def _state_text(j: JobInfo) -> str:
+    return f"{j.state} {j.reason}" if j.reason and j.reason != "None" else j.state
+
+
 def execute(
     plan: FailurePlan,
     *,
@@ -535,22 +546,33 @@ def execute(
 
     With `wait_recovered`, wait until the task runs again (restart count above the one seen
     at resolve time, state RUNNING) and, when its log is known, until its new attempt's
-    launching line appears; the phases are timed."""
+    launching line appears. Each step is put on a timeline (`Outcome.phases`)."""
     ops = ops or SlurmOps()
     t = plan.target
     out = Outcome(plan)
     down = False
     t0 = time.monotonic()
-    mark = t0
+    last = 0.0
+    running_again: JobInfo | None = None
     if log_path is None and t.job is not None and t.replica is not None:
         log_path = _log_path(t.job, t.replica)
     banners_before = _attempt_banner_count(log_path) if log_path else 0
 
     def phase(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        out.phases.append(Phase(name, now - mark))
-        mark = now
+        nonlocal last
+        at = time.monotonic() - t0
+        out.phases.append(Phase(name, at, at - last))
+        last = at
+
+    def back() -> JobInfo | None:
+        cur = ops.tasks(t.job).get(t.replica)  # type: ignore[arg-type]
+        ok = cur and cur.state == "RUNNING" and cur.restarts > t.restarts
+        return cur if ok else None
+
+    def note_back(cur: JobInfo) -> None:
+        nonlocal running_again
+        running_again = cur
+        phase(f"task {t.task_key} RUNNING again on {cur.node} (restarts {cur.restarts})")
 
     def left_running() -> JobInfo | None:
         if t.job is None or t.replica is None:
@@ -584,28 +606,37 @@ def execute(
         with signals_raise():
             for a in plan.actions:
                 if a.kind == "down":
-                    with atomic():
+                    with signals_deferred() as got:
                         down = True  # before the call: a Ctrl-C may stop scontrol after DOWN
-                        ops.update_node(t.node, "DOWN", plan.reason)
+                        try:
+                            ops.update_node(t.node, "DOWN", plan.reason)
+                        except Exception:
+                            down = bool(got)  # scontrol refused (no root): nothing to undo
+                            raise
                         record(plan, "node-down", f"State=DOWN Reason={plan.reason}", events_path)
                         say(f"{t.node} set DOWN ({t.describe()})")
+                    if got:
+                        raise Interrupted(got[0])
+                    phase(f"DOWN {t.node}")
                     if wait_recovered and t.replica is not None:
-                        wait_until(left_running, min(timeout, 60), f"task {t.task_key} to stop")
-                        phase("down->task stopped")
+                        cur = wait_until(left_running, min(timeout, 60), f"{t.task_key} to stop")
+                        phase(f"task {t.task_key} left RUNNING ({_state_text(cur)})")
                 elif a.kind == "wait":
                     end = time.monotonic() + a.seconds
                     while (left := end - time.monotonic()) > 0:
                         time.sleep(min(left, 0.5))
-                    if wait_recovered:
-                        phase("held down")
+                        if wait_recovered and t.replica is not None and running_again is None:
+                            if cur := back():  # back on a spare node while this one is DOWN
+                                note_back(cur)
                 elif a.kind == "resume":
                     resume("planned")
-                    mark = time.monotonic()
+                    phase(f"RESUME {t.node}")
                 elif a.kind == "requeue":
                     with atomic():
                         ops.requeue(a.argv[-1])
                         record(plan, "requeue", shlex.join(a.argv), events_path)
                         say(f"requeued {a.argv[-1]} ({t.describe()})")
+                    phase(f"requeue {a.argv[-1]}")
                 elif a.kind == "kill-local":
                     with atomic():
                         procs.kill_pids(list(a.pids), signal.SIGKILL)
@@ -613,37 +644,35 @@ def execute(
                         detail = f"SIGKILL to worker pid(s) {list(a.pids)}"
                         record(plan, "kill", detail, events_path)
                         say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({t.describe()})")
+                    phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
                 elif a.kind == "kill-srun":
                     with atomic():
                         ops.run(list(a.argv))
                         record(plan, "kill", shlex.join(a.argv), events_path)
                         say(f"SIGKILLed training worker(s) through srun ({t.describe()})")
+                    phase("SIGKILL through srun")
             if wait_recovered and t.replica is not None:
                 if plan.mode != "node-down":
-                    wait_until(left_running, min(timeout, 60), f"task {t.task_key} to stop")
-                    phase(f"{plan.mode}->task stopped")
-
-                def back() -> JobInfo | None:
-                    cur = ops.tasks(t.job).get(t.replica)  # type: ignore[arg-type]
-                    ok = cur and cur.state == "RUNNING" and cur.restarts > t.restarts
-                    return cur if ok else None
-
-                cur = wait_until(back, timeout, f"task {t.task_key} RUNNING again")
-                phase("RUNNING again" if plan.mode != "node-down" else "resume->RUNNING")
-                out.new_node, out.restarts = cur.node, cur.restarts
+                    cur = wait_until(left_running, min(timeout, 60), f"{t.task_key} to stop")
+                    phase(f"task {t.task_key} left RUNNING ({_state_text(cur)})")
+                if running_again is None:
+                    note_back(wait_until(back, timeout, f"task {t.task_key} RUNNING again"))
+                assert running_again is not None
+                out.new_node, out.restarts = running_again.node, running_again.restarts
                 if log_path is not None and log_path.parent.exists():
                     wait_until(
                         lambda: _attempt_banner_count(log_path) > banners_before,
                         timeout,
                         f"a new `launching replica` line in {log_path}",
                     )
-                    phase("RUNNING->launch line")
+                    phase("new attempt's `launching replica` line in its log")
                 out.recovered = True
-                out.phases.append(Phase("total", time.monotonic() - t0))
     finally:
         if down:
             try:
                 resume("guard: interrupted or failed")
+            except Interrupted:
+                raise  # a second Ctrl-C after the node was resumed
             except Exception as e:  # noqa: BLE001 - say it, and let the first error through
                 say(
                     f"WARNING: could not RESUME {t.node} ({e}); run by hand: "

@@ -133,8 +133,11 @@ def simulate_failure(
             f"replica {plan.target.replica} RUNNING again on {out.new_node} "
             f"(restart count {out.restarts})"
         )
+        click.echo("timeline (at: since the start; took: since the previous line):")
         for p in out.phases:
-            click.echo(f"  {p.name:<26} {p.seconds:7.1f} s")
+            click.echo(f"  at {p.at_s:6.1f} s  took {p.took_s:6.1f} s  {p.name}")
+        total = out.phases[-1].at_s if out.phases else 0.0
+        click.echo(f"recovered {total:.1f} s after the failure was injected")
     if as_json:
         click.echo(json.dumps(out.to_dict()))
 

@@ -1,0 +1,379 @@
+"""Unit tests of simulate-failure: target resolution and refusals on recorded real `squeue
+--json` output, the plan (dry-run text), the worker matcher on real command lines, the
+guarded executor with fake Slurm calls (RESUME on error and on SIGINT), chaos, and the CLI
+(CliRunner and the real console script for exit codes and "no traceback")."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm import failure
+from ftslurm.cli import cli
+from ftslurm.errors import UserError
+from ftslurm.report.events import parse_event_line
+from ftslurm.slurm.parse import JobInfo, parse_squeue_json
+
+FIX = Path(__file__).parent / "fixtures" / "failure"
+NODES = {"worker-0": "allocated", "worker-1": "allocated", "worker-2": "idle"}
+
+
+def recorded(name: str) -> list[JobInfo]:
+    return parse_squeue_json((FIX / f"{name}.json").read_text())
+
+
+def resolve(jobs=None, **kw) -> failure.Target:
+    kw.setdefault("replica", None)
+    kw.setdefault("node", None)
+    kw.setdefault("job", None)
+    kw.setdefault("here", "login-0")
+    return failure.resolve_target(recorded("squeue_running") if jobs is None else jobs, NODES, **kw)
+
+
+# ---------------------------------------------------------------- resolution (recorded output)
+
+
+def test_newest_ft_job_on_recorded_squeue():
+    jobs = recorded("squeue_running")
+    # array task 0 is Slurm job 13, task 1 is job 12: the array id is 12
+    assert {(j.array_task_id, j.job_id) for j in jobs} == {(0, 13), (1, 12)}
+    assert failure.newest_ft_job(jobs) == 12
+    assert failure.newest_ft_job(jobs, user="someone-else") is None
+    older = JobInfo(5, 5, 0, "RUNNING", name="tft_replica", user="root")
+    other = JobInfo(40, 40, 0, "RUNNING", name="classic", user="root")  # not FT
+    done = JobInfo(30, 30, 0, "COMPLETED", name="tft_replica", user="root")
+    by_path = JobInfo(20, 20, 1, "PENDING", name="x", stdout="/o/torchft/slurm-%A_%a.out")
+    assert failure.newest_ft_job([*jobs, older, other, done, by_path]) == 20
+
+
+def test_replica_resolves_to_its_node_and_raw_job_id():
+    t = resolve(replica=1)
+    assert (t.node, t.job, t.replica, t.raw_job_id, t.restarts) == ("worker-1", 12, 1, 12, 0)
+    assert t.task_key == "12_1"
+    t0 = resolve(replica=0, job=12)
+    assert (t0.node, t0.raw_job_id) == ("worker-0", 13)
+    assert resolve(node="worker-0").replica == 0
+
+
+def test_pending_replica_cannot_be_hit():
+    with pytest.raises(UserError, match="replica 1 of job 12 is PENDING \\(BeginTime\\)"):
+        resolve(recorded("squeue_node_down_pending"), replica=1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"node": "worker-9"}, "not in the cluster"),
+        ({"node": "login-0"}, "login node"),
+        ({"node": "worker-2"}, "runs no task of job 12"),
+        ({"node": "worker-1", "here": "worker-1.cluster.local"}, "this command runs on it"),
+        ({"replica": 4}, "has no array task 4"),
+        ({"replica": 1, "node": "worker-1"}, "exactly one of"),
+        ({}, "exactly one of"),
+    ],
+)
+def test_refusals(kw, message):
+    with pytest.raises(UserError, match=message):
+        resolve(**kw)
+
+
+def test_force_allows_an_idle_node_and_no_job_means_refusal():
+    assert resolve(node="worker-2", force=True) == failure.Target("worker-2", job=12)
+    with pytest.raises(UserError, match="runs no task of any FT job"):
+        resolve([], node="worker-0")
+    with pytest.raises(UserError, match="pass --job ID"):
+        resolve([], replica=0)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_node_down_plan_is_printable():
+    plan = failure.make_plan("node-down", resolve(replica=1), down_for=5, reason="test it")
+    assert plan.lines() == [
+        "scontrol update NodeName=worker-1 State=DOWN 'Reason=test it'",
+        "sleep 5",
+        "scontrol update NodeName=worker-1 State=RESUME",
+    ]
+
+
+def test_requeue_and_kill_plans():
+    t = resolve(replica=0)
+    assert failure.make_plan("requeue", t).lines() == ["scontrol requeue 12_0"]
+    srun = failure.make_plan("kill", t, kill=failure.KillSelection(local=False)).actions[0]
+    assert srun.argv[:6] == ("srun", "--jobid=13", "--overlap", "--nodes=1", "--ntasks=1",
+                             "--nodelist=worker-0")  # fmt: skip
+    assert srun.argv[6:10] == ("pkill", "-KILL", "-f", "--")
+    local = failure.make_plan(
+        "kill", t, kill=failure.KillSelection(True, (41, 42), ("41: python -u -m x",))
+    )
+    assert local.lines()[0].startswith("kill -KILL 41 42    # local cluster")
+    with pytest.raises(UserError, match="no training worker"):
+        failure.make_plan("kill", t, kill=failure.KillSelection(True, ()))
+    idle = failure.Target("worker-2", job=12)
+    for mode in ("requeue", "kill"):
+        with pytest.raises(UserError, match="needs a replica"):
+            failure.make_plan(mode, idle)
+
+
+# Real command lines (from /proc of a CPU run on the local cluster)
+WORKER = ["/root/.pyenv/versions/3.11.7/bin/python3", "-u", "-m", "ftslurm.replica.train",
+          "--job.config_file=/work/main/slurm/configs/debug_cpu.toml"]  # fmt: skip
+TORCHRUN = ["/root/.pyenv/versions/3.11.7/bin/python3", "/root/.pyenv/versions/3.11.7/bin/torchrun",
+            "--nnodes=1", "--nproc_per_node=1", "-m", "ftslurm.replica.train"]  # fmt: skip
+LAUNCHER = ["python3", "-m", "ftslurm.replica", "job"]
+
+
+def test_worker_matcher_takes_workers_only():
+    assert failure.is_training_worker(WORKER)
+    assert failure.is_training_worker(["python", "-u", "-m", "torchtitan.train", "--x"])
+    assert not failure.is_training_worker(TORCHRUN)
+    assert not failure.is_training_worker(LAUNCHER)
+    assert not failure.is_training_worker(["slurmstepd: [12.batch]"], comm="slurmstepd")
+    assert not failure.is_training_worker(["/usr/sbin/slurmd", "-m", "ftslurm.replica.train"])
+    assert not failure.is_training_worker(["python3", "-m", "ftslurm.replica.trainer"])
+    assert not failure.is_training_worker([])
+
+
+def test_pkill_regex_is_posix_ere_with_the_same_meaning():
+    """What the real-cluster path sends to pkill must select the same processes: checked
+    with grep -E, the same regex dialect as pkill -f."""
+    lines = [" ".join(c) for c in (WORKER, TORCHRUN, LAUNCHER)]
+    out = subprocess.run(
+        ["grep", "-E", "--", failure.TRAIN_CMD_RE], input="\n".join(lines) + "\n",
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == [lines[0]]
+
+
+def test_local_workers_found_by_namespace_env_and_cmdline(monkeypatch):
+    me = os.getpid()
+    child = subprocess.Popen(
+        [sys.executable, "-u", "-m", "torchtitan.train"],
+        env={**os.environ, "PYTHONPATH": str(FIX / "fakepkg"), "SLURM_JOB_ID": "4242"},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        other = subprocess.Popen(
+            [sys.executable, "-u", "-m", "torchtitan.train"],
+            env={**os.environ, "PYTHONPATH": str(FIX / "fakepkg"), "SLURM_JOB_ID": "7"},
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            from ftslurm import procs
+
+            ns = procs.uts_ns(me)
+            from ftslurm.wait import wait_for
+
+            sel = wait_for(lambda: failure.find_local_workers(ns, 4242).pids, 10, 0.05)
+            assert sel == (child.pid,)  # not the other job's worker, not pytest
+        finally:
+            other.kill()
+            other.wait()
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---------------------------------------------------------------- the executor
+
+
+class FakeOps(failure.SlurmOps):
+    """Slurm as a little state machine: DOWN makes the task PENDING (restarts+1), RESUME
+    makes it RUNNING again on the next look."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.calls: list[tuple] = []
+        self.fail_on = fail_on
+        self.state = "RUNNING"
+        self.restarts = 0
+
+    def update_node(self, node, state, reason=None):
+        self.calls.append(("update", node, state))
+        if self.fail_on == state:
+            raise UserError("`scontrol update` needs root: run with sudo")
+        if state == "DOWN":
+            self.state, self.restarts = "PENDING", self.restarts + 1
+        else:
+            self.state = "RESUMED"
+
+    def requeue(self, key):
+        self.calls.append(("requeue", key))
+        self.state, self.restarts = "PENDING", self.restarts + 1
+
+    def tasks(self, job):
+        if self.state == "RESUMED":
+            self.state = "RUNNING"
+        return {1: JobInfo(12, 12, 1, self.state, node="worker-2", restarts=self.restarts)}
+
+
+def events(path: Path) -> list:
+    return [parse_event_line(x) for x in path.read_text().splitlines()]
+
+
+def test_execute_node_down_with_recovery_timeline(tmp_path):
+    ops, ev = FakeOps(), tmp_path / "ev.jsonl"
+    plan = failure.make_plan("node-down", resolve(replica=1), down_for=0.2)
+    out = failure.execute(
+        plan, ops=ops, wait_recovered=True, timeout=5, events_path=ev, poll=0.01,
+        log_path=tmp_path / "none" / "x.out",
+    )  # fmt: skip
+    assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+    assert out.recovered and out.restarts == 1 and out.new_node == "worker-2"
+    names = [p.name for p in out.phases]
+    assert names[0] == "DOWN worker-1" and names[1].startswith("task 12_1 left RUNNING (PENDING")
+    assert names[2] == "RESUME worker-1" and names[3].startswith("task 12_1 RUNNING again")
+    assert all(p.took_s >= 0 for p in out.phases) and out.phases[2].took_s >= 0.2
+    e = events(ev)
+    assert [x.action for x in e] == ["node-down", "resume"]
+    assert (e[0].replica, e[0].node, e[0].job) == (1, "worker-1", "12")
+    assert json.dumps(out.to_dict())
+
+
+def test_execute_resumes_when_something_fails_in_the_middle(tmp_path):
+    class Broken(FakeOps):
+        def tasks(self, job):
+            raise RuntimeError("squeue exploded")
+
+    ops, ev = Broken(), tmp_path / "ev.jsonl"
+    plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
+    with pytest.raises(RuntimeError, match="exploded"):
+        failure.execute(plan, ops=ops, wait_recovered=True, events_path=ev)
+    assert ops.calls[-1] == ("update", "worker-1", "RESUME")
+    assert events(ev)[-1].detail == "guard: interrupted or failed"
+
+
+def test_execute_resumes_on_sigint_and_sigterm(tmp_path):
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        ops, ev = FakeOps(), tmp_path / f"ev{sig}.jsonl"
+        plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), sig))
+        timer.start()
+        try:
+            with pytest.raises(failure.Interrupted):
+                failure.execute(plan, ops=ops, events_path=ev)
+        finally:
+            timer.cancel()
+        assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+        assert [e.action for e in events(ev)] == ["node-down", "resume"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_needs_root_fails_before_anything_is_down(tmp_path):
+    ops, ev = FakeOps(fail_on="DOWN"), tmp_path / "ev.jsonl"
+    plan = failure.make_plan("node-down", resolve(replica=1), down_for=1)
+    with pytest.raises(UserError, match="run with sudo"):
+        failure.execute(plan, ops=ops, events_path=ev)
+    assert ops.calls == [("update", "worker-1", "DOWN")]  # nothing to undo
+    assert not ev.exists()
+
+
+def test_recovery_timeout_is_exit_code_1(tmp_path):
+    class Never(FakeOps):
+        def tasks(self, job):
+            return {1: JobInfo(12, 12, 1, "PENDING", restarts=1)}
+
+    plan = failure.make_plan("requeue", resolve(replica=1))
+    with pytest.raises(failure.RecoveryTimeout) as e:
+        failure.execute(plan, ops=Never(), wait_recovered=True, timeout=0.2, poll=0.01,
+                        events_path=tmp_path / "e")  # fmt: skip
+    assert e.value.exit_code == 1
+
+
+# ---------------------------------------------------------------- chaos
+
+
+def test_chaos_never_hits_the_last_running_replica():
+    rng = random.Random(0)
+    two = {0: JobInfo(1, 1, 0, "RUNNING", node="a"), 1: JobInfo(2, 1, 1, "RUNNING", node="b")}
+    one = {0: JobInfo(1, 1, 0, "RUNNING", node="a"), 1: JobInfo(2, 1, 1, "PENDING")}
+    assert {failure.chaos_pick(two, rng) for _ in range(50)} == {0, 1}
+    assert failure.chaos_pick(one, rng) is None
+    assert failure.chaos_pick({}, rng) is None
+
+
+def test_run_chaos_counts_events_and_skips(tmp_path):
+    class TwoTasks(FakeOps):
+        def __init__(self):
+            super().__init__()
+            self.ticks = 0
+
+        def tasks(self, job):
+            self.ticks += 1
+            second = "PENDING" if self.ticks == 2 else "RUNNING"  # the 2nd tick: one left
+            return {0: JobInfo(1, 12, 0, "RUNNING", node="worker-0"),
+                    1: JobInfo(2, 12, 1, second, node="worker-1")}  # fmt: skip
+
+    lines: list[str] = []
+
+    def make(replica: int) -> failure.FailurePlan:
+        t = failure.Target(f"worker-{replica}", 12, replica, replica + 1)
+        return failure.make_plan("node-down", t, down_for=0)
+
+    ops = TwoTasks()
+    summary = failure.run_chaos(12, every=0.05, count=3, seed=1, make=make, ops=ops,
+                                say=lines.append, events_path=tmp_path / "e")  # fmt: skip
+    assert len(summary.events) == 2 and summary.skipped == 1
+    assert "skipped (fewer than 2 replicas running)" in lines[1]
+    text = failure.chaos_summary_line(summary)
+    assert text.startswith("chaos: 2 events (node-down x2), 1 skipped")
+    downs = [c for c in ops.calls if c[2] == "DOWN"]
+    resumes = [c for c in ops.calls if c[2] == "RESUME"]
+    assert len(downs) == len(resumes) == 2
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_dry_run_prints_and_runs_nothing(monkeypatch, tmp_path):
+    from ftslurm.slurm import client
+
+    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
+    monkeypatch.setattr(client, "nodes", lambda: NODES)
+    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
+    r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
+                                 "--dry-run"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "scontrol update NodeName=worker-1 State=DOWN" in r.output
+    assert "# dry run: nothing was run" in r.output
+    assert not (tmp_path / "ev.jsonl").exists()
+
+
+def test_cli_refuses_the_node_it_runs_on(monkeypatch):
+    from ftslurm.slurm import client
+
+    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
+    monkeypatch.setattr(client, "nodes", lambda: NODES)
+    monkeypatch.setattr(failure, "hostname", lambda: "worker-0")
+    r = CliRunner().invoke(cli, ["simulate-failure", "--node", "worker-0"])
+    assert r.exit_code != 0 and "this command runs on it" in str(r.exception)
+
+
+def test_console_script_errors_are_one_line(tmp_path):
+    env = {**os.environ, "FTSLURM_EVENTS": str(tmp_path / "e")}
+    cases = [
+        (["simulate-failure", "--chaos"], "--chaos needs --every"),
+        (["simulate-failure", "--every", "3", "--replica", "1"], "--every is for --chaos"),
+        (["simulate-failure", "--mode", "explode"], "Invalid value for '--mode'"),
+    ]
+    for argv, message in cases:
+        r = subprocess.run([sys.executable, "-m", "ftslurm", *argv], env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 2, (argv, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_help_has_examples():
+    for cmd in ("simulate-failure", "status", "logs"):
+        r = CliRunner().invoke(cli, [cmd, "--help"])
+        assert r.exit_code == 0 and "Examples:" in r.output and "ftslurm " + cmd in r.output
