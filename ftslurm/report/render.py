@@ -234,6 +234,11 @@ def to_text(rep: Report) -> str:
                    if f.next_commit_time is not None else "n/a (no later commit in the logs)")
             out.append(f"    replica {idx(f.replica)} failed {hms(f.time)} "
                        f"[{f.time_source}]: {nxt}")
+            if (f.time_source == "quorum-change" and f.last_seen_time is not None
+                    and f.next_commit_time is not None):
+                # the logs only show when the failure was noticed: give the upper bound too
+                out.append(f"      last seen in a quorum at {hms(f.last_seen_time)}: at most "
+                           f"{duration(f.next_commit_time - f.last_seen_time)} from the failure")
     if rep.recoveries:
         out.append("  requeue -> first healed step")
         for r in rep.recoveries:
