@@ -77,7 +77,7 @@ def logs(
 
     def emit(entries: list[logtail.Entry]) -> None:
         for e in entries:
-            click.echo(logtail.prefix(e.label, width, use_color) + e.text)
+            click.echo(logtail.prefix(e.label, width, use_color) + e.text, color=use_color)
 
     emit(follower.start(lines))
     if follow:

@@ -1,0 +1,220 @@
+"""`ftslurm logs` and ftslurm.logtail: timestamps of the three log formats, tail reading that
+never reads a whole file, merging in time order with untimed lines kept in place, and
+following growth, new files, new attempts and truncation; the CLI (CliRunner and -f through
+the real console script)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm import logtail
+from ftslurm.cli import cli
+
+FIX = Path(__file__).parent / "fixtures" / "failure"
+
+
+def test_line_time_formats():
+    t = logtail.line_time("[titan] 2026-11-23 10:10:51,647 - root - INFO - step:  3")
+    assert t == logtail.line_time("2026-11-23T10:10:51.647 [INFO] [torchft::manager] - x")
+    banner = logtail.line_time("[2026-11-23 10:10:51]  launching replica 1 (attempt 1) on w")
+    assert banner is not None and t - banner == pytest.approx(0.647)
+    glog = logtail.line_time("W1123 10:10:52.001000 11604 site-packages/x.py:1] y", year=2026)
+    assert glog - t == pytest.approx(0.354)
+    for untimed in (
+        "Traceback (most recent call last):",
+        "NoneType: None",
+        "",
+        "  }",
+        "INFO:torchft.manager:[x/0 - step 3] ok",
+        "[2026-13-45 99:00:00] bad",
+    ):
+        assert logtail.line_time(untimed) is None, untimed  # fmt: skip
+
+
+def test_read_tail_last_lines_and_partial_line(tmp_path):
+    p = tmp_path / "a.out"
+    p.write_text("".join(f"line {i}\n" for i in range(100)) + "half a li")
+    lines, offset = logtail.read_tail(p, 3, block=16)
+    assert lines == ["line 97", "line 98", "line 99"]
+    assert offset == p.stat().st_size - len("half a li")  # the follower resumes there
+    assert logtail.read_tail(p, 0)[0] == []
+    assert logtail.read_tail(p, 1000)[0][0] == "line 0"
+    empty = tmp_path / "e.out"
+    empty.write_text("")
+    assert logtail.read_tail(empty, 5) == ([], 0)
+
+
+def test_read_tail_never_reads_the_whole_file(tmp_path, monkeypatch):
+    p = tmp_path / "big.out"
+    with open(p, "w") as f:
+        f.writelines(f"[titan] 2026-11-23 10:00:00,000 - root - INFO - step: {i}\n"
+                     for i in range(300_000))  # fmt: skip
+    size = p.stat().st_size
+    assert size > 15_000_000
+    read = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def read(self, n=-1):
+            data = self.fh.read(n)
+            read.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.fh.close()
+
+    monkeypatch.setattr(logtail, "open", lambda *a, **k: Counting(real_open(*a, **k)),
+                        raising=False)  # fmt: skip
+    lines, _ = logtail.read_tail(p, 20)
+    assert lines[-1].endswith("step: 299999") and len(lines) == 20
+    assert sum(read) <= 2 * logtail.BLOCK
+    read.clear()
+    logtail.read_tail_bytes(p, 4096)
+    assert sum(read) <= 4096
+
+
+def test_untimed_lines_stay_with_their_line_and_files_keep_their_order():
+    a = ["[titan] 2026-11-23 10:00:01,000 - a1",
+         "Traceback (most recent call last):",
+         "RuntimeError: boom",
+         "[titan] 2026-11-23 10:00:00,500 - a2 (earlier, logged by another rank)",
+         "[titan] 2026-11-23 10:00:03,000 - a3"]  # fmt: skip
+    b = ["2026-11-23T10:00:00.000 [INFO] b1", "2026-11-23T10:00:02.000 [INFO] b2"]
+    merged = logtail.merge([logtail.keyed(a, "r0"), logtail.keyed(b, "r1")])
+    assert [(e.label, e.text.split()[-1]) for e in merged] == [
+        ("r1", "b1"), ("r0", "a1"), ("r0", "last):"), ("r0", "boom"), ("r0", "rank)"),
+        ("r1", "b2"), ("r0", "a3"),
+    ]  # fmt: skip
+    # leading untimed lines take the first time found (or the time before the tail)
+    assert logtail.keyed(["  }", "2026-11-23T10:00:05.000 x"], "r0")[0].key == pytest.approx(
+        logtail.line_time("2026-11-23T10:00:05.000")
+    )
+    assert logtail.keyed(["  }"], "r0", last=7.0)[0].key == 7.0
+
+
+def real_run(tmp_path: Path, job: str = "8") -> Path:
+    run = tmp_path / "torchft" / f"tft-{job}"
+    run.mkdir(parents=True)
+    for i in (0, 1):
+        data = gzip.decompress((FIX / "tft-8" / f"tft-8_{i}.out.gz").read_bytes())
+        (run / f"tft-{job}_{i}.out").write_bytes(data)
+    return run
+
+
+def test_cli_logs_merges_real_logs_in_time_order(tmp_path, monkeypatch):
+    real_run(tmp_path)
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    r = CliRunner().invoke(cli, ["logs", "-n", "5"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 10
+    assert sum(x.startswith("[r0] ") for x in lines) == 5
+    assert sum(x.startswith("[r1] ") for x in lines) == 5
+    times = [logtail.line_time(x[5:]) for x in lines]
+    known = [t for t in times if t is not None]
+    assert known == sorted(known)
+    only1 = CliRunner().invoke(cli, ["logs", "-n", "2", "--replica", "1", "--job", "8"])
+    assert only1.output.splitlines() == [
+        "[r1] [2026-11-23 09:55:49]  torchrun exited with code 1",
+        "[r1] not requeueing: stopped by a signal from Slurm or the user; Slurm decides what is"
+        " next",
+    ]
+    colour = CliRunner().invoke(cli, ["logs", "-n", "1", "--replica", "0", "--color"])
+    assert colour.output.startswith("\x1b[36m[r0]")
+
+
+def test_cli_logs_with_the_lighthouse_log(tmp_path, monkeypatch):
+    from ftslurm import lighthouse
+
+    real_run(tmp_path)
+    lh = tmp_path / "lighthouse.log"
+    lh.write_text("2026-11-23T09:55:48.000 [INFO] [torchft::lighthouse] - Quorum status: x\n")
+    monkeypatch.setattr(lighthouse, "log_path", lambda state_dir=None: lh)
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    r = CliRunner().invoke(cli, ["logs", "-n", "3", "--lighthouse"])
+    assert r.exit_code == 0, r.output
+    assert "[lh] 2026-11-23T09:55:48.000 [INFO]" in r.output
+
+
+def test_cli_logs_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    r = CliRunner().invoke(cli, ["logs"])
+    assert r.exit_code != 0 and "no run folder" in str(r.exception)
+    r = CliRunner().invoke(cli, ["logs", "--job", "99"])
+    assert "does not exist" in str(r.exception)
+
+
+def test_follower_growth_new_files_new_attempts_truncation(tmp_path):
+    run = tmp_path / "tft-5"
+    run.mkdir()
+    r0 = run / "tft-5_0.out"
+    r0.write_text("[2026-11-23 10:00:00]  launching replica 0 (attempt 0) on worker-0\n")
+    f = logtail.Follower(lambda: logtail.replica_logs(run))
+    assert [e.label for e in f.start(10)] == ["r0"]
+    assert f.poll() == []
+    with open(r0, "a") as fh:
+        fh.write("2026-11-23T10:00:02.000 [INFO] x\nhalf")
+    assert [e.text for e in f.poll()] == ["2026-11-23T10:00:02.000 [INFO] x"]
+    with open(r0, "a") as fh:
+        fh.write(" done\n[2026-11-23 10:00:09]  launching replica 0 (attempt 1) on worker-2\n")
+    (run / "tft-5_1.out").write_text("2026-11-23T10:00:05.000 [INFO] r1 starts late\n")
+    (run / "tft-6_1.out").write_text("another job's file\n")
+    got = [(e.label, e.text) for e in f.poll()]
+    assert got == [
+        ("r0", "half done"),
+        ("r1", "2026-11-23T10:00:05.000 [INFO] r1 starts late"),
+        ("r0", "[2026-11-23 10:00:09]  launching replica 0 (attempt 1) on worker-2"),
+    ]
+    r0.write_text("[2026-11-23 10:01:00]  a new file\n")  # truncated / replaced
+    assert [e.text for e in f.poll()] == ["[2026-11-23 10:01:00]  a new file"]
+
+
+def test_logs_follow_through_the_console_script(tmp_path):
+    run = tmp_path / "torchft" / "tft-7"
+    run.mkdir(parents=True)
+    log0 = run / "tft-7_0.out"
+    log0.write_text("[2026-11-23 10:00:00]  launching replica 0 (attempt 0) on worker-0\n")
+    env = {**os.environ, "FTSLURM_OUTPUTS": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ftslurm", "logs", "-f", "-n", "5"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout.readline().startswith("[r0] [2026-11-23 10:00:00]  launching")
+        with open(log0, "a") as fh:
+            fh.write("[2026-11-23 10:00:07]  launching replica 0 (attempt 1) on worker-2\n")
+        assert "(attempt 1)" in proc.stdout.readline()
+        (run / "tft-7_1.out").write_text("[titan] 2026-11-23 10:00:08,000 - root - step: 1\n")
+        assert proc.stdout.readline().startswith("[r1] [titan]")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_newest_run_dir(tmp_path):
+    assert logtail.newest_run_dir(tmp_path / "none") is None
+    old, new = tmp_path / "tft-1", tmp_path / "tft-2"
+    old.mkdir()
+    new.mkdir()
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    (tmp_path / "slurm-3_0.out").write_text("")
+    assert logtail.newest_run_dir(tmp_path) == new
