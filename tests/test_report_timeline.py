@@ -100,7 +100,11 @@ def _copy_logs(dst: Path, crlf: bool = False) -> Path:
 
 
 def test_real_run_without_event_log_uses_the_logs_only(tmp_path):
-    j = build_report([_copy_logs(tmp_path / "run")]).to_json()
+    rep = build_report([_copy_logs(tmp_path / "run")])
+    assert "last seen in a quorum at 08:51:02.247: at most 5.46 s from the failure" in (
+        rep.to_text()
+    )
+    j = rep.to_json()
     [f] = j["failures"]
     # no injected time: the failure is what the quorum change showed
     assert (f["time"], f["time_source"], f["kind"]) == (
