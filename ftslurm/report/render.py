@@ -188,6 +188,8 @@ def to_json(rep: Report) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- text
 
+_SOURCE_WORDS = {"manager-start": "process start", "first-seen": "first sighting"}
+
 
 def to_text(rep: Report) -> str:
     s = rep.stats
@@ -242,7 +244,8 @@ def to_text(rep: Report) -> str:
     if rep.recoveries:
         out.append("  requeue -> first healed step")
         for r in rep.recoveries:
-            since = (f"{r.requeue_source} at {hms(r.requeue_time)}"
+            label = _SOURCE_WORDS.get(r.requeue_source, r.requeue_source)
+            since = (f"{label} at {hms(r.requeue_time)}"
                      if r.requeue_time is not None else "restart time unknown")
             back = (f"back in quorum after {duration(r.requeue_to_quorum_s)}"
                     if r.requeue_to_quorum_s is not None else "")
