@@ -205,8 +205,11 @@ def test_find_newest_run_and_errors(tmp_path, monkeypatch):
     assert [(f["replica"], f["kind"], f["time_source"]) for f in j["failures"]] == [
         ("1", "node-down", "injected-only")
     ]
+    assert find_run_files([runs]).job == "12"  # the runs directory: its newest run
+    (runs / "tft-12" / "tft-12_0.out").unlink()
+    (runs / "tft-12" / "tft-12_0.err").unlink()
     with pytest.raises(UserError, match="no logs found in"):
-        find_run_files([tmp_path / "torchft"])
+        find_run_files([runs / "tft-12"])
     with pytest.raises(UserError, match="no such file or directory"):
         find_run_files([tmp_path / "nope"])
 

@@ -197,10 +197,12 @@ def to_text(rep: Report) -> str:
     out: list[str] = []
     names = ", ".join(Path(f).name for f in s.files) or "none"
     reps = sorted({idx(k) or "?" for k in rep.steps} | {
-        idx(r) or "?" for q in rep.quorums for r in q.participants})
+        idx(r) or "?" for q in rep.quorums for r in q.participants} | {
+        idx(a.replica) or "?" for a in rep.attempts}, key=lambda x: (len(x), x))
     out.append(f"Run: {len(s.files)} files ({names})")
     out.append(
-        f"     replicas {', '.join(reps) or 'none'} ({', '.join(rep.prefixes) or '?'}), "
+        f"     replicas {', '.join(reps) or 'none'}"
+        f"{' (' + ', '.join(rep.prefixes) + ')' if rep.prefixes else ''}, "
         f"group size {rep.group_size}; {iso(rep.first_time) or '?'} -> {hms(rep.last_time)} "
         f"({duration(sm['duration_s'])}), last step {rep.max_step}"
     )

@@ -39,7 +39,8 @@ def find_run_files(
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
 ) -> RunFiles:
-    """The files of one run: a run directory, files, or (nothing) the newest tft-* run.
+    """The files of one run: a run directory, files, or (nothing, or the runs directory
+    itself) the newest tft-* run.
 
     In a directory: `*lighthouse*` is the Lighthouse log, `*.jsonl` event logs, other
     `*.out|*.log|*.err` replica logs. With a `tft-<job>` directory the global event log
@@ -49,18 +50,9 @@ def find_run_files(
 
     files = RunFiles([], [Path(p) for p in lighthouse], [Path(p) for p in events])
     if not paths and not lighthouse:
-        root = P.torchft_runs_dir()
-        files.looked_in.append(str(root))
-        runs = sorted(
-            (d for d in root.glob("tft-*") if d.is_dir()),
-            key=lambda d: (d.stat().st_mtime, d.name),
-        ) if root.is_dir() else []
-        if not runs:
-            raise UserError(
-                f"no run found: no tft-* directory in {root} "
-                "(give a run directory or log files: ftslurm report outputs/torchft/tft-<job>)"
-            )
-        paths = [runs[-1]]
+        paths = [_newest_run(P.torchft_runs_dir(), files)]
+    elif len(paths) == 1 and Path(paths[0]).is_dir() and _runs_in(Path(paths[0])):
+        paths = [_newest_run(Path(paths[0]), files)]  # the runs directory itself
     for p in map(Path, paths):
         if p.is_dir():
             files.looked_in.append(str(p))
@@ -90,6 +82,26 @@ def find_run_files(
             + " (expected tft-<job>_<i>.out replica logs or a lighthouse log)"
         )
     return files
+
+
+def _runs_in(root: Path) -> list[Path]:
+    """The tft-* run directories under root, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        (d for d in root.glob("tft-*") if d.is_dir()), key=lambda d: (d.stat().st_mtime, d.name)
+    )
+
+
+def _newest_run(root: Path, files: RunFiles) -> Path:
+    files.looked_in.append(str(root))
+    runs = _runs_in(root)
+    if not runs:
+        raise UserError(
+            f"no run found: no tft-* directory in {root} "
+            "(give a run directory or log files: ftslurm report outputs/torchft/tft-<job>)"
+        )
+    return runs[-1]
 
 
 def _any_file(paths: Sequence[str | Path]) -> bool:
