@@ -204,7 +204,8 @@ def to_text(rep: Report) -> str:
         f"     replicas {', '.join(reps) or 'none'}"
         f"{' (' + ', '.join(rep.prefixes) + ')' if rep.prefixes else ''}, "
         f"group size {rep.group_size}; {iso(rep.first_time) or '?'} -> {hms(rep.last_time)} "
-        f"({duration(sm['duration_s'])}), last step {rep.max_step}"
+        f"({duration(sm['duration_s'])}), last step "
+        f"{rep.max_step if rep.max_step is not None else 'n/a'}"
     )
     out.append("")
     out.append("Timeline")
