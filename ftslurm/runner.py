@@ -97,20 +97,25 @@ def spawn(
     extra_env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     detach: bool = True,
+    inherit_output: bool = False,
 ) -> subprocess.Popen:
     """Start `cmd` without waiting: stdout and stderr appended to `log_path` (or discarded).
 
+    inherit_output=True: the child writes to our own stdout/stderr instead (a wrapper whose
+    output is already redirected, like the FT script's per-attempt log).
     With detach=True the child gets its own session, so it survives the terminal (logout,
     Ctrl-C in the shell that started it). Callers track it by pid (see ftslurm.daemon).
     """
     cmd = [str(c) for c in cmd]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    if inherit_output:
+        out = None
     try:
         return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=out,
-            stderr=subprocess.STDOUT,
+            stderr=None if inherit_output else subprocess.STDOUT,
             env=_env(env, extra_env),
             cwd=cwd,
             start_new_session=detach,
@@ -118,5 +123,5 @@ def spawn(
     except FileNotFoundError as e:
         raise CommandError(cmd, None, "", reason=f"{cmd[0]}: not found") from e
     finally:
-        if log_path:
+        if out not in (None, subprocess.DEVNULL):
             out.close()

@@ -10,14 +10,12 @@ import click
 
 from ftslurm.errors import UserError
 
-# The scripts' #SBATCH lines are for 8-GPU nodes; on CPU nodes (the local cluster) these
-# override them (sbatch: command-line options beat #SBATCH lines; the user's own come after).
-CPU_OVERRIDES = ("--gpus-per-task=0", "--cpus-per-task=1")
-
 
 def device_overrides(env: dict[str, str]) -> list[str]:
-    """sbatch options implied by DEVICE=cpu: the one variable that moves a job to CPU nodes."""
-    return list(CPU_OVERRIDES) if env.get("DEVICE", "").strip().lower() == "cpu" else []
+    """sbatch options implied by DEVICE (the one variable that moves a job to CPU nodes)."""
+    from ftslurm.replica.plan import sbatch_device_options
+
+    return sbatch_device_options(env.get("DEVICE", "").strip().lower())
 
 
 def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:

@@ -27,10 +27,6 @@ from ftslurm import paths, runner
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 
-# Where the child's output goes: our own stdout, re-opened. The sbatch script redirects us
-# with `>>` (O_APPEND), so the child's lines and ours interleave without overwriting.
-_OWN_STDOUT = "/proc/self/fd/1"
-
 
 def default_torchrun(env: Mapping[str, str]) -> list[str]:
     """torchrun of the interpreter running us (the sbatch script picks it with
@@ -113,7 +109,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
 
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     cancelled = False
-    child = runner.spawn(plan.argv, log_path=_OWN_STDOUT, env=env, extra_env=plan.env, detach=False)
+    child = runner.spawn(plan.argv, env=env, extra_env=plan.env, detach=False, inherit_output=True)
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
