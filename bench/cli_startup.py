@@ -31,7 +31,8 @@ def main() -> None:
     help_ = median_wall([sys.executable, "-m", "ftslurm", "--help"], a.runs)
     version = median_wall([sys.executable, "-m", "ftslurm", "--version"], a.runs)
     print(f"python -c pass      median {bare * 1000:7.1f} ms")
-    print(f"ftslurm --help      median {help_ * 1000:7.1f} ms  ratio {help_ / bare:.2f}x (goal <= 3x)")
+    ratio = help_ / bare
+    print(f"ftslurm --help      median {help_ * 1000:7.1f} ms  ratio {ratio:.2f}x (goal <= 3x)")
     print(f"ftslurm --version   median {version * 1000:7.1f} ms  ratio {version / bare:.2f}x")
 
 

@@ -33,7 +33,8 @@ def main() -> None:
             downs.append(t2 - t1)
         print(
             f"nodes={n:<3} up median {statistics.median(ups):5.2f} s "
-            f"(min {min(ups):.2f}, max {max(ups):.2f})   down median {statistics.median(downs):5.2f} s"
+            f"(min {min(ups):.2f}, max {max(ups):.2f})   "
+            f"down median {statistics.median(downs):5.2f} s"
         )
 
 
