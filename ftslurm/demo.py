@@ -449,7 +449,7 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
         lambda: min(x.last_step for x in b.poll()) >= base + 3, cfg.timeout, interval=0.5,
         what="a few more steps on every replica",
     )  # fmt: skip
-    say(f"every replica is at step >= {base + 3}: the story is told, stopping")
+    say(f"every replica is at training step >= {base + 3}: the story is told, stopping")
 
 
 def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
@@ -463,7 +463,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         what=f"{cfg.steps_between} more steps",
     )  # fmt: skip
     step = survivor.last_step
-    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} down at step {step}")
+    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} down at training step {step}")
     b.fail(target)
     t_fail = time.monotonic()
     wait_for(
@@ -471,7 +471,8 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         cfg.timeout, interval=0.5, what="the survivors to commit without it",
     )  # fmt: skip
     say(
-        f"survivors train on without replica {target}: step {step} -> {survivor.last_step} "
+        f"survivors train on without replica {target}: "
+        f"training step {step} -> {survivor.last_step} "
         f"({n - 1}/{n} replicas, {time.monotonic() - t_fail:.1f} s after the failure)"
     )
     time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
@@ -486,9 +487,9 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
 
     wait_for(healed, cfg.timeout, interval=0.5, what=f"replica {target} to heal")
     say(
-        f"replica {target} (attempt {log.attempt}) healed from a peer at step "
+        f"replica {target} (attempt {log.attempt}) healed from a peer at torchft step "
         f"{log.healed_step[log.attempt]}, {time.monotonic() - t_back:.1f} s after it was "
-        "started again"
+        "started again (torchft steps count outer syncs, as in `ftslurm report`)"
     )
     wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what="full quorum")
     say(f"quorum of {n} again")
