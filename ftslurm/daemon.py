@@ -30,41 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm import runner
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    """The two fields of `/proc/PID/stat` we need."""
-
-    state: str  # R, S, D, Z, T, ...
-    start_ticks: int  # field 22: start time after boot, in clock ticks
-
-
-def proc_stat(pid: int) -> ProcStat | None:
-    """`/proc/PID/stat` of `pid`, or None when there is no such process.
-
-    The command name (field 2) is in parentheses and may itself contain spaces and `)`, so we
-    split after the LAST `)`.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    except OSError:
-        return None
-    rest = raw.rpartition(")")[2].split()
-    if len(rest) < 20:
-        return None
-    return ProcStat(state=rest[0], start_ticks=int(rest[19]))
-
-
-def proc_cmdline(pid: int) -> str:
-    """The command line of `pid`, arguments joined by spaces ('' when unreadable or gone)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+from ftslurm.procs import ProcStat, proc_cmdline, proc_stat  # noqa: F401 (re-exported)
 
 
 def is_alive(

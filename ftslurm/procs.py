@@ -8,26 +8,51 @@ from __future__ import annotations
 
 import os
 import signal
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
-def proc_state(pid: int) -> str | None:
-    """The one-letter state from /proc/PID/stat (R, S, Z, ...), or None if there is no such pid."""
+@dataclass(frozen=True)
+class ProcStat:
+    """The two fields of `/proc/PID/stat` we need."""
+
+    state: str  # R, S, D, Z, T, ...
+    start_ticks: int  # field 22: start time after boot, in clock ticks
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """`/proc/PID/stat` of `pid`, or None when there is no such process.
+
+    The command name (field 2) is in parentheses and may itself contain spaces and `)`, so we
+    split after the LAST `)`.
+    """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    # comm may contain spaces and parentheses: the state follows the LAST ')'.
-    return stat[stat.rfind(")") + 2 :].split(" ", 1)[0]
+    except OSError:
+        return None
+    rest = raw.rpartition(")")[2].split()
+    if len(rest) < 20:
+        return None
+    return ProcStat(state=rest[0], start_ticks=int(rest[19]))
+
+
+def proc_cmdline(pid: int) -> str:
+    """The command line of `pid`, arguments joined by spaces ('' when unreadable or gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
 
 
 def pid_alive(pid: int | None) -> bool:
-    """True if `pid` exists and is not a zombie."""
+    """True if `pid` exists and is not a zombie (for pid-reuse checks see daemon.is_alive)."""
     if not pid or pid <= 0:
         return False
-    state = proc_state(pid)
-    return state is not None and state not in ("Z", "X")
+    st = proc_stat(pid)
+    return st is not None and st.state not in ("Z", "X", "x")
 
 
 def read_pidfile(path: Path) -> int | None:
@@ -69,20 +94,6 @@ def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
-
-
-def terminate(pid: int, grace_s: float = 5.0) -> bool:
-    """SIGTERM, wait up to `grace_s`, then SIGKILL. Returns True if it had to SIGKILL."""
-    if not pid_alive(pid):
-        return False
-    kill_pids([pid], signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return False
-        time.sleep(0.05)
-    kill_pids([pid], signal.SIGKILL)
-    return True
 
 
 def children_map() -> dict[int, list[int]]:

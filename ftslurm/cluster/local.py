@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm import paths, procs
+from ftslurm import daemon, paths, procs
 from ftslurm.cluster.config import (
     ClusterSpec,
     munged_command,
@@ -268,7 +268,7 @@ def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
     for name in ("slurmctld", "munged"):
         pid = pids[name]
         if pid and procs.pid_alive(pid):
-            procs.terminate(pid, grace_s=5)
+            daemon.stop(pid, grace=5)
         spec.path("run", f"{name}.pid").unlink(missing_ok=True)
     progress("cluster stopped" if was_running else "cluster was not running")
     return was_running
