@@ -693,17 +693,16 @@ class ChaosSummary:
 
 
 def chaos_pick(
-    tasks: dict[int, JobInfo], rng: random.Random, exclude_nodes: frozenset[str] = frozenset()
+    tasks: dict[int, JobInfo], rng: random.Random, live: set[int] | None = None
 ) -> int | None:
-    """A random RUNNING replica, or None when fewer than two run (the last live replica is
-    never hit)."""
-    running = sorted(
-        i for i, j in tasks.items() if j.state == "RUNNING" and j.node not in exclude_nodes
+    """A random live replica, or None when fewer than two are live: the last live replica is
+    never hit. Live = RUNNING in Slurm and, when `live` is given (replicas whose current
+    attempt is training), also in that set: a task that Slurm just restarted is RUNNING but
+    still loading or healing, and hitting the only trained replica then would lose the run."""
+    alive = sorted(
+        i for i, j in tasks.items() if j.state == "RUNNING" and (live is None or i in live)
     )
-    all_running = [i for i, j in tasks.items() if j.state == "RUNNING"]
-    if len(all_running) < 2 or not running:
-        return None
-    return rng.choice(running)
+    return rng.choice(alive) if len(alive) >= 2 else None
 
 
 def run_chaos(
@@ -716,27 +715,37 @@ def run_chaos(
     ops: SlurmOps | None = None,
     say: Say = _quiet,
     events_path: Path | None = None,
+    live: Callable[[dict[int, JobInfo]], set[int] | None] | None = None,
+    wait_live: float = 0.0,
 ) -> ChaosSummary:
-    """`count` failures, one every `every` seconds (the first at once), each on a random
-    RUNNING replica; a tick with fewer than two running replicas is skipped, so the last live
-    replica is never hit. `make(replica)` resolves and plans one failure (the command layer
-    does the Slurm look-ups and safety checks). Each failure runs guarded by `execute`."""
+    """`count` failures, one every `every` seconds (the first at once, a later one no sooner
+    than `every` after the previous), each on a random live replica. While fewer than two
+    are live (`live(tasks)`: replicas training; None = Slurm's RUNNING only), it waits up to
+    `wait_live` seconds, then skips the tick: the last live replica is never hit.
+    `make(replica)` resolves and plans one failure (the command layer does the Slurm look-ups
+    and safety checks). Each failure runs guarded by `execute`."""
     ops = ops or SlurmOps()
     rng = random.Random(seed)
     summary = ChaosSummary()
-    start = time.monotonic()
+    next_at = time.monotonic()
     try:
         with signals_raise():
             for k in range(count):
-                wait = start + k * every - time.monotonic()
-                while wait > 0:
+                while (wait := next_at - time.monotonic()) > 0:
                     time.sleep(min(wait, 0.5))
-                    wait = start + k * every - time.monotonic()
+                t_tick = time.monotonic()
+                while True:
+                    tasks = ops.tasks(job)
+                    pick = chaos_pick(tasks, rng, live(tasks) if live else None)
+                    if pick is not None or time.monotonic() - t_tick >= wait_live:
+                        break
+                    time.sleep(0.5)
+                waited = time.monotonic() - t_tick
                 stamp = time.strftime("%H:%M:%S")
-                pick = chaos_pick(ops.tasks(job), rng)
+                next_at = time.monotonic() + every
                 if pick is None:
                     summary.skipped += 1
-                    say(f"[{stamp}] event {k + 1}/{count}: skipped (fewer than 2 replicas running)")
+                    say(f"[{stamp}] event {k + 1}/{count}: skipped (fewer than 2 live replicas)")
                     continue
                 try:
                     plan = make(pick)
@@ -747,7 +756,10 @@ def run_chaos(
                 outcome = execute(plan, ops=ops, say=_quiet, events_path=events_path)
                 summary.events.append(outcome)
                 extra = f", {plan.down_for:g} s down, resumed" if plan.mode == "node-down" else ""
+                if waited >= 1:
+                    extra += f" (waited {waited:.0f} s for 2 live replicas)"
                 say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")
+                next_at = max(next_at, time.monotonic())
     except Interrupted:
         summary.interrupted = True
     return summary

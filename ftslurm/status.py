@@ -34,12 +34,28 @@ class LogSummary:
     last_loss: float | None = None
     attempt: int | None = None  # from the last `launching replica R (attempt A)` line
     mtime: float | None = None
+    commits: int = 0  # `should_commit=True` lines of the current attempt
+    torchft: bool = False  # the tail has torchft commit lines at all
+
+    @property
+    def training(self) -> bool:
+        """The current attempt trains with the group: it has committed (torchft), or it logs
+        steps where there are no commit lines to look at."""
+        return self.commits > 0 or (self.last_step is not None and not self.torchft)
 
 
 def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> LogSummary:
-    """Pure: the last step/loss and attempt number found in a log tail."""
+    """Pure: the attempt number (last `launching replica` line) and the last step/loss of
+    that attempt found in a log tail."""
     text = _ANSI_RE.sub("", text)
     s = LogSummary(path=path, exists=True, mtime=mtime)
+    s.torchft = "should_commit=" in text
+    attempts = list(ATTEMPT_RE.finditer(text))
+    if attempts:
+        s.attempt = int(attempts[-1].group(2))
+        # only the current attempt's steps: a restarted replica shows '-' until it trains
+        text = text[attempts[-1].end() :]
+    s.commits = text.count("should_commit=True")
     steps = STEP_RE.findall(text)
     if steps:
         s.last_step = int(steps[-1][0])
@@ -47,9 +63,6 @@ def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> Log
             s.last_loss = float(steps[-1][1])
         except ValueError:
             s.last_loss = None
-    attempts = ATTEMPT_RE.findall(text)
-    if attempts:
-        s.attempt = int(attempts[-1][1])
     return s
 
 

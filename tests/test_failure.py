@@ -299,6 +299,9 @@ def test_chaos_never_hits_the_last_running_replica():
     assert {failure.chaos_pick(two, rng) for _ in range(50)} == {0, 1}
     assert failure.chaos_pick(one, rng) is None
     assert failure.chaos_pick({}, rng) is None
+    # RUNNING in Slurm but not training yet (restarted, healing): not live
+    assert failure.chaos_pick(two, rng, live={0}) is None
+    assert failure.chaos_pick(two, rng, live={0, 1}) in (0, 1)
 
 
 def test_run_chaos_counts_events_and_skips(tmp_path):
@@ -323,7 +326,7 @@ def test_run_chaos_counts_events_and_skips(tmp_path):
     summary = failure.run_chaos(12, every=0.05, count=3, seed=1, make=make, ops=ops,
                                 say=lines.append, events_path=tmp_path / "e")  # fmt: skip
     assert len(summary.events) == 2 and summary.skipped == 1
-    assert "skipped (fewer than 2 replicas running)" in lines[1]
+    assert "skipped (fewer than 2 live replicas)" in lines[1]
     text = failure.chaos_summary_line(summary)
     assert text.startswith("chaos: 2 events (node-down x2), 1 skipped")
     downs = [c for c in ops.calls if c[2] == "DOWN"]

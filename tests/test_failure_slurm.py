@@ -142,8 +142,13 @@ def test_node_down_wait_recovered(mimic: Mimic):
     assert not client.nodes()[node].startswith("down")  # RESUMEd
     assert f"scontrol update NodeName={node} State=DOWN" in out
     assert "RUNNING again" in out and "restart count 1" in out
-    for phase in ("down->task stopped", "held down", "resume->RUNNING", "RUNNING->launch line"):
-        assert phase in out, out
+    timeline = out.split("timeline", 1)[1].splitlines()[1:]
+    assert timeline[0].endswith(f"DOWN {node}")
+    assert timeline[1].endswith(f"task {mimic.job}_1 left RUNNING (PENDING)")
+    assert timeline[2].endswith(f"RESUME {node}")
+    assert "took    5." in timeline[2]  # --down-for 5
+    assert f"task {mimic.job}_1 RUNNING again on worker-" in timeline[3]
+    assert "launching replica` line" in timeline[4]
     assert "(attempt 1) on worker-" in mimic.text(1)
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["node-down", "resume"]
@@ -280,7 +285,7 @@ def test_status_and_logs_on_the_cluster(mimic: Mimic):
     proc = mimic.popen("logs", "-f", "-n", "0", "--replica", "1")
     try:
         first = proc.stdout.readline()
-        assert first.startswith("[r1] ") and "step:" in first
+        assert first.startswith("[r1] [titan] ") and "step" in first
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=10)

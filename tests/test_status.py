@@ -121,3 +121,24 @@ def test_cli_status_without_a_job(monkeypatch):
     monkeypatch.setattr(client, "jobs", lambda job=None: [])
     r = CliRunner().invoke(cli, ["status"])
     assert r.exit_code != 0 and "pass --job ID" in str(r.exception)
+
+
+def test_a_restarted_attempt_shows_no_step_until_it_trains():
+    old = "[2026-11-23 10:00:00]  launching replica 1 (attempt 0) on w\nstep: 17  loss: 6.3\n"
+    new = "[2026-11-23 10:01:00]  launching replica 1 (attempt 1) on w\nloading...\n"
+    s = st.summarize_tail(old + new)
+    assert (s.attempt, s.last_step, s.last_loss) == (1, None, None)
+    s = st.summarize_tail(old + new + "step: 18  loss: 6.1\n")
+    assert (s.attempt, s.last_step, s.last_loss) == (1, 18, 6.1)
+
+
+def test_training_means_committed_in_this_attempt(tmp_path):
+    banner = "[2026-11-23 10:01:00]  launching replica 1 (attempt 1) on w\n"
+    commit = "[titan] ... - [torchtitan_ft_1:ab/0 - step 3] should_commit=True enough_replicas\n"
+    before = "[titan] ... - [torchtitan_ft_1:cd/0 - step 9] should_commit=True\n"
+    assert not st.summarize_tail(before + banner + "step: 2  loss: 8.1\n").training
+    assert st.summarize_tail(before + banner + "step: 2  loss: 8.1\n" + commit).training
+    assert st.summarize_tail(banner + "step: 2  loss: 8.1\n").training  # no torchft lines
+    assert not st.summarize_tail(banner).training
+    # the real log: replica 1's second attempt committed before it was stopped
+    assert st.read_summary(real_log(tmp_path, 1)).training

@@ -142,6 +142,24 @@ def simulate_failure(
         click.echo(json.dumps(out.to_dict()))
 
 
+def _live_from_logs(job: int):
+    """Replicas whose current attempt trains (has committed), read from the tails of their
+    logs; None (Slurm's RUNNING only) when the logs are not where this process looks."""
+    from ftslurm import paths
+    from ftslurm import status as st
+
+    run_dir = paths.torchft_runs_dir() / f"tft-{job}"
+    if not run_dir.is_dir():
+        click.echo(f"note: no logs in {run_dir}: live = RUNNING in Slurm")
+        return None
+
+    def live(tasks) -> set[int]:
+        summaries = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out", 64 * 1024) for i in tasks}
+        return {i for i, s in summaries.items() if s.training}
+
+    return live
+
+
 def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force):
     from ftslurm import failure
     from ftslurm.slurm import client
@@ -174,7 +192,15 @@ def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run
             _print_plan(make(pick), True)
         return
     summary = failure.run_chaos(
-        job, every=every, count=count, seed=seed, make=make, say=click.echo, events_path=events
+        job,
+        every=every,
+        count=count,
+        seed=seed,
+        make=make,
+        say=click.echo,
+        events_path=events,
+        live=_live_from_logs(job),
+        wait_live=max(every, 60.0),
     )
     click.echo(failure.chaos_summary_line(summary))
     if summary.interrupted:
