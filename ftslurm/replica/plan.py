@@ -31,6 +31,9 @@ Knobs (environment variables; defaults in brackets):
     FTSLURM_EXTRA_ARGS      extra torchtitan arguments, shell-quoted, appended last
     FTSLURM_TORCHRUN        torchrun executable [torchrun]
     RDZV_PORT               classic mode: c10d rendezvous port on the head node [29500]
+    FTSLURM_SINGLE_NODE=1   classic mode on this machine only: no srun, no head node lookup,
+                            one torchrun with its rendezvous on localhost (bench/gpu_overhead.py
+                            runs the classic baseline this way on a machine without Slurm)
     FTSLURM_DRY_RUN=1       print banner, env and command; run nothing
     FTSLURM_CHECKSUM_EVERY  parameter checksum every N committed steps [1 on cpu, 50 on
                             cuda; 0 = off] (checksum.py)
@@ -301,15 +304,25 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
     )
 
 
+def single_node(env: Mapping[str, str]) -> bool:
+    """FTSLURM_SINGLE_NODE=1: the classic job runs on this machine alone, without srun."""
+    return env.get("FTSLURM_SINGLE_NODE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def build_classic_plan(
     env: Mapping[str, str], root: Path, head_node: str, torchrun: Sequence[str] = ()
 ) -> Plan:
     """The classic (non-FT) job: `srun` one torchrun per node, rendezvous on the head node.
 
     Any node failure kills the whole job; that is the baseline the FT script improves on.
+    With FTSLURM_SINGLE_NODE=1 the same torchrun command runs on this machine only (no srun,
+    rendezvous on localhost), so a one-machine benchmark runs the very launcher path.
     """
     name, preset, device = resolve_preset(env, classic=True)
-    nnodes = _int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
+    local = single_node(env)
+    nnodes = (
+        1 if local else _int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
+    )
     gpus = _gpus(env, device)
     run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
@@ -326,17 +339,20 @@ def build_classic_plan(
     tt += shlex.split(env.get("FTSLURM_EXTRA_ARGS", ""))
     if env.get("WANDB_API_KEY"):
         tt.append("--metrics.enable_wandb")
-    argv = [
+    srun = [
         "srun",
         f"--nodes={nnodes}",
         f"--ntasks={nnodes}",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
+    ]
+    argv = [
+        *([] if local else srun),
         *(torchrun or [env.get("FTSLURM_TORCHRUN") or "torchrun"]),
         f"--nnodes={nnodes}",
         f"--nproc_per_node={gpus}",
         "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={head_node}:{port}",
+        "--rdzv_endpoint=localhost:0" if local else f"--rdzv_endpoint={head_node}:{port}",
         f"--rdzv_id=classic_{run_id}",
         "-m",
         TRAIN_MODULE,
