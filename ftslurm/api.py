@@ -1,0 +1,545 @@
+"""Python API: submit the FT job array (and the classic job) from Python with `submitit`.
+
+    import ftslurm
+    lh = ftslurm.lighthouse.start(advertise="login-0")          # or an address string
+    run = ftslurm.submit_ft_array(replicas=2, config={"DEVICE": "cpu", "STEPS": "50"},
+                                  lighthouse=lh, partition="debug")
+    run.states()            # {0: 'RUNNING', 1: 'PENDING'}
+    run.replicas[1].log_path  # outputs/torchft/tft-<job>/tft-<job>_1.out (`ftslurm report`)
+    run.cancel()
+
+What runs where. submitit's Slurm executor pickles a callable (`ReplicaTask`) into
+`outputs/submitit/` and submits one sbatch array (`--array=0-<N-1>`, one node and one task per
+array task). On the node, submitit's `python -m submitit.core._submit` (with the *same
+interpreter path* as the submitting Python, `sys.executable`: a venv on the shared filesystem)
+unpickles it, and the callable runs the same launcher as the sbatch script,
+`ftslurm.replica.job.main(["job"], env)`, with the env knobs of `ftslurm/replica/plan.py`
+(DEVICE, STEPS, TORCHFT_LIGHTHOUSE, ...). It appends its stdout/stderr (and torchrun's, which
+inherits them) to `outputs/torchft/tft-<job>/tft-<job>_<i>.out`, the file the sbatch script
+writes, so the launcher's banner line (`launching replica i (attempt a) on node`) starts every
+attempt and `ftslurm report` / `status` / `logs` read an API run like a script run.
+submitit's own logs (`<job>_<task>_0_log.out|err`: its unpickling, the result) stay in
+`outputs/submitit/`, never in the run folder, so the report does not read them as replicas.
+
+The launcher runs in the batch step (`use_srun=False`), as in the sbatch script: the classic
+launcher itself calls `srun` across the nodes, and Slurm's cancel/requeue signals reach the
+launcher, which forwards them to torchrun.
+
+Requeue semantics (why not submitit's). submitit requeues a job only from its USR2 handler
+(sent `signal_delay_s` before the time limit, or on preemption) and only usefully for
+`Checkpointable` callables that save a checkpoint to resume from. An FT replica does not
+resume from its own checkpoint: it heals from a live peer. So the sbatch array keeps Slurm's
+`--requeue` (passed as an additional sbatch parameter), exactly like the script:
+
+- a node goes DOWN (or fails): Slurm kills the replica's task and puts it back in the queue
+  (`SLURM_RESTART_COUNT` + 1); submitit's pickle is still in its folder, so the requeued task
+  unpickles the same callable, the launcher logs `launching replica i (attempt a+1)` in the
+  same log file, and the replica heals from a peer once it gets a node. The other replicas
+  keep training meanwhile;
+- the training process crashes (OOM kill, exception): the launcher itself runs
+  `scontrol requeue <job>_<i>` up to FT_MAX_REQUEUES times (see `ftslurm.replica.job`);
+- USR2 (submitit's timeout/preemption signal) is ignored by the callable: there is no
+  checkpoint to take, and its default would end the replica. The time limit defaults to the
+  partition's (`timeout_min=` sets one).
+
+submitit runs `sbatch` itself (its own subprocess call, inside the library this API is built
+on); everything else here (state, cancel) goes through `ftslurm.slurm.client` / the runner.
+`submitit`'s job state uses `sacct`, which clusters without accounting (the local cluster)
+lack, so states come from `squeue`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftslurm import paths
+from ftslurm.errors import UserError
+from ftslurm.replica import plan as planlib
+
+SUBMITIT_DIRNAME = "submitit"
+FT_JOB_NAME = "tft_replica"
+CLASSIC_JOB_NAME = "llama3_8b"
+# What the sbatch scripts ask for on GPU nodes (their #SBATCH lines).
+GPU_CPUS_PER_TASK = 128
+# Slurm variables name the replica inside an array: stale copies exported from the
+# submitting shell must not override them.
+_REPLICA_OVERRIDES = (
+    "FTSLURM_REPLICA_ID",
+    "FTSLURM_GROUP_SIZE",
+    "FTSLURM_ATTEMPT",
+    "FTSLURM_RUN_ID",
+)
+FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+                   "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# What runs on the node (pickled by submitit; must stay importable and cheap to pickle)
+
+
+@dataclass(frozen=True)
+class ReplicaTask:
+    """The callable submitit runs on a node: the replica launcher, output in the run's log.
+
+    `kind` is `job` (an FT replica) or `classic`; `knobs` are the env knobs of plan.py; they win
+    over the node's environment (which Slurm exports from the submitting shell, and which
+    carries the secrets: they are never pickled). `outputs` is the outputs folder.
+    """
+
+    kind: str
+    knobs: dict[str, str]
+    outputs: str
+
+    def env(self, node_env: Mapping[str, str]) -> dict[str, str]:
+        env = {**node_env, **self.knobs}
+        if self.kind == "job":
+            for name in _REPLICA_OVERRIDES:
+                env.pop(name, None)
+            if not env.get("SLURM_ARRAY_JOB_ID"):
+                # one replica is a plain job (submitit submits a single callable without
+                # --array): name it as task 0 of a group of 1 (no self-requeue then)
+                env.update(FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1",
+                           FTSLURM_RUN_ID=env.get("SLURM_JOB_ID", "local"))  # fmt: skip
+        return env
+
+    def log_path(self, env: Mapping[str, str]) -> Path:
+        """The file the sbatch script would append to for this job/task."""
+        return _log_path(self.kind, Path(self.outputs), env)
+
+    def __call__(self, replica: int = 0) -> int:
+        from ftslurm.replica import job as launcher
+        from ftslurm.runner import CommandError
+
+        with contextlib.suppress(ValueError, AttributeError):  # not in the main thread
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        env = self.env(os.environ)
+        log = self.log_path(env)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with _output_appended_to(log):
+            task = env.get("SLURM_ARRAY_TASK_ID")
+            if self.kind == "job" and task is not None and int(task) != replica:
+                print(f"Error: submitit gave replica {replica} to array task {task}", flush=True)
+                raise RuntimeError(f"replica {replica} != array task {task}")
+            try:
+                rc = launcher.main([self.kind], env)
+            except (UserError, CommandError) as e:
+                msg = e.one_line() if isinstance(e, CommandError) else str(e)
+                print(f"Error: {msg}", file=sys.stderr, flush=True)
+                raise RuntimeError(msg) from None
+        if rc != 0:
+            # an exception marks the submitit job FAILED (its result pickle says why)
+            raise RuntimeError(f"launcher exited with code {rc}; see {log}")
+        return rc
+
+
+def _log_path(kind: str, outputs: Path, env: Mapping[str, str]) -> Path:
+    if kind == "classic":
+        return outputs / f"classic-{env.get('SLURM_JOB_ID', 'local')}.out"
+    job = env.get("SLURM_ARRAY_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
+    task = env.get("SLURM_ARRAY_TASK_ID") or env.get("FTSLURM_REPLICA_ID") or "0"
+    return outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{task}.out"
+
+
+@contextlib.contextmanager
+def _output_appended_to(path: Path) -> Iterator[None]:
+    """fds 1 and 2 appended to `path` (so child processes write there too), then restored:
+    submitit's own closing lines go back to its log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+# --------------------------------------------------------------------------------------------
+# Handles
+
+
+@dataclass
+class ReplicaHandle:
+    """One replica (array task) of an FT run, or the classic job (`kind == "classic"`).
+
+    `state` asks Slurm (squeue) each time; `log_path` is the launcher's log for this replica,
+    appended by every attempt (what `ftslurm report` reads)."""
+
+    job_id: str  # `<array job>_<task>` or `<job>`
+    replica_id: int
+    log_path: Path
+    submitit_job: Any = field(repr=False, default=None)
+    kind: str = "ft"
+
+    @property
+    def array_job_id(self) -> int:
+        return int(self.job_id.split("_", 1)[0])
+
+    @property
+    def state(self) -> str:
+        """Slurm's state (PENDING, RUNNING, COMPLETED, ...), or UNKNOWN once Slurm forgot it."""
+        from ftslurm.slurm import client
+
+        for j in client.jobs(self.array_job_id):
+            if j.key == self.job_id or (j.array_task_id is None and str(j.job_id) == self.job_id):
+                return j.state
+        return self._state_from_submitit()
+
+    def _state_from_submitit(self) -> str:
+        # Slurm has purged the job (MinJobAge): submitit's result pickle tells how it ended
+        job = self.submitit_job
+        if job is None:
+            return "UNKNOWN"
+        result = Path(job.paths.result_pickle)
+        if not result.exists():
+            return "UNKNOWN"
+        from submitit.core.utils import pickle_load
+
+        try:
+            outcome = pickle_load(result)[0]
+        except Exception:  # noqa: BLE001 - an unreadable pickle is no state
+            return "UNKNOWN"
+        return "COMPLETED" if outcome == "success" else "FAILED"
+
+    @property
+    def submitit_stdout(self) -> Path | None:
+        """submitit's own log of this task (unpickling, result), not the training log."""
+        return Path(self.submitit_job.paths.stdout) if self.submitit_job is not None else None
+
+    def text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def cancel(self) -> None:
+        _scancel(self.job_id)
+
+    def wait(self, timeout: float = 3600, interval: float = 2.0) -> str:
+        """Wait until Slurm says this job finished; return its final state."""
+        from ftslurm.wait import wait_for
+
+        return wait_for(lambda: (s := self.state) in (*FINISHED_STATES, "UNKNOWN") and s,
+                        timeout, interval, what=f"job {self.job_id} to finish")  # fmt: skip
+
+
+@dataclass
+class FTArray:
+    """A submitted FT job array: one `ReplicaHandle` per replica."""
+
+    job_id: int
+    replicas: list[ReplicaHandle]
+    log_dir: Path  # outputs/torchft/tft-<job>: `ftslurm report <log_dir>`
+    lighthouse: str
+    submitit_folder: Path
+
+    def states(self) -> dict[int, str]:
+        """{replica id: Slurm state} from one squeue call."""
+        from ftslurm.slurm import client
+
+        by_task = {j.array_task_id: j.state for j in client.jobs(self.job_id)}
+        if len(self.replicas) == 1 and not by_task.get(0):
+            return {0: self.replicas[0].state}
+        return {r.replica_id: by_task.get(r.replica_id) or r._state_from_submitit()
+                for r in self.replicas}  # fmt: skip
+
+    def cancel(self) -> None:
+        """scancel the whole array (every replica)."""
+        _scancel(str(self.job_id))
+
+    def report_command(self, lighthouse_log: str | Path | None = None) -> list[str]:
+        """The `ftslurm report` command line for this run."""
+        cmd = ["ftslurm", "report", str(self.log_dir)]
+        return [*cmd, "--lighthouse", str(lighthouse_log)] if lighthouse_log else cmd
+
+
+def _scancel(job: str) -> None:
+    from ftslurm.slurm import client
+
+    client._slurm(["scancel", job])
+
+
+# --------------------------------------------------------------------------------------------
+# Submission
+
+
+def _knobs(config: str | Mapping[str, str] | None) -> dict[str, str]:
+    """`config`: a preset name (FTSLURM_PRESET) or a mapping of plan.py env knobs."""
+    if config is None:
+        return {}
+    if isinstance(config, str):
+        return {"FTSLURM_PRESET": config}
+    knobs = {str(k): str(v) for k, v in config.items()}
+    secrets = [k for k in knobs if k in planlib.SECRET_ENV]
+    if secrets:
+        raise UserError(
+            f"{', '.join(secrets)} must not be in config (it would be pickled to disk): export "
+            "it in the submitting shell; Slurm passes the environment on to the job"
+        )
+    return knobs
+
+
+def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
+    if lighthouse is None:
+        return env.get("TORCHFT_LIGHTHOUSE") or planlib.DEFAULT_LIGHTHOUSE
+    address = getattr(lighthouse, "address", lighthouse)
+    if not isinstance(address, str) or not address.startswith(("http://", "https://")):
+        raise UserError(
+            f"lighthouse={lighthouse!r}: give the address replicas use (http://HOST:PORT) "
+            "or what ftslurm.lighthouse.start() returned"
+        )
+    return address
+
+
+def parse_time_limit(text: str) -> int:
+    """sinfo's `%l` (`infinite`, `1-00:00:00`, `2:00:00`, `30:00`, `30`) -> minutes, 0 = none."""
+    text = text.strip().lower()
+    if not text or text in ("infinite", "unlimited", "n/a"):
+        return 0
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 3:
+        h, m, s = parts
+    elif len(parts) == 2:
+        h, (m, s) = (0, parts) if not days else (parts[0], (parts[1], 0))
+    else:
+        h, m, s = (parts[0], 0, 0) if days else (0, parts[0], 0)
+    return days * 24 * 60 + h * 60 + m + (1 if s else 0)
+
+
+def partition_time_limit(partition: str | None) -> int:
+    """The partition's time limit in minutes (0 = none): a replica should run as long as the
+    partition allows. submitit always writes --time (default 5 min), so we pass this one."""
+    from ftslurm.slurm import client
+
+    out = client._slurm(["sinfo", "-h", "-o", "%P %l"]).stdout
+    limits = {}
+    default = None
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        name, limit = line.split()[:2]
+        if name.endswith("*"):
+            name = name.rstrip("*")
+            default = name
+        limits[name] = parse_time_limit(limit)
+    key = partition or default
+    if key not in limits:
+        raise UserError(
+            f"partition {key!r} not found (sinfo lists {', '.join(sorted(limits)) or 'none'})"
+        )
+    return limits[key]
+
+
+def executor_parameters(
+    device: str, gpus_per_node: int, nodes: int = 1, **slurm_options: Any
+) -> dict[str, Any]:
+    """submitit Slurm parameters for one replica (or the classic job's `nodes`) on `device`.
+
+    Mirrors the scripts' #SBATCH lines (and `ftslurm submit`'s DEVICE=cpu overrides):
+    GPU: one task per node with all its GPUs, 128 CPUs, the node exclusive;
+    CPU: no GPUs, 1 CPU (what `sbatch_device_options('cpu')` asks for).
+    `slurm_options` (submitit names: partition, timeout_min, mem_gb, account, qos, ...)
+    win; `slurm_additional_parameters` / `slurm_setup` are accepted with or without the
+    `slurm_` prefix. `--requeue` is always added: it is what requeues a replica whose node
+    went DOWN.
+    """
+    params: dict[str, Any] = {
+        "nodes": nodes,
+        "ntasks_per_node": 1,
+        "use_srun": False,
+        "stderr_to_stdout": True,
+    }
+    if device == "cpu":
+        params.update(gpus_per_node=0, cpus_per_task=1)
+    else:
+        params.update(gpus_per_node=gpus_per_node, cpus_per_task=GPU_CPUS_PER_TASK,
+                      exclusive=True)  # fmt: skip
+    extra = {}
+    for key, value in slurm_options.items():
+        name = key.removeprefix("slurm_")
+        if name == "additional_parameters":
+            extra.update(value or {})
+        else:
+            params[name] = value
+    params["additional_parameters"] = {**extra, "requeue": True}
+    return params
+
+
+@contextlib.contextmanager
+def _slurm_conf_for_submitit() -> Iterator[None]:
+    """submitit runs `sbatch` with os.environ: give it SLURM_CONF when ftslurm would find the
+    local cluster's, for the duration of the submission only (it is exported to the job too,
+    where the launcher's `scontrol requeue` needs it)."""
+    from ftslurm.slurm import client
+
+    conf = client.slurm_env().get("SLURM_CONF")
+    if conf is None or "SLURM_CONF" in os.environ:
+        yield
+        return
+    os.environ["SLURM_CONF"] = conf
+    try:
+        yield
+    finally:
+        os.environ.pop("SLURM_CONF", None)
+
+
+def _executor(folder: Path, params: dict[str, Any]):
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("the Python API needs submitit: pip install 'ftslurm[api]'") from None
+    if shutil.which("srun") is None or shutil.which("sbatch") is None:
+        raise UserError(
+            "`srun`/`sbatch` not found: submit from a Slurm login node, or start the local "
+            "cluster with `sudo ftslurm cluster up`"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    # python: submitit's default, sys.executable (its array path ignores any other anyway)
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
+    try:
+        # AutoExecutor's names (timeout_min, mem_gb, tasks_per_node) -> sbatch's (time, mem, ...)
+        ex.update_parameters(**ex._convert_parameters(params))
+    except ValueError as e:
+        first = str(e).splitlines()[0]
+        raise UserError(f"{first} (see submitit.SlurmExecutor parameters)") from None
+    return ex
+
+
+def _submit(ex: Any, task: ReplicaTask, count: int) -> list[Any]:
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    try:
+        with _slurm_conf_for_submitit():
+            if count == 1:
+                return [ex.submit(task)]
+            return ex.map_array(task, list(range(count)))
+    except (FailedJobError, FailedSubmissionError) as e:
+        last = (str(e).strip().splitlines() or ["sbatch failed"])[-1]
+        raise UserError(f"sbatch refused the job: {last}") from None
+
+
+def _nproc(plan: planlib.Plan) -> int:
+    """Ranks per node = GPUs per node the plan uses (GPUS_PER_NODE)."""
+    arg = next(a for a in plan.argv if a.startswith("--nproc_per_node="))
+    return int(arg.split("=", 1)[1])
+
+
+def submit_ft_array(
+    replicas: int = 2,
+    config: str | Mapping[str, str] | None = None,
+    lighthouse: Any = None,
+    *,
+    outputs: str | Path | None = None,
+    **slurm_options: Any,
+) -> FTArray:
+    """Submit `replicas` FT replicas as one requeueable Slurm job array through submitit.
+
+    config: a preset name (`llama3_8b_ft`, `llama3_8b_diloco`, `debug_cpu`) or a mapping of
+    the launcher's env knobs (`{"DEVICE": "cpu", "STEPS": "100", "FT_MODE": "diloco"}`; see
+    ftslurm/replica/plan.py); secrets are refused (export them instead).
+    lighthouse: `http://host:port`, or the `LighthouseInfo` that `ftslurm.lighthouse.start`
+    returned; default $TORCHFT_LIGHTHOUSE, else http://login-0:29510.
+    outputs: the outputs folder (default `ftslurm.paths.outputs_dir()`, on the shared FS).
+    slurm_options: submitit's Slurm parameters (partition, timeout_min, account, qos,
+    mem_gb, slurm_additional_parameters, slurm_setup, ...).
+
+    The knobs are checked here (a bad DEVICE or preset is a UserError before anything is
+    submitted). Returns once sbatch accepted the array.
+    """
+    if replicas < 1:
+        raise UserError(f"replicas={replicas}: need at least 1")
+    out = Path(outputs).resolve() if outputs else paths.outputs_dir()
+    knobs = _knobs(config)
+    view = {**os.environ, **knobs}
+    knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, view)
+    knobs["FTSLURM_OUTPUTS"] = str(out)
+    view = {**view, **knobs}
+    for name in _REPLICA_OVERRIDES:
+        view.pop(name, None)
+    check = {**view, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": str(replicas)}
+    plan = planlib.build_ft_plan(check, paths.project_root())
+    knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
+    gpus = _nproc(plan)
+    slurm_options.setdefault("job_name", FT_JOB_NAME)
+    if "timeout_min" not in slurm_options and "time" not in slurm_options:
+        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
+    params = executor_parameters(plan.device, gpus, 1, **slurm_options)
+    folder = out / SUBMITIT_DIRNAME
+    ex = _executor(folder, params)
+    task = ReplicaTask("job", knobs, str(out))
+    jobs = _submit(ex, task, replicas)
+    array_id = int(str(jobs[0].job_id).split("_", 1)[0])
+    handles = []
+    for i, j in enumerate(jobs):
+        jid = str(j.job_id)
+        env = ({"SLURM_ARRAY_JOB_ID": str(array_id), "SLURM_ARRAY_TASK_ID": str(i)}
+               if "_" in jid else {"FTSLURM_RUN_ID": jid, "FTSLURM_REPLICA_ID": "0"})  # fmt: skip
+        handles.append(ReplicaHandle(jid, i, _log_path("job", out, env), j))
+    return FTArray(array_id, handles, out / "torchft" / f"tft-{array_id}",
+                   knobs["TORCHFT_LIGHTHOUSE"], folder)  # fmt: skip
+
+
+def submit_classic(
+    nodes: int = 2,
+    config: str | Mapping[str, str] | None = None,
+    *,
+    outputs: str | Path | None = None,
+    **slurm_options: Any,
+) -> ReplicaHandle:
+    """Submit the classic (non-FT) job on `nodes` nodes through submitit: the same launcher
+    as `llama3.1-8b-pretraining.sh` (`ftslurm.replica.job.main(["classic"], env)`), which
+    `srun`s one torchrun per node; its output goes to `<outputs>/classic-<job>.out`.
+
+    Not requeued on failure (`--requeue` is still passed, as Slurm's default for batch jobs
+    on most clusters): any node failure ends the torchrun group; that is the baseline.
+    Returns a `ReplicaHandle` with kind "classic" and replica_id 0.
+    """
+    if nodes < 1:
+        raise UserError(f"nodes={nodes}: need at least 1")
+    out = Path(outputs).resolve() if outputs else paths.outputs_dir()
+    knobs = _knobs(config)
+    knobs["FTSLURM_OUTPUTS"] = str(out)
+    view = {**os.environ, **knobs, "SLURM_NNODES": str(nodes)}
+    plan = planlib.build_classic_plan(view, paths.project_root(), "head")
+    knobs["DEVICE"] = plan.device
+    gpus = _nproc(plan)
+    slurm_options.setdefault("job_name", CLASSIC_JOB_NAME)
+    if "timeout_min" not in slurm_options and "time" not in slurm_options:
+        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
+    params = executor_parameters(plan.device, gpus, nodes, **slurm_options)
+    folder = out / SUBMITIT_DIRNAME
+    ex = _executor(folder, params)
+    (job,) = _submit(ex, ReplicaTask("classic", knobs, str(out)), 1)
+    jid = str(job.job_id)
+    return ReplicaHandle(jid, 0, _log_path("classic", out, {"SLURM_JOB_ID": jid}), job,
+                         kind="classic")  # fmt: skip
+
+
+def wait_for_states(run: FTArray, want: str, timeout: float = 120) -> dict[int, str]:
+    """Wait until every replica is in state `want` (e.g. RUNNING); return the states."""
+    from ftslurm.wait import wait_for
+
+    def ok() -> dict[int, str] | None:
+        s = run.states()
+        return s if all(v == want for v in s.values()) else None
+
+    return wait_for(ok, timeout, interval=1.0, what=f"all replicas {want}")
