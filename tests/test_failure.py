@@ -380,3 +380,23 @@ def test_help_has_examples():
     for cmd in ("simulate-failure", "status", "logs"):
         r = CliRunner().invoke(cli, [cmd, "--help"])
         assert r.exit_code == 0 and "Examples:" in r.output and "ftslurm " + cmd in r.output
+
+
+def test_cli_chaos_dry_run(monkeypatch, tmp_path):
+    from ftslurm.slurm import client
+
+    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
+    monkeypatch.setattr(client, "nodes", lambda: NODES)
+    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
+    r = CliRunner().invoke(
+        cli, ["simulate-failure", "--chaos", "--every", "20", "--count", "3", "--seed", "1",
+              "--down-for", "5", "--dry-run"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("chaos on job 12: 3 x node-down every 20 s, seed 1")
+    assert "State=DOWN" in r.output and "# dry run: nothing was run" in r.output
+    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_node_down_pending"))
+    pending = CliRunner().invoke(
+        cli, ["simulate-failure", "--chaos", "--every", "5", "--job", "12", "--dry-run"]
+    )
+    assert "every event would be skipped" in pending.output

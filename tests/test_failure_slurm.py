@@ -224,7 +224,7 @@ def test_sigint_in_the_middle_resumes_the_node(mimic: Mimic):
     wait_for(lambda: (t := mimic.tasks()[0]).state == "RUNNING" and t.restarts == 1, 40)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
     node = mimic.tasks()[0].node
     r = mimic.cli(
@@ -241,6 +241,16 @@ def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
     assert nodes_up() and node in client.nodes()
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["kill"] and "SIGKILL" in evs[0]["detail"]
+    mimic.all_running()
+
+    # requeue mode on the other replica: scontrol requeue <job>_1, back with restart count 1
+    rq = mimic.cli("simulate-failure", "--replica", "1", "--mode", "requeue",
+                   "--wait-recovered", "--timeout", "60", "--json")  # fmt: skip
+    assert rq.returncode == 0, rq.stdout + rq.stderr
+    assert f"requeued {mimic.job}_1" in rq.stdout
+    assert json.loads(rq.stdout.strip().splitlines()[-1])["restarts"] == 1
+    assert "(attempt 1)" in mimic.text(1) and "worker exited" not in mimic.text(1)
+    assert [e["action"] for e in mimic.events_list()] == ["kill", "requeue"]
 
 
 @pytest.mark.timeout(120)
