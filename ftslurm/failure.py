@@ -473,9 +473,18 @@ class SlurmOps:
         client.requeue(key)
 
     def run(self, argv: list[str]) -> None:
+        from ftslurm.runner import CommandError
         from ftslurm.slurm import client
 
-        client._slurm(argv, timeout=60)
+        try:
+            client._slurm(argv, timeout=60)
+        except CommandError as e:
+            if "pkill" in argv and e.returncode == 1:  # pkill: nothing matched
+                raise UserError(
+                    "no training worker matched on the node (starting or restarting?); "
+                    "nothing was killed"
+                ) from e
+            raise
 
     def tasks(self, job: int) -> dict[int, JobInfo]:
         from ftslurm.slurm import client
