@@ -150,23 +150,27 @@ def _log_path(kind: str, outputs: Path, env: Mapping[str, str]) -> Path:
 
 @contextlib.contextmanager
 def _output_appended_to(path: Path) -> Iterator[None]:
-    """fds 1 and 2 appended to `path` (so child processes write there too), then restored:
-    submitit's own closing lines go back to its log."""
+    """fds 1 and 2 (for child processes: torchrun) and sys.stdout/stderr (for this process,
+    whoever replaced them) appended to `path`, then restored: submitit's closing lines go
+    back to its own log."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved_fds = os.dup(1), os.dup(2)
+    saved_streams = sys.stdout, sys.stderr
+    stream = open(path, "a", buffering=1, errors="replace")  # noqa: SIM115
     try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+        os.dup2(stream.fileno(), 1)
+        os.dup2(stream.fileno(), 2)
+        sys.stdout = sys.stderr = stream
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for f in (fd, *saved):
-            os.close(f)
+        stream.flush()
+        sys.stdout, sys.stderr = saved_streams
+        os.dup2(saved_fds[0], 1)
+        os.dup2(saved_fds[1], 2)
+        for fd in saved_fds:
+            os.close(fd)
+        stream.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""`ftslurm doctor [--json]`: check a cluster set-up; each problem with its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    default=None,
+    help="What the run will use [$DEVICE, else cuda].",
+)
+@click.option(
+    "--lighthouse",
+    metavar="URL",
+    default=None,
+    help="Lighthouse address to probe [$TORCHFT_LIGHTHOUSE, else http://login-0:29510].",
+)
+@click.option(
+    "--assets",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Assets folder to look for the tokenizer in [<project>/assets, what the launcher uses].",
+)
+@click.option(
+    "--replicas", type=click.IntRange(1), default=2, show_default=True,
+    help="Replicas (= nodes) the run needs.",
+)  # fmt: skip
+def doctor(
+    as_json: bool, device: str | None, lighthouse: str | None, assets: Path | None, replicas: int
+) -> None:
+    """Check that an FT run can start here: each check passes, warns or fails, with the fix.
+
+    \b
+    Checks: Slurm client tools and the controller; partitions and idle nodes; GPUs per
+    node (gres) vs the FT script's --gpus-per-task; the Lighthouse reached from a compute
+    node (srun of a tiny HTTP probe); the tokenizer in assets/; Python packages vs
+    requirements.txt; WANDB_API_KEY / HF_TOKEN (only "set" / "not set"); the shared
+    filesystem (a file written here, read on a node). Exit code 1 when any check fails.
+
+    \b
+    Examples:
+      ftslurm doctor
+      DEVICE=cpu TORCHFT_LIGHTHOUSE=http://login-0:29510 ftslurm doctor --json
+      ftslurm doctor --replicas 4 --lighthouse http://login-0:29510
+    """
+    from ftslurm import doctor as doc
+
+    cfg = doc.DoctorConfig.from_env(
+        dict(os.environ),
+        device=device,
+        lighthouse=lighthouse,
+        lighthouse_from_env=True if lighthouse else None,
+        assets=assets.resolve() if assets else None,
+        replicas=replicas,
+    )
+    if cfg.device not in ("cuda", "cpu"):
+        from ftslurm.errors import UserError
+
+        raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
+    checks = doc.run_checks(cfg)
+    if as_json:
+        click.echo(json.dumps(doc.to_json(checks, cfg), indent=2))
+    else:
+        click.echo(doc.render_text(checks, cfg))
+    if not doc.ok(checks):
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,685 @@
+"""`ftslurm doctor`: is this cluster set-up ready for an FT run? Each problem with its fix.
+
+Two layers. The pure layer (`check_*`) turns observations (command results, file listings,
+installed versions) into `Check` rows: name, status (pass | warn | fail), detail and the fix;
+no I/O, so every verdict is unit-tested on recorded output. The runner layer (`observe_*`,
+`run_checks`) gathers the observations: Slurm client tools, `scontrol ping`, `sinfo`, two
+tiny `srun` probes on an idle compute node (the Lighthouse over HTTP, a file written here),
+files under `assets/`, `importlib.metadata`. Every command has a timeout; when the controller
+does not answer, the checks that need it are not attempted (each Slurm client call would wait
+~10 s for it) and say so.
+
+Secrets (WANDB_API_KEY, HF_TOKEN) are only ever reported as "set" / "not set".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import secrets as pysecrets
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ftslurm import paths
+from ftslurm.replica import plan as planlib
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+SLURM_TOOLS = ("sinfo", "squeue", "sbatch", "srun", "scontrol", "scancel")
+SRUN_TIMEOUT_S = 60.0
+# A probe run on a compute node with the interpreter the sbatch scripts exec.
+LIGHTHOUSE_PROBE = (
+    "import sys, urllib.request as u\n"
+    "o = u.build_opener(u.ProxyHandler({}))\n"
+    "try:\n"
+    "    r = o.open(sys.argv[1], timeout=5)\n"
+    "    print('HTTP', r.status)\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__ + ':', e)\n"
+    "    sys.exit(1)\n"
+)
+# packages needed only for an optional feature: name -> (when it is needed, is it needed?)
+OPTIONAL_PACKAGES: dict[str, Callable[[str, Mapping[str, str]], str | None]] = {
+    "wandb": lambda device, env: (
+        None if env.get("WANDB_API_KEY") else "needed only with WANDB_API_KEY set (W&B logging)"
+    ),
+    "huggingface-hub": lambda device, env: (
+        "needed only for `ftslurm assets download` (the GPU tokenizer)" if device == "cpu" else None
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict: `fix` says what to do when status is not pass."""
+
+    name: str
+    status: str  # pass | warn | fail
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a command run on a node (or here) came back with."""
+
+    ok: bool
+    output: str  # its last line (stdout, else stderr)
+    where: str  # node name, or "login node"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One line of `sinfo -N -o '%N|%P|%T|%G'` (a node in two partitions is two rows)."""
+
+    name: str
+    partition: str
+    state: str
+    gres: str
+
+    @property
+    def idle(self) -> bool:
+        return self.state.rstrip("*~#!%$@^").lower() == "idle"
+
+    @property
+    def responding(self) -> bool:
+        base = re.split(r"[*~#!%$@^+\-]", self.state.lower(), maxsplit=1)[0]
+        return "*" not in self.state and base not in (
+            "down", "drained", "drain", "fail", "future", "unknown", "inval", "maint",
+        )  # fmt: skip
+
+
+@dataclass
+class DoctorConfig:
+    """What to check against (defaults: the environment a job would get)."""
+
+    device: str = "cuda"
+    lighthouse: str = planlib.DEFAULT_LIGHTHOUSE
+    lighthouse_from_env: bool = False
+    assets: Path = field(default_factory=lambda: paths.project_root() / "assets")
+    requirements: Path = field(default_factory=lambda: paths.project_root() / "requirements.txt")
+    script: Path = field(default_factory=lambda: paths.project_root() / paths.FT_SCRIPT)
+    outputs: Path = field(default_factory=paths.outputs_dir)
+    replicas: int = 2
+    node_python: str = "python3"
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> DoctorConfig:
+        env = dict(os.environ if env is None else env)
+        device = (env.get("DEVICE") or "cuda").strip().lower()
+        lh = env.get("TORCHFT_LIGHTHOUSE")
+        cfg = cls(
+            device=device,
+            lighthouse=lh or planlib.DEFAULT_LIGHTHOUSE,
+            lighthouse_from_env=bool(lh),
+            node_python=env.get("FTSLURM_PYTHON") or "python3",
+            env=env,
+        )
+        for k, v in overrides.items():
+            if v is not None:
+                setattr(cfg, k, v)
+        return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Pure layer: observations -> checks
+
+
+def _needs_controller(name: str) -> Check:
+    return Check(
+        name, WARN, "not checked: the Slurm controller is not answering",
+        "fix `slurm controller` first, then run `ftslurm doctor` again",
+    )  # fmt: skip
+
+
+def check_tools(found: Mapping[str, str | None]) -> Check:
+    missing = [t for t, p in found.items() if not p]
+    if missing:
+        return Check(
+            "slurm client tools", FAIL, f"not found in PATH: {', '.join(missing)}",
+            "run on a Slurm login node (or install the client: apt-get install slurm-client); "
+            "on one machine: sudo ftslurm cluster up",
+        )  # fmt: skip
+    where = sorted({str(Path(p).parent) for p in found.values() if p})
+    return Check("slurm client tools", PASS, f"{', '.join(found)} in {', '.join(where)}")
+
+
+def check_controller(rc: int | None, output: str, slurm_conf: str | None) -> Check:
+    """From `scontrol ping` (rc None: it did not finish)."""
+    conf = f"SLURM_CONF={slurm_conf}" if slurm_conf else "SLURM_CONF not set (Slurm's default)"
+    line = " ".join(output.split()[:6]) if output.strip() else "no answer"
+    if rc == 0 and " is UP" in output:
+        return Check("slurm controller", PASS, f"{output.strip().splitlines()[0]} ({conf})")
+    if "configuration" in output.lower():
+        return Check(
+            "slurm controller", FAIL, f"no Slurm configuration ({conf}): {line}",
+            "export SLURM_CONF=/path/to/slurm.conf, or start the local cluster: "
+            "sudo ftslurm cluster up",
+        )  # fmt: skip
+    return Check(
+        "slurm controller", FAIL, f"slurmctld is not answering: {line} ({conf})",
+        "start slurmctld (systemctl start slurmctld, or on one machine: sudo ftslurm cluster "
+        "up) or point SLURM_CONF at the running cluster's slurm.conf",
+    )  # fmt: skip
+
+
+def parse_sinfo_rows(text: str) -> list[NodeRow]:
+    """`sinfo -h -N -o '%N|%P|%T|%G'` -> rows (the default partition loses its `*`)."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4:
+            name, part, state, gres = (p.strip() for p in parts)
+            rows.append(NodeRow(name, part.rstrip("*"), state, gres))
+    return rows
+
+
+def parse_partitions(text: str) -> dict[str, str]:
+    """`sinfo -h -o '%R|%a'` -> {partition: up|down|drain|inact}."""
+    out = {}
+    for line in text.splitlines():
+        if "|" in line:
+            name, avail = line.strip().split("|", 1)
+            out[name.strip()] = avail.strip().lower()
+    return out
+
+
+def check_partitions(
+    partitions: Mapping[str, str], rows: Sequence[NodeRow], replicas: int
+) -> Check:
+    name = "partitions and idle nodes"
+    up = sorted(p for p, a in partitions.items() if a == "up")
+    if not up:
+        listed = ", ".join(f"{p} ({a})" for p, a in sorted(partitions.items())) or "none"
+        return Check(name, FAIL, f"no partition is up: {listed}",
+                     "scontrol update PartitionName=<name> State=UP (as root)")  # fmt: skip
+    nodes: dict[str, NodeRow] = {}
+    for r in rows:
+        if r.partition in up:
+            nodes.setdefault(r.name, r)
+    usable = [n for n in nodes.values() if n.responding]
+    idle = sorted(n.name for n in usable if n.idle)
+    summary = f"partitions up: {', '.join(up)}; {len(idle)} idle of {len(nodes)} nodes"
+    down = sorted(n.name for n in nodes.values() if not n.responding)
+    if down:
+        summary += f" (not usable: {', '.join(down)})"
+    if not usable:
+        return Check(name, FAIL, summary,
+                     "bring nodes back: scontrol update NodeName=<node> State=RESUME")  # fmt: skip
+    if len(usable) < replicas:
+        return Check(
+            name, WARN, f"{summary}: an FT run of {replicas} replicas needs {replicas} nodes",
+            f"add nodes, or submit fewer replicas (--array=0-{len(usable) - 1})",
+        )  # fmt: skip
+    if len(idle) < replicas:
+        return Check(
+            name, WARN, f"{summary}: {replicas} replicas will wait for nodes",
+            "nothing to fix: replicas start as nodes free up (squeue shows why they wait)",
+        )  # fmt: skip
+    return Check(name, PASS, summary + f" ({', '.join(idle)})")
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a `%G` field: `gpu:8`, `gpu:h100:8(S:0-1)`, `gpu:a:4,gpu:b:4` -> 8; `(null)` -> 0."""
+    total = 0
+    for item in re.split(r",(?![^(]*\))", gres):
+        item = re.sub(r"\(.*?\)", "", item).strip()
+        fields = item.split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def script_gpus_per_task(script_text: str) -> int | None:
+    m = re.search(r"^#SBATCH\s+--gpus-per-task[= ](\d+)", script_text, re.MULTILINE)
+    return int(m.group(1)) if m else None
+
+
+def check_gpus(device: str, rows: Sequence[NodeRow], wanted: int | None, script: str) -> Check:
+    """GPUs per node as Slurm sees them (gres) vs what the FT script asks for."""
+    name = "gpus per node (gres)"
+    per_node: dict[str, int] = {}
+    for r in rows:
+        per_node.setdefault(r.name, gres_gpus(r.gres))
+    counts = sorted(set(per_node.values()))
+    seen = ", ".join(f"{c} GPUs on {sum(1 for v in per_node.values() if v == c)} nodes"
+                     for c in counts) or "no nodes"  # fmt: skip
+    if device == "cpu":
+        return Check(
+            name, PASS,
+            f"DEVICE=cpu: no GPUs needed ({seen}); `ftslurm submit` replaces the script's "
+            f"--gpus-per-task={wanted} with --gpus-per-task=0 --cpus-per-task=1",
+        )  # fmt: skip
+    if wanted is None:
+        return Check(name, WARN, f"{script} has no #SBATCH --gpus-per-task line ({seen})",
+                     "restore the #SBATCH --gpus-per-task=8 line of the FT script")  # fmt: skip
+    enough = sorted(n for n, c in per_node.items() if c >= wanted)
+    if not enough:
+        return Check(
+            name, FAIL, f"{seen}; the FT script asks for --gpus-per-task={wanted}",
+            "declare the GPUs to Slurm (gres.conf + GresTypes=gpu + NodeName=... Gres=gpu:"
+            f"{wanted}), or set GPUS_PER_NODE and #SBATCH --gpus-per-task to what nodes have; "
+            "on CPU nodes: export DEVICE=cpu",
+        )  # fmt: skip
+    if len(enough) < len(per_node):
+        return Check(name, WARN,
+                     f"{seen}; only {len(enough)} nodes have the {wanted} the script asks for",
+                     "replicas run on those nodes only (use a partition of GPU nodes)")  # fmt: skip
+    return Check(name, PASS, f"{seen}; the FT script asks for --gpus-per-task={wanted}")
+
+
+def check_lighthouse(
+    address: str,
+    from_env: bool,
+    node: Probe | None,
+    login: Probe,
+    node_skipped_why: str = "",
+    managed_address: str | None = None,
+) -> Check:
+    """The Lighthouse as a compute node reaches it (the authority), the login node's view
+    as the diagnosis."""
+    name = "lighthouse"
+    where = f"TORCHFT_LIGHTHOUSE={address}" + ("" if from_env else " (not set: the default)")
+    start_fix = (
+        "start it on the login node: ftslurm lighthouse start --advertise <login host>, then "
+        "export the TORCHFT_LIGHTHOUSE=... line it prints"
+    )
+    if managed_address and managed_address != address:
+        start_fix = (
+            f"ftslurm's managed Lighthouse runs at {managed_address}: "
+            f"export TORCHFT_LIGHTHOUSE={managed_address}"
+        )
+    if node is not None:
+        if node.ok:
+            return Check(name, PASS, f"{where}: {node.output} from compute node {node.where}")
+        if login.ok:
+            return Check(
+                name, FAIL,
+                f"{where}: compute node {node.where} cannot reach it ({node.output}), this "
+                f"login node can ({login.output})",
+                "advertise a name the nodes resolve (ftslurm lighthouse restart --advertise "
+                "<login host as nodes know it>) and let nodes reach its port (firewall)",
+            )  # fmt: skip
+        return Check(
+            name, FAIL,
+            f"{where}: not answering from compute node {node.where} ({node.output}) nor "
+            f"from here ({login.output})",
+            start_fix,
+        )  # fmt: skip
+    why = f" ({node_skipped_why})" if node_skipped_why else ""
+    if login.ok:
+        return Check(
+            name, WARN, f"{where}: {login.output} from this login node; not probed from a "
+            f"compute node{why}",
+            "run `ftslurm doctor` again when a compute node is idle",
+        )  # fmt: skip
+    return Check(name, FAIL, f"{where}: not answering from here ({login.output}){why}", start_fix)
+
+
+def tokenizer_paths(device: str, assets: Path) -> tuple[list[Path], str]:
+    """The files the launcher's torchtitan arguments point at (paths from plan.py), and the
+    command that makes them."""
+    root = Path("/r")
+    if device == "cpu":
+        tok, data = planlib.local_assets(root)
+        tok, data = (
+            assets / tok.relative_to(root / "assets"),
+            assets / data.relative_to(root / "assets"),
+        )
+        files = [tok / "tokenizer.json", tok / "tokenizer_config.json", data / "data.jsonl"]
+        return files, "ftslurm assets make-local (~5 s, no network)"
+    hf = assets / planlib.hf_assets(root).relative_to(root / "assets")
+    return [hf / "tokenizer.json", hf / "tokenizer_config.json"], (
+        "export HF_TOKEN=hf_... (licence accepted on huggingface.co/meta-llama/Llama-3.1-8B) "
+        "&& ftslurm assets download"
+    )
+
+
+def check_tokenizer(device: str, assets: Path, present: Callable[[Path], bool]) -> Check:
+    files, make = tokenizer_paths(device, assets)
+    missing = [f for f in files if not present(f)]
+    name = "tokenizer"
+    if missing:
+        return Check(name, FAIL, "missing: " + ", ".join(str(f) for f in missing), make)
+    return Check(name, PASS, f"{files[0].parent} (DEVICE={device})")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str
+    spec: str  # "==2.13.0", ">=0.20", "" (any)
+
+
+def parse_requirements(text: str) -> list[Requirement]:
+    """The pins of a requirements file; `-e .`, options, URLs and comments are skipped."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-") or "://" in line:
+            continue
+        line = line.split(";", 1)[0].strip()  # markers: this tool's Python is what counts
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*(.*)$", line)
+        if m:
+            out.append(Requirement(m.group(1), m.group(2).replace(" ", "")))
+    return out
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _release(v: str) -> tuple[int, ...]:
+    v = v.split("+", 1)[0]
+    nums = []
+    for part in v.split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        nums.append(int(m.group()))
+        if m.group() != part:
+            break
+    return tuple(nums)
+
+
+def satisfies(version: str, spec: str) -> bool:
+    """PEP 440 where `packaging` is importable, else release-number comparison; local labels
+    (`2.13.0+cpu`) match their public version either way."""
+    if not spec:
+        return True
+    try:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - an odd version string: fall back to numbers
+        pass
+    return satisfies_simple(version, spec)
+
+
+def satisfies_simple(version: str, spec: str) -> bool:
+    have = _release(version)
+    for clause in spec.split(","):
+        m = re.match(r"^(==|>=|<=|!=|~=|>|<)(.+)$", clause.strip())
+        if not m:
+            continue
+        op, want_s = m.groups()
+        want = _release(want_s.rstrip(".*"))
+        n = max(len(have), len(want))
+        a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
+        if op == "==" and want_s.endswith(".*"):
+            ok = have[: len(want)] == want
+        elif op == "==":
+            ok = a == b
+        elif op == "!=":
+            ok = a != b
+        elif op == ">=":
+            ok = a >= b
+        elif op == "<=":
+            ok = a <= b
+        elif op == ">":
+            ok = a > b
+        elif op == "<":
+            ok = a < b
+        else:  # ~=
+            ok = a >= b and have[: len(want) - 1] == want[: len(want) - 1]
+        if not ok:
+            return False
+    return True
+
+
+def check_packages(
+    reqs: Sequence[Requirement],
+    installed: Mapping[str, str | None],
+    device: str,
+    env: Mapping[str, str],
+    requirements_file: str = "requirements.txt",
+) -> Check:
+    name = "python packages"
+    bad, notes = [], []
+    for r in reqs:
+        have = installed.get(normalize(r.name))
+        optional = OPTIONAL_PACKAGES.get(normalize(r.name))
+        why_optional = optional(device, env) if optional else None
+        if have is None:
+            if why_optional:
+                notes.append(f"{r.name} not installed ({why_optional})")
+            else:
+                bad.append(f"{r.name}: not installed (wants {r.spec or 'any'})")
+        elif not satisfies(have, r.spec):
+            bad.append(f"{r.name} {have} (wants {r.spec})")
+    good = len(reqs) - len(bad) - len(notes)
+    detail = f"{good} of {len(reqs)} as {requirements_file} pins"
+    if notes:
+        detail += "; " + "; ".join(notes)
+    if bad:
+        pins = " ".join(
+            f"'{r.name}{r.spec}'" for r in reqs if any(b.startswith(r.name) for b in bad)
+        )
+        return Check(name, FAIL, detail + "; " + "; ".join(bad),
+                     f"pip install -r {requirements_file}   (or: pip install {pins})")  # fmt: skip
+    return Check(name, PASS, detail)
+
+
+def check_secret(name: str, env: Mapping[str, str], device: str, tokenizer_ok: bool) -> Check:
+    """Present or not; the value is never looked at beyond that, never printed."""
+    value = env.get(name)
+    if value is not None and not value.strip():
+        return Check(name, WARN, "set but empty", f"unset {name} or export its real value")
+    if value:
+        return Check(name, PASS, "set (jobs get it through --export=ALL; never printed)")
+    if name == "WANDB_API_KEY":
+        return Check(name, PASS, "not set (W&B logging off; export it to log from replica 0)")
+    if device == "cuda" and not tokenizer_ok:
+        return Check(name, WARN, "not set: needed to download the gated Llama-3.1-8B tokenizer",
+                     "export HF_TOKEN=hf_... (a read token of an account that accepted the "
+                     "licence)")  # fmt: skip
+    return Check(name, PASS, "not set (not needed: the tokenizer is local)")
+
+
+def check_shared_fs(path: Path, node: Probe | None, token: str, skipped_why: str = "") -> Check:
+    name = "shared filesystem"
+    if node is None:
+        return Check(name, WARN, f"not checked ({skipped_why})",
+                     "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
+    if node.ok and node.output.strip() == token:
+        return Check(name, PASS, f"a file written here under {path.parent} is read on {node.where}")
+    return Check(
+        name, FAIL,
+        f"{node.where} cannot read {path} written here ({node.output or 'different content'})",
+        "put the checkout (and outputs/, FTSLURM_OUTPUTS) on a filesystem mounted on every "
+        "node at the same path",
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Runner layer: observations
+
+
+def _last_line(*texts: str) -> str:
+    for t in texts:
+        lines = [ln.strip() for ln in t.strip().splitlines() if ln.strip()]
+        if lines:
+            return lines[-1][:200]
+    return ""
+
+
+def _srun(node: NodeRow, argv: Sequence[str], env: Mapping[str, str]) -> Probe:
+    from ftslurm.runner import CommandError, run
+
+    cmd = ["srun", "-N1", "-n1", "-w", node.name, "-p", node.partition, "-t", "1",
+           "--immediate=30", "--quiet", *argv]  # fmt: skip
+    try:
+        out = run(cmd, timeout=SRUN_TIMEOUT_S, env=env, check=False)
+    except CommandError as e:
+        return Probe(False, e.reason or e.one_line(), node.name)
+    return Probe(out.returncode == 0, _last_line(out.stdout, out.stderr), node.name)
+
+
+def _login_probe(address: str) -> Probe:
+    from ftslurm import lighthouse
+
+    try:
+        code, _ = lighthouse.http_get(address, timeout=3)
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return Probe(False, f"{type(e).__name__}: {reason}", "login node")
+    return Probe(code == 200, f"HTTP {code}", "login node")
+
+
+def _managed_lighthouse_address() -> str | None:
+    from ftslurm import lighthouse
+
+    try:
+        st = lighthouse.status(paths.lighthouse_dir(), http_timeout=2)
+    except Exception:  # noqa: BLE001 - only a hint
+        return None
+    return st.address if st.running and st.http_ok else None
+
+
+def _installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for r in reqs:
+        try:
+            out[normalize(r.name)] = importlib.metadata.version(r.name)
+        except importlib.metadata.PackageNotFoundError:
+            out[normalize(r.name)] = None
+    return out
+
+
+def run_checks(cfg: DoctorConfig) -> list[Check]:
+    """Observe and judge, in order; a dead controller skips what needs it."""
+    from ftslurm.runner import CommandError, run
+    from ftslurm.slurm import client
+
+    checks: list[Check] = []
+    env = client.slurm_env()
+    env.update({k: v for k, v in cfg.env.items() if k == "SLURM_CONF"})
+    found = {t: shutil.which(t, path=env.get("PATH")) for t in SLURM_TOOLS}
+    checks.append(check_tools(found))
+    controller_ok = False
+    if found["scontrol"]:
+        try:
+            out = run(["scontrol", "ping"], timeout=30, env=env, check=False)
+            ctl = check_controller(out.returncode, out.stdout + out.stderr, env.get("SLURM_CONF"))
+        except CommandError as e:
+            ctl = check_controller(None, e.one_line(), env.get("SLURM_CONF"))
+        checks.append(ctl)
+        controller_ok = ctl.status == PASS
+    else:
+        checks.append(Check("slurm controller", FAIL, "scontrol not found",
+                            "fix `slurm client tools` first"))  # fmt: skip
+
+    rows: list[NodeRow] = []
+    idle_node: NodeRow | None = None
+    skipped = "the Slurm controller is not answering"
+    if controller_ok:
+        try:
+            rows = parse_sinfo_rows(
+                run(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%G"], timeout=30, env=env).stdout
+            )
+            parts = parse_partitions(
+                run(["sinfo", "-h", "-o", "%R|%a"], timeout=30, env=env).stdout
+            )
+            checks.append(check_partitions(parts, rows, cfg.replicas))
+        except CommandError as e:
+            checks.append(Check("partitions and idle nodes", FAIL, e.one_line(),
+                                "check the controller's log (slurmctld.log)"))  # fmt: skip
+        up = {r.partition for r in rows}
+        idle_node = next((r for r in rows if r.idle and r.partition in up), None)
+        try:
+            script_text = cfg.script.read_text()
+        except OSError:
+            script_text = ""
+        checks.append(check_gpus(cfg.device, rows, script_gpus_per_task(script_text),
+                                 cfg.script.name))  # fmt: skip
+        if idle_node is None:
+            skipped = "no idle compute node to run a probe on"
+    else:
+        checks.append(_needs_controller("partitions and idle nodes"))
+        checks.append(_needs_controller("gpus per node (gres)"))
+
+    login = _login_probe(cfg.lighthouse)
+    node_probe = None
+    if idle_node is not None:
+        node_probe = _srun(idle_node, [cfg.node_python, "-c", LIGHTHOUSE_PROBE, cfg.lighthouse],
+                           env)  # fmt: skip
+    managed = None if (node_probe and node_probe.ok) else _managed_lighthouse_address()
+    checks.append(check_lighthouse(cfg.lighthouse, cfg.lighthouse_from_env, node_probe, login,
+                                   skipped, managed))  # fmt: skip
+
+    files, _ = tokenizer_paths(cfg.device, cfg.assets)
+    tok = check_tokenizer(cfg.device, cfg.assets, lambda p: p.is_file())
+    checks.append(tok)
+
+    try:
+        reqs = parse_requirements(cfg.requirements.read_text())
+        checks.append(check_packages(reqs, _installed(reqs), cfg.device, cfg.env,
+                                     cfg.requirements.name))  # fmt: skip
+    except OSError as e:
+        checks.append(Check("python packages", WARN, f"cannot read {cfg.requirements}: "
+                            f"{e.strerror}", "run from the ftslurm checkout"))  # fmt: skip
+
+    for name in planlib.SECRET_ENV:
+        checks.append(check_secret(name, cfg.env, cfg.device, tok.status == PASS))
+
+    checks.append(_shared_fs(cfg, idle_node, env, skipped))
+    return checks
+
+
+def _shared_fs(cfg: DoctorConfig, node: NodeRow | None, env: Mapping[str, str],
+               skipped: str) -> Check:  # fmt: skip
+    probe_dir = cfg.outputs / ".doctor"
+    token = pysecrets.token_hex(8)
+    path = probe_dir / f"probe-{token}.txt"
+    if node is None:
+        return check_shared_fs(path, None, token, skipped)
+    try:
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(token + "\n")
+    except OSError as e:
+        return Check("shared filesystem", FAIL, f"cannot write {path}: {e.strerror}",
+                     "make the outputs folder writable (or set FTSLURM_OUTPUTS)")  # fmt: skip
+    try:
+        return check_shared_fs(path, _srun(node, ["cat", str(path)], env), token)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+def counts(checks: Sequence[Check]) -> dict[str, int]:
+    return {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}
+
+
+def ok(checks: Sequence[Check]) -> bool:
+    return not any(c.status == FAIL for c in checks)
+
+
+def to_json(checks: Sequence[Check], cfg: DoctorConfig) -> dict:
+    return {
+        "ok": ok(checks),
+        "device": cfg.device,
+        "lighthouse": cfg.lighthouse,
+        "counts": counts(checks),
+        "checks": [asdict(c) for c in checks],
+    }
+
+
+def render_text(checks: Sequence[Check], cfg: DoctorConfig) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"ftslurm doctor (DEVICE={cfg.device}, TORCHFT_LIGHTHOUSE={cfg.lighthouse})"]
+    for c in checks:
+        lines.append(f"  {c.status.upper():4}  {c.name:<{width}}  {c.detail}")
+        if c.status != PASS and c.fix:
+            lines.append(f"        {'':<{width}}  fix: {c.fix}")
+    n = counts(checks)
+    verdict = "all pass" if n[PASS] == len(checks) else ("ready" if ok(checks) else "not ready")
+    lines.append(f"{len(checks)} checks: {n[PASS]} pass, {n[WARN]} warn, {n[FAIL]} fail: {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,219 @@
+"""The Python API (ftslurm.api, on submitit): pure parts without Slurm, then a real 2-replica FT
+array and the classic job on the local Slurm cluster through `ftslurm.submit_ft_array` /
+`ftslurm.submit_classic`."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from pathlib import Path
+
+import pytest
+
+import ftslurm
+from ftslurm import api, lighthouse
+from ftslurm.errors import UserError
+from ftslurm.slurm import client
+from ftslurm.wait import free_port, wait_for
+from tests.ftjob import ANSI_RE, start_lighthouse
+
+submitit = pytest.importorskip("submitit")
+
+
+# ------------------------------------------------------------------ pure parts, no Slurm
+
+
+def test_package_exports_the_api_lazily():
+    assert ftslurm.submit_ft_array is api.submit_ft_array
+    assert ftslurm.FTArray is api.FTArray and ftslurm.ReplicaHandle is api.ReplicaHandle
+    assert ftslurm.submit_classic is api.submit_classic
+
+
+@pytest.mark.parametrize(
+    "text,minutes",
+    [("infinite", 0), ("UNLIMITED", 0), ("30", 30), ("30:00", 30), ("2:00:00", 120),
+     ("1-00:00:00", 1440), ("1-02:30:00", 1590), ("10:30", 11)],
+)  # fmt: skip
+def test_parse_time_limit(text, minutes):
+    assert api.parse_time_limit(text) == minutes
+
+
+def _sbatch_text(params: dict, folder: Path, replicas: int = 2) -> str:
+    """The sbatch file submitit writes for an array of `replicas` with these parameters."""
+    from submitit.slurm import slurm
+
+    eq = submitit.SlurmExecutor._equivalence_dict()
+    ex_params = {eq.get(k, k): v for k, v in params.items()}
+    if "mem" in ex_params:
+        ex_params["mem"] = slurm._convert_mem(ex_params["mem"])
+    return slurm._make_sbatch_string(command="CMD", folder=folder, map_count=replicas, **ex_params)
+
+
+def test_cpu_parameters_make_the_sbatch_lines_of_ftslurm_submit(tmp_path):
+    params = api.executor_parameters("cpu", 1, time=0, job_name="tft_replica")
+    text = _sbatch_text(params, tmp_path)
+    lines = {ln for ln in text.splitlines() if ln.startswith("#SBATCH")}
+    for want in ("--array=0-1%2", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1",
+                 "--gpus-per-node=0", "--requeue", "--open-mode=append", "--job-name=tft_replica",
+                 "--time=0"):  # fmt: skip
+        assert f"#SBATCH {want}" in lines, (want, text)
+    assert "--exclusive" not in text
+    assert "srun" not in text  # the launcher runs in the batch step, as in the sbatch script
+
+
+def test_gpu_parameters_ask_for_the_scripts_resources_and_user_options_win(tmp_path):
+    params = api.executor_parameters(
+        "cuda", 8, partition="h100", timeout_min=600, mem_gb=1500,
+        slurm_additional_parameters={"reservation": "r1"},
+    )  # fmt: skip
+    text = _sbatch_text(params, tmp_path, replicas=4)
+    for want in ("--gpus-per-node=8", "--cpus-per-task=128", "--exclusive", "--requeue",
+                 "--partition=h100", "--time=600", "--mem=1500GB", "--reservation=r1",
+                 "--array=0-3%4"):  # fmt: skip
+        assert f"#SBATCH {want}" in text, (want, text)
+
+
+def test_secrets_in_config_are_refused_before_anything_is_pickled():
+    with pytest.raises(UserError, match="WANDB_API_KEY must not be in config"):
+        api._knobs({"DEVICE": "cpu", "WANDB_API_KEY": "x"})
+    assert api._knobs("llama3_8b_diloco") == {"FTSLURM_PRESET": "llama3_8b_diloco"}
+
+
+def test_bad_knobs_and_addresses_are_user_errors_before_submission(tmp_path):
+    with pytest.raises(UserError, match="DEVICE='tpu' is not supported"):
+        api.submit_ft_array(2, {"DEVICE": "tpu"}, "http://login-0:1", outputs=tmp_path)
+    with pytest.raises(UserError, match="give the address replicas use"):
+        api.submit_ft_array(2, {"DEVICE": "cpu"}, "login-0:29510", outputs=tmp_path)
+    with pytest.raises(UserError, match="replicas=0"):
+        api.submit_ft_array(0, {"DEVICE": "cpu"})
+
+
+def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):
+    task = api.ReplicaTask("job", {"DEVICE": "cpu", "STEPS": "5"}, str(tmp_path))
+    node_env = {"SLURM_ARRAY_JOB_ID": "41", "SLURM_ARRAY_TASK_ID": "1", "FTSLURM_REPLICA_ID": "7",
+                "DEVICE": "cuda", "WANDB_API_KEY": "k"}  # fmt: skip
+    env = task.env(node_env)
+    assert "FTSLURM_REPLICA_ID" not in env  # a stale export must not rename the replica
+    assert env["DEVICE"] == "cpu" and env["WANDB_API_KEY"] == "k"  # knobs win; secrets from env
+    assert task.log_path(env) == tmp_path / "torchft" / "tft-41" / "tft-41_1.out"
+    # one replica is submitted as a plain job: task 0 of a group of 1, run named by the job
+    single = task.env({"SLURM_JOB_ID": "50"})
+    assert (single["FTSLURM_REPLICA_ID"], single["FTSLURM_GROUP_SIZE"]) == ("0", "1")
+    assert task.log_path(single) == tmp_path / "torchft" / "tft-50" / "tft-50_0.out"
+    assert pickle.loads(pickle.dumps(task)) == task
+    classic = api.ReplicaTask("classic", {}, str(tmp_path))
+    assert classic.log_path({"SLURM_JOB_ID": "9"}) == tmp_path / "classic-9.out"
+
+
+@pytest.mark.timeout(60)
+def test_replica_task_runs_the_launcher_into_the_scripts_log(tmp_path, monkeypatch):
+    """The callable submitit runs, here in-process with a dry run: the launcher's banner goes
+    to tft-<job>/tft-<job>_<task>.out (appended), where `ftslurm report` looks."""
+    for k, v in {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "1",
+                 "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_RESTART_COUNT": "3"}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    old_usr2 = signal.getsignal(signal.SIGUSR2)
+    task = api.ReplicaTask("job", {"DEVICE": "cpu", "FTSLURM_DRY_RUN": "1"}, str(tmp_path))
+    log = tmp_path / "torchft" / "tft-77" / "tft-77_1.out"
+    log.parent.mkdir(parents=True)
+    log.write_text("earlier attempt\n")
+    assert task(1) == 0
+    text = log.read_text()
+    assert text.startswith("earlier attempt\n")
+    assert "launching replica 1 (attempt 3) on " in text
+    assert "--fault_tolerance.replica_id=1" in text and "--fault_tolerance.group_size=2" in text
+    assert "dry run (FTSLURM_DRY_RUN=1)" in text
+    with pytest.raises(RuntimeError, match="replica 0 != array task 1"):
+        task(0)
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN  # submitit's USR2 is ignored
+    signal.signal(signal.SIGUSR2, old_usr2)
+
+
+# ------------------------------------------------------------------ on the local Slurm cluster
+
+
+def _gone(job: int) -> bool:
+    return all(j.state not in ("PENDING", "RUNNING", "COMPLETING") for j in client.jobs(job))
+
+
+@pytest.mark.slurm
+@pytest.mark.training
+@pytest.mark.timeout(360)
+def test_api_ft_array_two_replicas_join_one_quorum(slurm_cluster, tmp_path):
+    outputs = tmp_path / "outputs"
+    lh_dir = outputs / "lighthouse"
+    lh = start_lighthouse(lh_dir)
+    run = None
+    try:
+        run = ftslurm.submit_ft_array(
+            replicas=2, config={"DEVICE": "cpu", "STEPS": "1000"}, lighthouse=lh, outputs=outputs
+        )
+        assert [r.replica_id for r in run.replicas] == [0, 1]
+        assert [r.job_id for r in run.replicas] == [f"{run.job_id}_0", f"{run.job_id}_1"]
+        assert run.log_dir == outputs / "torchft" / f"tft-{run.job_id}"
+        assert [r.log_path for r in run.replicas] == [
+            run.log_dir / f"tft-{run.job_id}_{i}.out" for i in (0, 1)
+        ]
+        assert run.lighthouse == lh.address
+        submission = (outputs / "submitit" / f"{run.job_id}_submission.sh").read_text()
+        assert "#SBATCH --requeue" in submission and "#SBATCH --array=0-1%2" in submission
+
+        def both_in_quorum() -> bool:
+            text = Path(lh.log_path).read_text(errors="replace")
+            return any("Quorum!" in ln and "torchtitan_ft_0:" in ln and "torchtitan_ft_1:" in ln
+                       for ln in text.splitlines())  # fmt: skip
+
+        wait_for(both_in_quorum, 240, interval=1, what="a Quorum! with both replicas")
+        assert run.states() == {0: "RUNNING", 1: "RUNNING"}
+        assert run.replicas[1].state == "RUNNING"
+        nodes = set()
+        for r in run.replicas:
+            text = ANSI_RE.sub("", r.text())
+            assert f"launching replica {r.replica_id} (attempt 0) on worker-" in text
+            nodes.add(text.split(" on ", 1)[1].split()[0])
+        assert len(nodes) == 2  # one node per replica
+        # submitit's own logs stay out of the run folder
+        assert sorted(p.name for p in run.log_dir.glob("*.out")) == [
+            f"tft-{run.job_id}_0.out",
+            f"tft-{run.job_id}_1.out",
+        ]
+        # and `ftslurm report` understands the run
+        from ftslurm.report import build_report
+
+        rep = build_report(run.log_dir, lighthouse=[lh.log_path]).to_json()
+        launched = {a["replica"] for a in rep["attempts"] if a["source"] == "launch"}
+        assert launched == {0, 1}
+        assert any(sorted(q["participants"]) == [0, 1] for q in rep["quorums"])
+    finally:
+        if run is not None:
+            run.cancel()
+            wait_for(lambda: _gone(run.job_id), 60, what="the array to end")
+        lighthouse.stop(lh_dir)
+
+
+@pytest.mark.slurm
+@pytest.mark.training
+@pytest.mark.timeout(300)
+def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path):
+    job = None
+    try:
+        job = ftslurm.submit_classic(
+            nodes=2, config={"DEVICE": "cpu", "STEPS": "2", "RDZV_PORT": str(free_port())},
+            outputs=tmp_path,
+        )  # fmt: skip
+        assert job.kind == "classic" and job.log_path == tmp_path / f"classic-{job.job_id}.out"
+        final = job.wait(timeout=240)
+        log = job.text()
+        assert final == "COMPLETED", log[-3000:]
+        assert log.count("launching classic job") == 1
+        assert "Training completed" in log
+        assert log.count("dp_replicate=2") == 2  # one rank on each of the two nodes
+    finally:
+        if job is not None:
+            job.cancel()
+
+
+def test_doc_example_is_valid_python():
+    # the module docstring's example (what the README shows) stays parseable
+    doc = api.__doc__.split("\n\n", 2)[1]
+    compile("\n".join(ln[4:] for ln in doc.splitlines()), "<doc>", "exec")
