@@ -190,7 +190,8 @@ def render_quorum(q: Quorum) -> str:
     if q.quorum_id is None:
         return f"lighthouse: {q.address} running" + (f", {q.error}" if q.error else "")
     who = ", ".join(p.split(":", 1)[0] for p in q.participants) or "none"
-    text = f"lighthouse: {q.address} quorum {q.quorum_id}: {len(q.participants)} members ({who})"
+    n = len(q.participants)
+    text = f"lighthouse: {q.address} quorum {q.quorum_id}: {n} member{'s' * (n != 1)} ({who})"
     if q.heartbeating is not None:
         text += f", {q.heartbeating} heartbeating"
     return text

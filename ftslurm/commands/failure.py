@@ -126,7 +126,7 @@ def simulate_failure(
         )
     except failure.Interrupted as e:
         click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)
-        ctx.exit(130)
+        ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM
         return
     if out.recovered:
         click.echo(
