@@ -17,11 +17,18 @@ and before it parallelizes the model. Why it is needed:
   torchtitan 0.3.0 does by default), so the FSDP state-dict path and torchtitan's
   cross-replica all-reduce hook on FSDP modules (the FT-HSDP path of the H100 runs) are
   exercised on one device.
+- the checkpoint a survivor serves to a healing peer: torchft logs the joiner's fetch time but
+  not its size, and the HTTP body goes out through send(), which /proc/<pid>/io does not
+  count. So the serving side counts the bytes `_streaming_save` writes into the HTTP response
+  and prints `[ftslurm-bench] checkpoint served: bytes=N seconds=S` (bench/gpu_heal.py reads
+  it). One counter per write call of torch's streaming serialiser (one per tensor storage).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from typing import Any
 
 BENCH_FLAVOR = "8B_bench"
 
@@ -56,6 +63,45 @@ def _force_fsdp() -> None:
     print("[ftslurm-bench] FSDP forced on a 1-rank mesh (FTSLURM_BENCH_FORCE_FSDP=1)", flush=True)
 
 
+class _CountingWriter:
+    """A file object that counts the bytes written through it."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.nbytes = 0
+
+    def write(self, b: Any) -> Any:
+        self.nbytes += memoryview(b).nbytes
+        return self._f.write(b)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _count_checkpoint_bytes() -> None:
+    from torchft.checkpointing import http_transport
+
+    upstream = http_transport._streaming_save
+    if getattr(upstream, "_ftslurm_bench", False):
+        return
+
+    def streaming_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        counter = _CountingWriter(f)
+        t0 = time.perf_counter()
+        try:
+            return upstream(obj, counter, *args, **kwargs)
+        finally:
+            print(
+                f"[ftslurm-bench] checkpoint served: bytes={counter.nbytes} "
+                f"seconds={time.perf_counter() - t0:.6f}",
+                flush=True,
+            )
+
+    streaming_save._ftslurm_bench = True  # type: ignore[attr-defined]
+    http_transport._streaming_save = streaming_save
+
+
 _register_flavor()
+_count_checkpoint_bytes()
 if os.environ.get("FTSLURM_BENCH_FORCE_FSDP", "0") == "1":
     _force_fsdp()
