@@ -150,7 +150,8 @@ def check_tools(found: Mapping[str, str | None]) -> Check:
 def check_controller(rc: int | None, output: str, slurm_conf: str | None) -> Check:
     """From `scontrol ping` (rc None: it did not finish)."""
     conf = f"SLURM_CONF={slurm_conf}" if slurm_conf else "SLURM_CONF not set (Slurm's default)"
-    line = " ".join(output.split()[:6]) if output.strip() else "no answer"
+    first = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    line = first[0][:200] if first else "no answer"
     if rc == 0 and " is UP" in output:
         return Check("slurm controller", PASS, f"{output.strip().splitlines()[0]} ({conf})")
     if "configuration" in output.lower():
@@ -314,7 +315,8 @@ def check_lighthouse(
         return Check(
             name, WARN, f"{where}: {login.output} from this login node; not probed from a "
             f"compute node{why}",
-            "run `ftslurm doctor` again when a compute node is idle",
+            "fix `slurm controller` first" if "controller" in node_skipped_why
+            else "run `ftslurm doctor` again when a compute node is idle",
         )  # fmt: skip
     return Check(name, FAIL, f"{where}: not answering from here ({login.output}){why}", start_fix)
 
@@ -484,8 +486,9 @@ def check_secret(name: str, env: Mapping[str, str], device: str, tokenizer_ok: b
 def check_shared_fs(path: Path, node: Probe | None, token: str, skipped_why: str = "") -> Check:
     name = "shared filesystem"
     if node is None:
-        return Check(name, WARN, f"not checked ({skipped_why})",
-                     "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
+        fix = ("fix `slurm controller` first" if "controller" in skipped_why
+               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
+        return Check(name, WARN, f"not checked ({skipped_why})", fix)
     if node.ok and node.output.strip() == token:
         return Check(name, PASS, f"a file written here under {path.parent} is read on {node.where}")
     return Check(

@@ -181,9 +181,9 @@ def test_api_ft_array_two_replicas_join_one_quorum(slurm_cluster, tmp_path):
         from ftslurm.report import build_report
 
         rep = build_report(run.log_dir, lighthouse=[lh.log_path]).to_json()
-        launched = {a["replica"] for a in rep["attempts"] if a["source"] == "launch"}
+        launched = {int(a["replica"]) for a in rep["attempts"] if a["source"] == "launch"}
         assert launched == {0, 1}
-        assert any(sorted(q["participants"]) == [0, 1] for q in rep["quorums"])
+        assert any(sorted(map(int, q["participants"])) == [0, 1] for q in rep["quorums"])
     finally:
         if run is not None:
             run.cancel()

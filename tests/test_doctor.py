@@ -1,0 +1,209 @@
+"""`ftslurm doctor`, pure layer: observations (recorded Slurm 22.05 output, files, versions) ->
+pass / warn / fail with the fix. No Slurm needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftslurm import doctor as d
+from tests.ftjob import ROOT
+
+SINFO_LOCAL = (
+    "worker-0|main*|idle|(null)\nworker-1|main*|idle|(null)\nworker-2|main*|allocated|(null)\n"
+)
+SINFO_GPU = (
+    "gpu-0|h100*|idle|gpu:h100:8(S:0-1)\ngpu-1|h100*|mixed|gpu:h100:8(S:0-1)\n"
+    "gpu-2|h100*|down*|gpu:h100:8(S:0-1)\ncpu-0|cpu|idle|(null)\n"
+)
+
+
+def test_tools_missing_and_present():
+    c = d.check_tools({"sinfo": "/usr/bin/sinfo", "srun": None})
+    assert c.status == d.FAIL and "srun" in c.detail and "sudo ftslurm cluster up" in c.fix
+    assert d.check_tools({"sinfo": "/usr/bin/sinfo"}).status == d.PASS
+
+
+def test_controller_up_down_and_unconfigured():
+    up = d.check_controller(0, "Slurmctld(primary) at vm is UP\n", "/s/slurm.conf")
+    assert up.status == d.PASS and "SLURM_CONF=/s/slurm.conf" in up.detail
+    down = d.check_controller(
+        1, "Slurmctld(primary) at vm is DOWN\n****\n** RESTORE SLURMCTLD DAEMON TO SERVICE **\n",
+        "/s/slurm.conf",
+    )  # fmt: skip
+    assert down.status == d.FAIL and "not answering" in down.detail
+    assert "ftslurm cluster up" in down.fix and "SLURM_CONF" in down.fix
+    none = d.check_controller(
+        1, "scontrol: error: Could not establish a configuration source", None
+    )
+    assert none.status == d.FAIL and none.fix.startswith("export SLURM_CONF=")
+
+
+def test_partitions_and_idle_nodes():
+    rows = d.parse_sinfo_rows(SINFO_LOCAL)
+    assert [r.partition for r in rows] == ["main"] * 3  # default partition's * dropped
+    ok = d.check_partitions({"main": "up"}, rows, 2)
+    assert ok.status == d.PASS and "2 idle of 3 nodes" in ok.detail
+    busy = d.check_partitions({"main": "up"}, rows, 3)
+    assert busy.status == d.WARN and "will wait" in busy.detail
+    assert d.check_partitions({"main": "down"}, rows, 2).status == d.FAIL
+    dead = d.parse_sinfo_rows("worker-0|main*|down*|(null)\n")
+    c = d.check_partitions({"main": "up"}, dead, 1)
+    assert c.status == d.FAIL and "State=RESUME" in c.fix
+    few = d.check_partitions({"main": "up"}, d.parse_sinfo_rows("w|main|idle|(null)\n"), 2)
+    assert few.status == d.WARN and "--array=0-0" in few.fix
+
+
+@pytest.mark.parametrize(
+    "gres,gpus",
+    [("(null)", 0), ("gpu:8", 8), ("gpu:h100:8(S:0-1)", 8), ("gpu:a:4,gpu:b:4", 8),
+     ("gpu:h100:4(S:0),shard:8", 4), ("", 0)],
+)  # fmt: skip
+def test_gres_gpus(gres, gpus):
+    assert d.gres_gpus(gres) == gpus
+
+
+def test_gpus_vs_the_scripts_gpus_per_task():
+    script = (ROOT / "llama3.1-8b-pretraining-torchft.sh").read_text()
+    wanted = d.script_gpus_per_task(script)
+    assert wanted == 8
+    local = d.parse_sinfo_rows(SINFO_LOCAL)
+    cpu = d.check_gpus("cpu", local, wanted, "ft.sh")
+    assert cpu.status == d.PASS and "--gpus-per-task=0" in cpu.detail
+    no_gres = d.check_gpus("cuda", local, wanted, "ft.sh")
+    assert no_gres.status == d.FAIL and "Gres=gpu:8" in no_gres.fix and "DEVICE=cpu" in no_gres.fix
+    mixed = d.check_gpus("cuda", d.parse_sinfo_rows(SINFO_GPU), wanted, "ft.sh")
+    assert mixed.status == d.WARN and "3 nodes" in mixed.detail
+    gpu_only = d.parse_sinfo_rows(SINFO_GPU.split("cpu-0")[0])
+    assert d.check_gpus("cuda", gpu_only, wanted, "ft.sh").status == d.PASS
+    assert d.check_gpus("cuda", gpu_only, 16, "ft.sh").status == d.FAIL
+
+
+def test_lighthouse_verdicts():
+    addr = "http://login-0:1234"
+    node_ok = d.Probe(True, "HTTP 200", "worker-0")
+    node_bad = d.Probe(
+        False, "URLError: <urlopen error [Errno 111] Connection refused>", "worker-0"
+    )
+    login_ok, login_bad = d.Probe(True, "HTTP 200", "login node"), d.Probe(False, "URLError", "x")
+    c = d.check_lighthouse(addr, True, node_ok, login_bad)
+    assert c.status == d.PASS and "from compute node worker-0" in c.detail
+    down = d.check_lighthouse(addr, True, node_bad, login_bad)
+    assert down.status == d.FAIL and "ftslurm lighthouse start" in down.fix
+    assert "Connection refused" in down.detail
+    unreachable = d.check_lighthouse(addr, True, node_bad, login_ok)
+    assert unreachable.status == d.FAIL and "--advertise" in unreachable.fix
+    elsewhere = d.check_lighthouse(addr, False, node_bad, login_bad, "", "http://login-0:29510")
+    assert "export TORCHFT_LIGHTHOUSE=http://login-0:29510" in elsewhere.fix
+    assert "(not set: the default)" in elsewhere.detail
+    unprobed = d.check_lighthouse(addr, True, None, login_ok, "no idle compute node")
+    assert unprobed.status == d.WARN and "no idle compute node" in unprobed.detail
+
+
+def test_tokenizer_paths_follow_the_launcher(tmp_path):
+    from ftslurm.replica import plan
+
+    files, fix = d.tokenizer_paths("cuda", tmp_path / "assets")
+    assert files[0] == plan.hf_assets(tmp_path) / "tokenizer.json"
+    assert "ftslurm assets download" in fix and "HF_TOKEN" in fix
+    files, fix = d.tokenizer_paths("cpu", tmp_path / "assets")
+    assert files[0] == plan.local_assets(tmp_path)[0] / "tokenizer.json"
+    assert fix.startswith("ftslurm assets make-local")
+    missing = d.check_tokenizer("cpu", tmp_path / "assets", lambda p: False)
+    assert missing.status == d.FAIL and "tokenizer.json" in missing.detail
+    assert d.check_tokenizer("cpu", tmp_path, lambda p: True).status == d.PASS
+
+
+def test_requirements_parse_and_versions():
+    reqs = d.parse_requirements((ROOT / "requirements.txt").read_text())
+    names = [r.name for r in reqs]
+    assert names[:3] == ["torch", "torchtitan", "torchft-nightly"]
+    assert "-e" not in " ".join(names) and d.Requirement("tokenizers", ">=0.20") in reqs
+    text = "a==1.0 ; python_version<'3.11'\nb[x]>=2\n# c\n-r other.txt\nhttps://x/y.whl\n"
+    assert d.parse_requirements(text) == [d.Requirement("a", "==1.0"), d.Requirement("b", ">=2")]
+
+
+@pytest.mark.parametrize("fn", [d.satisfies, d.satisfies_simple])
+@pytest.mark.parametrize(
+    "version,spec,ok",
+    [("2.13.0+cpu", "==2.13.0", True), ("2.13.0", "==2.13.0", True), ("2.13.1", "==2.13.0", False),
+     ("0.23.3", ">=0.20", True), ("0.19.9", ">=0.20", False), ("2026.10.26", "==2026.10.26", True),
+     ("2.4.0", "~=2.4", True), ("3.0", "~=2.4", False), ("1.0", "", True),
+     ("2.13.5", "==2.13.*", True), ("1.5", ">=1,<2", True), ("2.0", ">=1,<2", False)],
+)  # fmt: skip
+def test_version_comparison(fn, version, spec, ok):
+    assert fn(version, spec) is ok
+
+
+def test_packages_check_local_labels_optional_and_wrong():
+    reqs = [d.Requirement("torch", "==2.13.0"), d.Requirement("wandb", "==0.31.0"),
+            d.Requirement("torchft-nightly", "==2026.10.26")]  # fmt: skip
+    have = {"torch": "2.13.0+cpu", "wandb": None, "torchft-nightly": "2026.10.26"}
+    c = d.check_packages(reqs, have, "cpu", {})
+    assert c.status == d.PASS and "wandb not installed (needed only with WANDB_API_KEY" in c.detail
+    c = d.check_packages(reqs, have, "cpu", {"WANDB_API_KEY": "x"})
+    assert c.status == d.FAIL and "wandb: not installed" in c.detail
+    c = d.check_packages(reqs, {**have, "torchft-nightly": "2026.11.01"}, "cpu", {})
+    assert c.status == d.FAIL and "torchft-nightly 2026.11.01 (wants ==2026.10.26)" in c.detail
+    assert "pip install -r requirements.txt" in c.fix
+
+
+def test_secrets_are_only_set_or_not_set():
+    secret = "hf_thisMustNeverBePrinted"
+    for name in ("WANDB_API_KEY", "HF_TOKEN"):
+        c = d.check_secret(name, {name: secret}, "cuda", False)
+        assert c.status == d.PASS and c.detail.startswith("set") and secret not in repr(c)
+    assert d.check_secret("WANDB_API_KEY", {}, "cuda", False).status == d.PASS
+    need = d.check_secret("HF_TOKEN", {}, "cuda", tokenizer_ok=False)
+    assert need.status == d.WARN and "export HF_TOKEN=hf_..." in need.fix
+    assert d.check_secret("HF_TOKEN", {}, "cpu", tokenizer_ok=False).status == d.PASS
+    assert d.check_secret("HF_TOKEN", {"HF_TOKEN": " "}, "cpu", True).status == d.WARN
+
+
+def test_shared_fs_verdicts(tmp_path):
+    p = tmp_path / "probe.txt"
+    assert d.check_shared_fs(p, d.Probe(True, "abc", "worker-0"), "abc").status == d.PASS
+    bad = d.check_shared_fs(p, d.Probe(False, "cat: x: No such file", "worker-0"), "abc")
+    assert bad.status == d.FAIL and "same path" in bad.fix
+    assert d.check_shared_fs(p, None, "abc", "no idle node").status == d.WARN
+
+
+def test_render_and_json_say_the_fix_and_the_verdict():
+    cfg = d.DoctorConfig(device="cpu", lighthouse="http://login-0:1")
+    checks = [d.Check("a", d.PASS, "fine"), d.Check("b", d.FAIL, "broken", "do X")]
+    text = d.render_text(checks, cfg)
+    assert "FAIL  b  broken" in text and "fix: do X" in text and "not ready" in text
+    assert "fix:" not in text.split("\n")[1]  # no fix line under a pass
+    data = d.to_json(checks, cfg)
+    assert data["ok"] is False and data["counts"] == {"pass": 1, "warn": 0, "fail": 1}
+    assert data["checks"][1] == {"name": "b", "status": "fail", "detail": "broken", "fix": "do X"}
+    assert "all pass" in d.render_text(checks[:1], cfg)
+
+
+@pytest.mark.timeout(60)
+def test_doctor_help_has_an_example():
+    out = subprocess.run([sys.executable, "-m", "ftslurm", "doctor", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (
+        out.returncode == 0 and "Examples:" in out.stdout and "ftslurm doctor --json" in out.stdout
+    )
+
+
+@pytest.mark.timeout(60)
+def test_doctor_without_slurm_tools_fails_with_the_fix(tmp_path):
+    """No Slurm client in PATH: tools and controller fail, the rest is still judged; exit 1."""
+    env = {"PATH": str(Path(sys.executable).parent), "DEVICE": "cpu", "HOME": str(tmp_path),
+           "FTSLURM_OUTPUTS": str(tmp_path),
+           "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:9"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "ftslurm", "doctor", "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["slurm client tools"]["status"] == "fail"
+    assert checks["slurm controller"]["status"] == "fail"
+    assert checks["partitions and idle nodes"]["status"] == "warn"
+    assert checks["lighthouse"]["status"] == "fail"
