@@ -128,6 +128,7 @@ class HealResult:
     gbps: float | None = None
     params: int | None = None
     restart_to_healed_s: float | None = None
+    failed_at: str | None = None  # None: got as far as the heal after the kill
     logs: list[str] = field(default_factory=list)
 
     @property
@@ -136,12 +137,14 @@ class HealResult:
 
 
 def error_line(text: str) -> str | None:
-    """The most telling error line of a log (the exception message after a traceback)."""
-    lines = ANSI.sub("", text).splitlines()
-    for marker in ("got mixed torch.Tensor and DTensor", "Error:", "Exception"):
-        hits = [ln.strip() for ln in lines if marker in ln]
-        if hits:
-            return hits[-1][:300]
+    """The root cause in a log: the first exception line (`KeyError: 46`,
+    `RuntimeError: aten.mm.default got mixed torch.Tensor and DTensor`), not the
+    follow-on timeouts."""
+    exc = re.compile(r"^(?:\[rank\d+\]: )?(?P<e>[A-Za-z_.]*(?:Error|Exception)\b.*)$")
+    for line in ANSI.sub("", text).splitlines():
+        m = exc.match(line.strip())
+        if m and not m["e"].startswith("torch.distributed.elastic"):
+            return m["e"][:300]
     return None
 
 
@@ -213,7 +216,16 @@ class Heal:
         res = HealResult(self.scenario, SCENARIOS[self.scenario], fsdp_applied=False)
         both = lambda n: len(common_after(r0.text(), r1.text(), 0)) >= n  # noqa: E731
         if not self.wait(lambda: both(a.before), a.start_timeout, "both replicas to commit", r0):
-            raise SystemExit(f"{self.scenario}: replicas never trained together; see {self.out}")
+            # e.g. bug 1 already at the start-up heal (replica 1 joins at step 0 and copies
+            # replica 0's state): record what happened instead of giving up
+            self.wait(lambda: r0.proc.poll() is not None, 15, "the survivor to end")
+            res.failed_at = "start-up (replica 1's first sync from replica 0)"
+            res.fsdp_applied = "Applied FSDP to the model" in r0.text()
+            res.survivor_alive = r0.proc.poll() is None
+            res.survivor_error = None if res.survivor_alive else error_line(r0.text())
+            res.joiner_error = error_line(r1.text())
+            res.logs = [str(x.log) for x in self.launches]
+            return res
         before = common_after(r0.text(), r1.text(), 0)
         res.checksums_before = len(before)
         res.checksums_before_equal = sum(x == y for x, y in before.values())
@@ -296,6 +308,8 @@ def verdict(r: HealResult) -> str:
 def report(r: HealResult) -> None:
     sw = " ".join(f"{k}={v}" for k, v in r.switches.items()) or "all fixes on"
     print(f"scenario {r.scenario} ({sw}); FSDP applied: {'yes' if r.fsdp_applied else 'no'}")
+    if r.failed_at:
+        print(f"  FAILED during {r.failed_at}")
     print(f"  before the kill: {r.checksums_before_equal}/{r.checksums_before} checksums identical")
     print(
         f"  heal: {'yes at step ' + str(r.heal_step) if r.healed else 'NO'}; "
