@@ -15,7 +15,7 @@ from ftslurm import api, lighthouse
 from ftslurm.errors import UserError
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
-from tests.ftjob import ANSI_RE, start_lighthouse
+from tests.ftjob import ANSI_RE, resume_all_nodes, start_lighthouse
 
 submitit = pytest.importorskip("submitit")
 
@@ -189,6 +189,35 @@ def test_api_ft_array_two_replicas_join_one_quorum(slurm_cluster, tmp_path):
             run.cancel()
             wait_for(lambda: _gone(run.job_id), 60, what="the array to end")
         lighthouse.stop(lh_dir)
+
+
+@pytest.mark.slurm
+@pytest.mark.training
+@pytest.mark.timeout(200)
+def test_api_replica_whose_node_goes_down_is_requeued_into_the_same_log(slurm_cluster, tmp_path):
+    """--requeue kept: node DOWN -> Slurm requeues the task, submitit's pickle is unpickled
+    again, and the launcher's `attempt 1` banner lands in the same tft-<job>_<i>.out."""
+    run = None
+    try:
+        # no Lighthouse needed: only the launcher's banner lines are looked at
+        run = ftslurm.submit_ft_array(2, {"DEVICE": "cpu"}, "http://login-0:1", outputs=tmp_path)
+        replica = run.replicas[1]
+        wait_for(lambda: "(attempt 0)" in replica.text(), 90, what="replica 1 launched")
+        node = {j.array_task_id: j.node for j in client.jobs(run.job_id)}[1]
+        client.update_node(node, "DOWN", "ftslurm api test")
+        try:
+            wait_for(lambda: replica.state == "PENDING", 30, what="replica 1 requeued")
+            assert run.states()[0] == "RUNNING"
+        finally:
+            client.update_node(node, "RESUME")
+        wait_for(lambda: "(attempt 1)" in replica.text(), 90, what="attempt 1 in the same log")
+        assert replica.text().count("launching replica 1 (attempt") == 2
+        assert {j.array_task_id: j.restarts for j in client.jobs(run.job_id)}[1] == 1
+    finally:
+        if run is not None:
+            run.cancel()
+            wait_for(lambda: _gone(run.job_id), 60, what="the array to end")
+        resume_all_nodes()
 
 
 @pytest.mark.slurm
