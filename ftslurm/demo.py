@@ -254,7 +254,6 @@ class SlurmBackend(Backend):
         self.cluster_dir = paths.cluster_dir()
         self.started_cluster = False
         self.job: int | None = None
-        self.down_nodes: set[str] = set()
 
     def setup(self) -> None:
         from ftslurm.cluster import local
@@ -289,45 +288,30 @@ class SlurmBackend(Backend):
         )
         del client
 
-    def _node_of(self, replica: int) -> str:
-        from ftslurm.slurm import client
-
-        tasks = {j.array_task_id: j for j in client.jobs(self.job)}
-        t = tasks.get(replica)
-        if t is None or t.state != "RUNNING" or not t.node:
-            raise UserError(f"replica {replica} is not running (state {t.state if t else '?'})")
-        return t.node
-
     def fail(self, replica: int) -> None:
+        """`ftslurm simulate-failure --replica R --mode node-down --down-for D`, the same code:
+        DOWN, D seconds, RESUME (RESUMEd on every way out), both logged to the event log."""
+        from ftslurm import failure
         from ftslurm.slurm import client
 
-        node = self._node_of(replica)
-        self.down_nodes.add(node)
-        client.update_node(node, "DOWN", "ftslurm demo")
-        self.record("node-down", replica, node, "scontrol update State=DOWN (ftslurm demo)")
-        self.say(
-            f"node {node} (replica {replica}) DOWN: scontrol update NodeName={node} State=DOWN"
+        target = failure.resolve_target(
+            client.jobs(), client.nodes(), replica=replica, node=None, job=self.job,
+            here=failure.hostname(),
+        )  # fmt: skip
+        plan = failure.make_plan(
+            "node-down", target, down_for=self.cfg.down_for, reason="ftslurm demo"
         )
+        self.say(f"simulate-failure: {'; '.join(plan.lines())}")
+        failure.execute(plan, say=self.say, events_path=self.events_path)
 
     def restore(self, replica: int) -> None:
-        from ftslurm.slurm import client
-
-        for node in sorted(self.down_nodes):
-            client.update_node(node, "RESUME")
-            self.record("resume", replica, node, "scontrol update State=RESUME")
-            self.say(f"node {node} RESUMEd; Slurm requeues replica {replica} on it")
-        self.down_nodes.clear()
+        self.say(f"Slurm requeues replica {replica} on the RESUMEd node")
 
     def teardown(self) -> None:
         from ftslurm.cluster import local
-        from ftslurm.runner import CommandError, run
+        from ftslurm.runner import run
         from ftslurm.slurm import client
 
-        try:
-            if self.down_nodes:
-                self.restore(-1)
-        except (CommandError, UserError) as e:
-            self.say(f"warning: could not resume nodes: {e}")
         if self.job is not None:
             run(["scancel", str(self.job)], env=client.slurm_env(), check=False, timeout=30)
             self.say(f"job {self.job} cancelled")
@@ -463,9 +447,11 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         what=f"{cfg.steps_between} more steps",
     )  # fmt: skip
     step = survivor.last_step
+    log = b.logs[target]
+    attempt_before = log.attempt
     say(f"failure {k + 1}/{cfg.failures}: taking replica {target} down at training step {step}")
-    b.fail(target)
     t_fail = time.monotonic()
+    b.fail(target)
     wait_for(
         lambda: b.quorum_size() == n - 1 and b.poll()[0].last_step >= step + 2,
         cfg.timeout, interval=0.5, what="the survivors to commit without it",
@@ -476,8 +462,6 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         f"({n - 1}/{n} replicas, {time.monotonic() - t_fail:.1f} s after the failure)"
     )
     time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
-    log = b.logs[target]
-    attempt_before = log.attempt
     b.restore(target)
     t_back = time.monotonic()
 
