@@ -1,7 +1,8 @@
 """Python API: submit the FT job array (and the classic job) from Python with `submitit`.
 
     import ftslurm
-    lh = ftslurm.lighthouse.start(advertise="login-0")          # or an address string
+    from ftslurm import lighthouse
+    lh = lighthouse.start(advertise="login-0")                  # or an address string
     run = ftslurm.submit_ft_array(replicas=2, config={"DEVICE": "cpu", "STEPS": "50"},
                                   lighthouse=lh, partition="debug")
     run.states()            # {0: 'RUNNING', 1: 'PENDING'}
@@ -262,6 +263,16 @@ class FTArray:
         return {r.replica_id: by_task.get(r.replica_id) or r._state_from_submitit()
                 for r in self.replicas}  # fmt: skip
 
+    def wait_until(self, state: str = "RUNNING", timeout: float = 300) -> dict[int, str]:
+        """Wait until every replica is in `state`; return the states."""
+        from ftslurm.wait import wait_for
+
+        def reached() -> dict[int, str] | None:
+            states = self.states()
+            return states if all(v == state for v in states.values()) else None
+
+        return wait_for(reached, timeout, interval=1.0, what=f"all replicas {state}")
+
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""
         _scancel(str(self.job_id))
@@ -354,7 +365,7 @@ def partition_time_limit(partition: str | None) -> int:
 
 
 def executor_parameters(
-    device: str, gpus_per_node: int, nodes: int = 1, **slurm_options: Any
+    device: str, gpus_per_node: int, nodes: int = 1, requeue: bool = True, **slurm_options: Any
 ) -> dict[str, Any]:
     """submitit Slurm parameters for one replica (or the classic job's `nodes`) on `device`.
 
@@ -363,8 +374,8 @@ def executor_parameters(
     CPU: no GPUs, 1 CPU (what `sbatch_device_options('cpu')` asks for).
     `slurm_options` (submitit names: partition, timeout_min, mem_gb, account, qos, ...)
     win; `slurm_additional_parameters` / `slurm_setup` are accepted with or without the
-    `slurm_` prefix. `--requeue` is always added: it is what requeues a replica whose node
-    went DOWN.
+    `slurm_` prefix. `--requeue` is added for FT replicas (requeue=True): it is what
+    requeues a replica whose node went DOWN.
     """
     params: dict[str, Any] = {
         "nodes": nodes,
@@ -384,7 +395,7 @@ def executor_parameters(
             extra.update(value or {})
         else:
             params[name] = value
-    params["additional_parameters"] = {**extra, "requeue": True}
+    params["additional_parameters"] = {**extra, "requeue": True} if requeue else extra
     return params
 
 
@@ -513,9 +524,8 @@ def submit_classic(
     as `llama3.1-8b-pretraining.sh` (`ftslurm.replica.job.main(["classic"], env)`), which
     `srun`s one torchrun per node; its output goes to `<outputs>/classic-<job>.out`.
 
-    Not requeued on failure (`--requeue` is still passed, as Slurm's default for batch jobs
-    on most clusters): any node failure ends the torchrun group; that is the baseline.
-    Returns a `ReplicaHandle` with kind "classic" and replica_id 0.
+    No `--requeue` (as in the script): any node failure ends the torchrun group; that is the
+    baseline the FT array improves on. Returns a `ReplicaHandle` (kind "classic", replica 0).
     """
     if nodes < 1:
         raise UserError(f"nodes={nodes}: need at least 1")
@@ -529,21 +539,10 @@ def submit_classic(
     slurm_options.setdefault("job_name", CLASSIC_JOB_NAME)
     if "timeout_min" not in slurm_options and "time" not in slurm_options:
         slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
-    params = executor_parameters(plan.device, gpus, nodes, **slurm_options)
+    params = executor_parameters(plan.device, gpus, nodes, requeue=False, **slurm_options)
     folder = out / SUBMITIT_DIRNAME
     ex = _executor(folder, params)
     (job,) = _submit(ex, ReplicaTask("classic", knobs, str(out)), 1)
     jid = str(job.job_id)
     return ReplicaHandle(jid, 0, _log_path("classic", out, {"SLURM_JOB_ID": jid}), job,
                          kind="classic")  # fmt: skip
-
-
-def wait_for_states(run: FTArray, want: str, timeout: float = 120) -> dict[int, str]:
-    """Wait until every replica is in state `want` (e.g. RUNNING); return the states."""
-    from ftslurm.wait import wait_for
-
-    def ok() -> dict[int, str] | None:
-        s = run.states()
-        return s if all(v == want for v in s.values()) else None
-
-    return wait_for(ok, timeout, interval=1.0, what=f"all replicas {want}")

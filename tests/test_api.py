@@ -164,7 +164,7 @@ def test_api_ft_array_two_replicas_join_one_quorum(slurm_cluster, tmp_path):
                        for ln in text.splitlines())  # fmt: skip
 
         wait_for(both_in_quorum, 240, interval=1, what="a Quorum! with both replicas")
-        assert run.states() == {0: "RUNNING", 1: "RUNNING"}
+        assert run.wait_until("RUNNING", timeout=10) == {0: "RUNNING", 1: "RUNNING"}
         assert run.replicas[1].state == "RUNNING"
         nodes = set()
         for r in run.replicas:
@@ -231,6 +231,9 @@ def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path
             outputs=tmp_path,
         )  # fmt: skip
         assert job.kind == "classic" and job.log_path == tmp_path / f"classic-{job.job_id}.out"
+        assert (
+            "--requeue" not in (tmp_path / "submitit" / f"{job.job_id}_submission.sh").read_text()
+        )
         final = job.wait(timeout=240)
         log = job.text()
         assert final == "COMPLETED", log[-3000:]
