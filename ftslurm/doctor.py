@@ -43,7 +43,7 @@ LIGHTHOUSE_PROBE = (
 # packages needed only for an optional feature: name -> (when it is needed, is it needed?)
 OPTIONAL_PACKAGES: dict[str, Callable[[str, Mapping[str, str]], str | None]] = {
     "wandb": lambda device, env: (
-        None if env.get("WANDB_API_KEY") else "needed only with WANDB_API_KEY set (W&B logging)"
+        None if env.get("WANDB_API_KEY") else "needed only for W&B logging, with WANDB_API_KEY"
     ),
     "huggingface-hub": lambda device, env: (
         "needed only for `ftslurm assets download` (the GPU tokenizer)" if device == "cpu" else None
