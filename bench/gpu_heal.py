@@ -129,6 +129,9 @@ class HealResult:
     params: int | None = None
     restart_to_healed_s: float | None = None
     failed_at: str | None = None  # None: got as far as the heal after the kill
+    heals_done: int = 0
+    survivor_exception: str | None = None  # first exception the survivor logged, alive or not
+    heals: list[dict] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
 
     @property
@@ -136,7 +139,11 @@ class HealResult:
         return self.checksums_after > 0 and self.checksums_after_equal == self.checksums_after
 
 
-def error_line(text: str) -> str | None:
+# what a survivor logs, and survives, when its peer is killed: not bug 1
+PEER_LOSS = re.compile(r"peer|Broken pipe|[Tt]ime(?:d)? ?out|Timeout|aborted", re.I)
+
+
+def error_line(text: str, ignore: re.Pattern[str] | None = None) -> str | None:
     """The root cause in a log: the first exception line (`KeyError: 46`,
     `RuntimeError: aten.mm.default got mixed torch.Tensor and DTensor`), not the
     follow-on timeouts."""
@@ -144,6 +151,8 @@ def error_line(text: str) -> str | None:
     for line in ANSI.sub("", text).splitlines():
         m = exc.match(line.strip())
         if m and not m["e"].startswith("torch.distributed.elastic"):
+            if ignore is not None and ignore.search(m["e"]):
+                continue
             return m["e"][:300]
     return None
 
@@ -232,56 +241,92 @@ class Heal:
         res.fsdp_applied = "Applied FSDP to the model" in r0.text()
         res.params = parse_params(r0.text())
 
-        victim = r1.worker_pid()
-        if victim is None:
-            raise SystemExit("could not find replica 1's training worker")
-        say(f"killing replica 1's training worker (pid {victim}) at step {self.last_step(r0)}")
-        kill_pid(victim, signal.SIGKILL)
-        r1.wait(60)
-
-        r1b = self.start(1, attempt=1)
-        restarted = time.time()
-        res.healed = self.wait(
-            lambda: "Loaded state dict" in r1b.text(), a.heal_timeout, "replica 1 to heal", r0
-        )
-        text1 = r1b.text()
-        if res.healed:
-            m = HEAL_RE.search(text1)
-            res.heal_step = int(m["step"]) if m else None
-            t_loaded = first_time(text1, "Loaded state dict")
-            res.restart_to_healed_s = t_loaded - restarted if t_loaded else None
-            fetches = [float(m["s"]) for m in FETCH_RE.finditer(text1) if "/full" in m["url"]]
-            fetches = fetches or [float(m["s"]) for m in FETCH_RE.finditer(text1)]
-            res.fetch_s = sum(fetches) if fetches else None
-            stages = [float(m["s"]) for m in STAGE_RE.finditer(r0.text())]
-            res.stage_s = stages[-1] if stages else None
-            served = list(SERVED_RE.finditer(r0.text()))
-            if served:
-                res.bytes_measured = int(served[-1]["n"])
-                res.serve_s = float(served[-1]["s"])
-            res.bytes_expected = res.params * BYTES_PER_PARAM if res.params else None
-            if res.bytes_measured and res.fetch_s:
-                res.gbps = res.bytes_measured / res.fetch_s / 1e9
-            after_from = res.heal_step if res.heal_step is not None else 0
-            self.wait(
-                lambda: len(common_after(r0.text(), r1b.text(), after_from)) >= a.after,
-                a.after_timeout,
-                f"{a.after} common checksums after the heal",
-                r0,
-            )
-            after = common_after(r0.text(), r1b.text(), after_from)
-            res.checksums_after = len(after)
-            res.checksums_after_equal = sum(x == y for x, y in after.values())
-        else:
-            # the survivor may crash while serving the heal (bug 1): give it a moment to die
-            self.wait(lambda: r0.proc.poll() is not None, 15, "the survivor to end")
+        joiner = r1
+        for cycle in range(1, a.heals + 1):
+            joiner = self.heal_once(res, r0, joiner, cycle)
+            if joiner is None or not res.survivor_alive:
+                break
         res.survivor_alive = r0.proc.poll() is None
         if not res.survivor_alive:
             res.survivor_error = error_line(r0.text())
-        if not res.healed:
-            res.joiner_error = error_line(r1b.text())
+        res.survivor_exception = error_line(r0.text(), ignore=PEER_LOSS)
         res.logs = [str(x.log) for x in self.launches]
         return res
+
+    def heal_once(self, res: HealResult, r0: Launch, r1: Launch, cycle: int) -> Launch | None:
+        """Kill replica 1's worker, start its next attempt, wait for the heal and for common
+        checksums after it; the figures go into `res`. Returns the new attempt, or None when
+        it did not heal."""
+        a = self.a
+        victim = r1.worker_pid()
+        if victim is None:
+            raise SystemExit("could not find replica 1's training worker")
+        say(
+            f"heal {cycle}/{a.heals}: killing replica 1's training worker (pid {victim}) "
+            f"at step {self.last_step(r0)}"
+        )
+        kill_pid(victim, signal.SIGKILL)
+        r1.wait(60)
+        served_before = len(SERVED_RE.findall(r0.text()))
+
+        r1b = self.start(1, attempt=cycle)
+        restarted = time.time()
+        healed = self.wait(
+            lambda: "Loaded state dict" in r1b.text(), a.heal_timeout, "replica 1 to heal", r0
+        )
+        text1 = r1b.text()
+        if not healed:
+            # the survivor may crash while serving the heal (bug 1): give it a moment to die
+            self.wait(lambda: r0.proc.poll() is not None, 15, "the survivor to end")
+            res.healed = False
+            res.survivor_alive = r0.proc.poll() is None
+            res.failed_at = f"heal {cycle}"
+            res.joiner_error = error_line(text1)
+            return None
+        res.healed = True
+        res.heals_done = cycle
+        m = HEAL_RE.search(text1)
+        res.heal_step = int(m["step"]) if m else None
+        t_loaded = first_time(text1, "Loaded state dict")
+        res.restart_to_healed_s = t_loaded - restarted if t_loaded else None
+        fetches = [float(m["s"]) for m in FETCH_RE.finditer(text1) if "/full" in m["url"]]
+        fetches = fetches or [float(m["s"]) for m in FETCH_RE.finditer(text1)]
+        res.fetch_s = sum(fetches) if fetches else None
+        stages = [float(m["s"]) for m in STAGE_RE.finditer(r0.text())]
+        res.stage_s = stages[-1] if stages else None
+        served = list(SERVED_RE.finditer(r0.text()))[served_before:]
+        if served:
+            res.bytes_measured = int(served[-1]["n"])
+            res.serve_s = float(served[-1]["s"])
+        res.bytes_expected = res.params * BYTES_PER_PARAM if res.params else None
+        res.gbps = (
+            res.bytes_measured / res.fetch_s / 1e9 if res.bytes_measured and res.fetch_s else None
+        )
+        after_from = res.heal_step if res.heal_step is not None else 0
+        self.wait(
+            lambda: len(common_after(r0.text(), r1b.text(), after_from)) >= a.after,
+            a.after_timeout,
+            f"{a.after} common checksums after heal {cycle}",
+            r0,
+        )
+        after = common_after(r0.text(), r1b.text(), after_from)
+        equal = sum(x == y for x, y in after.values())
+        res.checksums_after += len(after)
+        res.checksums_after_equal += equal
+        res.survivor_alive = r0.proc.poll() is None
+        res.heals.append(
+            {
+                "heal": cycle,
+                "step": res.heal_step,
+                "bytes": res.bytes_measured,
+                "fetch_s": res.fetch_s,
+                "gbps": res.gbps,
+                "restart_to_healed_s": res.restart_to_healed_s,
+                "checksums_after": len(after),
+                "checksums_after_equal": equal,
+            }
+        )
+        return r1b
 
     @staticmethod
     def last_step(launch: Launch) -> int | None:
@@ -291,8 +336,11 @@ class Heal:
 
 def verdict(r: HealResult) -> str:
     if r.scenario == "async-quorum-off":
-        bug = not r.survivor_alive or not r.healed
-        return "bug 1 REPRODUCED (survivor crashed or heal failed)" if bug else "bug 1 not seen"
+        if not r.survivor_alive or not r.healed:
+            return "bug 1 REPRODUCED (survivor crashed or a heal failed)"
+        if r.survivor_exception:
+            return f"bug 1 REPRODUCED (survivor survived an exception: {r.survivor_exception})"
+        return f"bug 1 not seen in {r.heals_done} heal(s) (a race: more --heals, more chances)"
     if r.scenario == "optimizer-state-off":
         if not r.healed or not r.checksums_after:
             return "inconclusive (no heal or no checksums after it)"
@@ -312,22 +360,30 @@ def report(r: HealResult) -> None:
         print(f"  FAILED during {r.failed_at}")
     print(f"  before the kill: {r.checksums_before_equal}/{r.checksums_before} checksums identical")
     print(
-        f"  heal: {'yes at step ' + str(r.heal_step) if r.healed else 'NO'}; "
+        f"  heals: {r.heals_done} of {r.heals_done + (0 if r.healed else 1)} "
+        f"(last at step {r.heal_step}); "
         f"survivor {'alive' if r.survivor_alive else 'CRASHED: ' + str(r.survivor_error)}"
     )
     if r.joiner_error:
         print(f"  joiner error: {r.joiner_error}")
-    if r.healed:
+    if r.survivor_exception and r.survivor_alive:
+        print(f"  survivor logged: {r.survivor_exception}")
+    if r.heals:
         print(
-            f"  after the heal: {r.checksums_after_equal}/{r.checksums_after} checksums identical"
+            f"  after the heals: {r.checksums_after_equal}/{r.checksums_after} checksums identical"
         )
-        print(f"  restart -> healed: {r.restart_to_healed_s or 0:.1f} s")
+    for h in r.heals:
+        print(
+            f"heal {h['heal']} at step {h['step']}: transfer bytes {h['bytes'] or 0:,}  "
+            f"seconds {h['fetch_s'] or 0:.3f}  GB/s {h['gbps'] or 0:.3f}  restart -> healed "
+            f"{h['restart_to_healed_s'] or 0:.1f} s  checksums after "
+            f"{h['checksums_after_equal']}/{h['checksums_after']} identical"
+        )
     if r.fetch_s is not None:
         print(
-            f"transfer bytes {r.bytes_measured or 0:,} (expected {r.bytes_expected or 0:,} = "
-            f"{r.params or 0:,} params x {BYTES_PER_PARAM})  seconds {r.fetch_s:.3f}  "
-            f"GB/s {r.gbps or 0:.3f}  (survivor: device->CPU staging {r.stage_s or 0:.3f} s, "
-            f"serving {r.serve_s or 0:.3f} s)"
+            f"last heal: expected bytes {r.bytes_expected or 0:,} = {r.params or 0:,} params x "
+            f"{BYTES_PER_PARAM}; survivor: device->CPU staging {r.stage_s or 0:.3f} s, "
+            f"serving {r.serve_s or 0:.3f} s"
         )
     print(f"verdict: {verdict(r)}")
 
@@ -344,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg", choices=("gloo", "nccl"), default="gloo", help="cross-replica PG")
     ap.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="no forced FSDP")
     ap.add_argument("--checksum-every", type=int, help="steps between checksums [cuda 2, cpu 1]")
+    ap.add_argument("--heals", type=int, default=1, help="kill/heal cycles of replica 1 [1]")
     ap.add_argument("--before", type=int, default=2, help="common checksums before the kill")
     ap.add_argument("--after", type=int, default=2, help="common checksums after the heal")
     ap.add_argument("--start-timeout", type=float, default=240.0)

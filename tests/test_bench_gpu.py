@@ -150,6 +150,6 @@ def test_heal_smoke_on_cpu(tmp_path: Path) -> None:
     assert _number(text, rf"seconds {NUMBER}") > 0
     assert _number(text, rf"GB/s {NUMBER}") > 0
     assert "survivor alive" in text
-    m = re.search(r"after the heal: (\d+)/(\d+) checksums identical", text)
+    m = re.search(r"after the heals: (\d+)/(\d+) checksums identical", text)
     assert m and int(m[2]) >= 2 and m[1] == m[2], text[-3000:]
     assert "verdict: OK: replicas identical after the heal" in text
