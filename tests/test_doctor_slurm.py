@@ -48,8 +48,20 @@ def _idle_nodes(n: int) -> None:
              what=f"{n} idle nodes")  # fmt: skip
 
 
-@pytest.mark.timeout(200)
-def test_doctor_all_pass_on_the_local_cluster(slurm_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def local_assets():
+    """A newcomer's step before a CPU run (the launcher does it by itself on first use; a
+    fresh clone has no assets/local yet): `ftslurm assets make-local`."""
+    local = ROOT / "assets" / "local"
+    if (local / "tokenizer" / "tokenizer_config.json").exists() and (local / "dataset").is_dir():
+        return
+    out = subprocess.run([sys.executable, "-m", "ftslurm", "assets", "make-local"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.timeout(400)
+def test_doctor_all_pass_on_the_local_cluster(slurm_cluster, local_assets, tmp_path):
     lh_dir = tmp_path / "lighthouse"
     lh = start_lighthouse(lh_dir)
     try:
