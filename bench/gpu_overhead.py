@@ -316,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="folder for logs [a temporary folder]")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--extra", default="", help="more torchtitan arguments for both runs")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print both launcher commands (FTSLURM_DRY_RUN=1)"
+    )
     a = ap.parse_args(argv)
     steps = a.steps or (30 if a.device == "cuda" else 6)
     warmup = a.warmup if a.warmup is not None else (5 if a.device == "cuda" else 2)
@@ -330,6 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     classic_env = dict(common, FTSLURM_SINGLE_NODE="1", FTSLURM_RUN_ID="bench-classic")
     if a.device == "cuda":
         classic_env["FTSLURM_PRESET"] = "llama3_8b"
+    if a.dry_run:
+        ft_env = dict(common, FT_MODE="per-step", FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1")
+        if a.device == "cuda":
+            ft_env["FTSLURM_PRESET"] = "llama3_8b_ft"
+        for what, env in (("classic", classic_env), ("job", ft_env)):
+            done = runner.run(
+                [sys.executable, "-m", "ftslurm.replica", what],
+                env=dict(env, FTSLURM_DRY_RUN="1"),
+                cwd=ROOT,
+                check=False,
+            )
+            print(done.stdout + done.stderr, end="")
+        return 0
     classic = run_one("classic", "classic", classic_env, out, warmup, a.timeout)
 
     info = start_lighthouse(out)
