@@ -97,8 +97,9 @@ def test_lighthouse_verdicts():
     assert "Connection refused" in down.detail
     unreachable = d.check_lighthouse(addr, True, node_bad, login_ok)
     assert unreachable.status == d.FAIL and "--advertise" in unreachable.fix
-    elsewhere = d.check_lighthouse(addr, False, node_bad, login_bad, "", "http://login-0:29510")
-    assert "export TORCHFT_LIGHTHOUSE=http://login-0:29510" in elsewhere.fix
+    managed = "http://login-0:29510"  # the default address as text: no port is bound
+    elsewhere = d.check_lighthouse(addr, False, node_bad, login_bad, "", managed)
+    assert f"export TORCHFT_LIGHTHOUSE={managed}" in elsewhere.fix
     assert "(not set: the default)" in elsewhere.detail
     unprobed = d.check_lighthouse(addr, True, None, login_ok, "no idle compute node")
     assert unprobed.status == d.WARN and "no idle compute node" in unprobed.detail

@@ -252,7 +252,7 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path, restart_
         _quorum("2025-07-16T10:00:25.000", 3, [(0, u["a"], 40)]),
         _quorum("2025-07-16T10:00:40.000", 4, [(0, u["a"], 55), (2, u["d"], 0)]),
         "2025-07-16T10:00:41.000 [INFO] [torchft::lighthouse] - Lighthouse listening on: "
-        "http://login-0:29510",
+        "http://login-0:29510",  # log text only: no port is bound
         _quorum("2025-07-16T10:00:50.000", 1, [(0, u["a"], 70), (1, u["e"], 0), (2, u["d"], 70)]),
         _quorum("2025-07-16T10:01:10.000", 2, [(0, u["f"], 85), (1, u["e"], 85), (2, u["d"], 85)]),
         _quorum("2025-07-16T10:01:20.000", 2, [(0, u["f"], 90), (1, u["e"], 90), (2, u["d"], 90)]),
