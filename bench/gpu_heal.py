@@ -359,11 +359,15 @@ def report(r: HealResult) -> None:
     if r.failed_at:
         print(f"  FAILED during {r.failed_at}")
     print(f"  before the kill: {r.checksums_before_equal}/{r.checksums_before} checksums identical")
-    print(
-        f"  heals: {r.heals_done} of {r.heals_done + (0 if r.healed else 1)} "
-        f"(last at step {r.heal_step}); "
-        f"survivor {'alive' if r.survivor_alive else 'CRASHED: ' + str(r.survivor_error)}"
-    )
+    if r.failed_at and r.failed_at.startswith("start-up"):
+        survivor = "alive" if r.survivor_alive else "CRASHED: " + str(r.survivor_error)
+        print(f"  no kill/heal cycle ran; survivor {survivor}")
+    else:
+        print(
+            f"  heals: {r.heals_done} of {r.heals_done + (0 if r.healed else 1)} "
+            f"(last at step {r.heal_step}); "
+            f"survivor {'alive' if r.survivor_alive else 'CRASHED: ' + str(r.survivor_error)}"
+        )
     if r.joiner_error:
         print(f"  joiner error: {r.joiner_error}")
     if r.survivor_exception and r.survivor_alive:
