@@ -177,3 +177,18 @@ def test_first_job_id_skips_existing_run_folders(tmp_path):
     for name in ("tft-3", "tft-12", "tft-local-2026", "slurm-4_0.out"):
         (tmp_path / name).mkdir()
     assert local.next_free_job_id(tmp_path) == 13
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_controller_down_is_a_one_line_fix(tmp_path, monkeypatch):
+    """A cluster whose files exist but whose slurmctld does not run (after a reboot, say)."""
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        pytest.skip("Slurm client tools not installed")
+    spec = local.new_spec(1, tmp_path)
+    local._prepare_state_dir(spec)
+    monkeypatch.setenv("SLURM_CONF", str(spec.conf_path))
+    with pytest.raises(UserError, match="does not answer.*ftslurm cluster up"):
+        client.nodes()

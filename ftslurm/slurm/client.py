@@ -49,6 +49,12 @@ def _slurm(cmd: Sequence[str], timeout: float = TIMEOUT_S, check: bool = True):
         text = e.stderr.lower()
         if "access/permission denied" in text or "permission denied" in text:
             raise UserError(f"`{' '.join(cmd[:2])}` needs root: run with sudo") from e
+        if "unable to contact slurm controller" in text:
+            conf = slurm_env().get("SLURM_CONF", "the default slurm.conf")
+            raise UserError(
+                f"the Slurm controller does not answer (SLURM_CONF={conf}): start the local "
+                "cluster with `sudo ftslurm cluster up`, or check slurmctld"
+            ) from e
         if "could not establish a configuration source" in text:
             raise UserError(
                 "Slurm has no configuration: export SLURM_CONF, or start the local cluster "
