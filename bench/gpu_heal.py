@@ -188,6 +188,10 @@ class Heal:
         )
         if a.device == "cuda":
             env["FTSLURM_PRESET"] = "llama3_8b_ft"
+        if a.pg_timeout_s:
+            # the launcher's knob; torchtitan passes it to torchft's Manager as its timeout
+            # (cross-replica collectives over gloo on GPU tensors, the checkpoint transport)
+            env["PG_TIMEOUT_S"] = str(a.pg_timeout_s)
         env.update(SCENARIOS[self.scenario])
         return env
 
@@ -402,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2, help="layers of the 8B shape (cuda) [2]")
     ap.add_argument("--seq-len", type=int, default=2048, help="tokens per sample (cuda) [2048]")
     ap.add_argument("--pg", choices=("gloo", "nccl"), default="gloo", help="cross-replica PG")
+    ap.add_argument(
+        "--pg-timeout-s",
+        type=int,
+        help="PG_TIMEOUT_S for the replicas [cuda 60: gloo moves GBs of gradients; cpu: TOML]",
+    )
     ap.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="no forced FSDP")
     ap.add_argument("--checksum-every", type=int, help="steps between checksums [cuda 2, cpu 1]")
     ap.add_argument("--heals", type=int, default=1, help="kill/heal cycles of replica 1 [1]")
@@ -414,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--extra", default="", help="more torchtitan arguments")
     a = ap.parse_args(argv)
+    if a.pg_timeout_s is None and a.device == "cuda":
+        a.pg_timeout_s = 60
     if a.checksum_every is None:
         a.checksum_every = 2 if a.device == "cuda" else 1
     out = (a.out or Path(tempfile.mkdtemp(prefix="ftslurm-heal-"))).resolve()
