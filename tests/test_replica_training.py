@@ -264,7 +264,12 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
         for ln in r1b.text().splitlines()
         if "healing is required" in ln and "max_step=0" not in ln
     )
-    return {"before": before, "after": after, "healed_line": healed_line, "r1b": r1b}
+    # a real heal (max_step > 0) already at start-up: one replica joined after the other's
+    # first commit and copied its state then (timing-dependent; init syncs are max_step=0)
+    real_heal = re.compile(r"healing is required step=\d+, max_step=[1-9]")
+    startup_heal = any(real_heal.search(r.text()) for r in (r0, r1))
+    return {"before": before, "after": after, "healed_line": healed_line, "r1b": r1b,
+            "startup_heal": bool(startup_heal)}  # fmt: skip
 
 
 def test_diloco_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
@@ -289,7 +294,8 @@ def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
     run = make_run("per-step", FTSLURM_FIX_OPTIMIZER_STATE="0")
     res = _heal_then_compare(run)
     assert "[ftslurm] fix optimizer_state: OFF" in res["r1b"].text()
-    assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
+    if not res["startup_heal"]:  # else the bug may already show before the kill
+        assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert res["after"] and all(a != b for a, b in res["after"].values()), res["after"]
 
 
