@@ -579,6 +579,27 @@ def _listening_port(path: Path, offset: int) -> int | None:
     return int(port) if port.isdigit() else None
 
 
+def _config(
+    bind: str | None,
+    min_replicas: int,
+    quorum_tick_ms: int,
+    join_timeout_ms: int,
+    heartbeat_timeout_ms: int | None,
+    advertise: str | None,
+) -> LighthouseConfig:
+    """The validated config of `start` and `exec_foreground` (port 29510 when none is given)."""
+    cfg = LighthouseConfig(
+        bind=bind if bind is not None else f":{DEFAULT_PORT}",
+        min_replicas=min_replicas,
+        quorum_tick_ms=quorum_tick_ms,
+        join_timeout_ms=join_timeout_ms,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+        advertise=advertise,
+    )
+    cfg.validate()
+    return cfg
+
+
 def start(
     bind: str | None = None,
     min_replicas: int = DEFAULT_MIN_REPLICAS,
@@ -600,15 +621,9 @@ def start(
     options are listed in `notes`). A stale pidfile is removed first. Raises `PortInUse` (a
     UserError) when another program holds the port.
     """
-    cfg = LighthouseConfig(
-        bind=bind if bind is not None else f":{DEFAULT_PORT}",
-        min_replicas=min_replicas,
-        quorum_tick_ms=quorum_tick_ms,
-        join_timeout_ms=join_timeout_ms,
-        heartbeat_timeout_ms=heartbeat_timeout_ms,
-        advertise=advertise,
+    cfg = _config(
+        bind, min_replicas, quorum_tick_ms, join_timeout_ms, heartbeat_timeout_ms, advertise
     )
-    cfg.validate()
     d = _daemon(state_dir)
     with _locked(d):
         found = d.lookup()
@@ -791,15 +806,9 @@ def exec_foreground(
     and state written here stay valid and `status` / `stop` work; output stays on the terminal.
     Port 0 becomes a free port chosen here (the address must be known before exec).
     `announce(info)` is called just before the exec (the CLI prints the address)."""
-    cfg = LighthouseConfig(
-        bind=bind if bind is not None else f":{DEFAULT_PORT}",
-        min_replicas=min_replicas,
-        quorum_tick_ms=quorum_tick_ms,
-        join_timeout_ms=join_timeout_ms,
-        heartbeat_timeout_ms=heartbeat_timeout_ms,
-        advertise=advertise,
+    cfg = _config(
+        bind, min_replicas, quorum_tick_ms, join_timeout_ms, heartbeat_timeout_ms, advertise
     )
-    cfg.validate()
     d = _daemon(state_dir)
     with _locked(d):
         found = d.lookup()
