@@ -45,7 +45,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
         "--fault_tolerance.process_group=nccl",
     ]
     assert p.env == {
-        "TORCHFT_LIGHTHOUSE": "http://login-0:29510",
+        "TORCHFT_LIGHTHOUSE": "http://login-0:29510",  # data: no port is bound
         "TORCHFT_QUORUM_RETRIES": "3",
         "FTSLURM_DEVICE": "cuda",
         "FTSLURM_FT_MODE": "per-step",

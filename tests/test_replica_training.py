@@ -115,7 +115,7 @@ class Run:
         self.mode = mode
         self.extra_env = extra_env
         self.port = free_port()
-        assert self.port != 29510
+        assert self.port != 29510  # never the default port
         self.lighthouse_log = tmp / "lighthouse.log"
         self.lighthouse = runner.spawn(
             [
