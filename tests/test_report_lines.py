@@ -246,3 +246,63 @@ def test_append_event_round_trip(tmp_path, monkeypatch):
     got = [E.parse_event_line(x) for x in path.read_text().splitlines()]
     assert got[0] == first and [g.action for g in got] == ["node-down", "resume"]
     assert "+" in first.time or "-" in first.time[10:]  # zone-aware
+
+
+def _scan_all(path: Path, **kw) -> tuple[list[tuple], dict]:
+    st = R.ParseStats()
+    evs = [
+        (e.kind, e.time, e.replica, e.step, e.rank, e.quorum_id, e.members, e.ranks, e.ok,
+         e.detail, e.seq, e.prev_round_time, e.node)
+        for e in R.iter_file_events(path, st, **kw)
+    ]
+    counts = {
+        k.decode(): (c.attempted, c.committed, c.max_step, sorted(c.recent.items()))
+        for k, c in st.commits.items()
+    }
+    return evs, {
+        "commits": counts, "lines": st.lines, "matched": st.matched, "skipped": st.skipped,
+        "malformed": st.malformed, "crlf": st.crlf, "untimed": st.untimed, "bytes": st.bytes,
+        "spans": st.spans,
+    }
+
+
+def _messy_log(tmp_path: Path) -> Path:
+    """Two real replica logs interleaved line by line into one file (as two processes writing
+    one file would), with a second rank's copy of some commits, CRLF endings, cut lines and
+    a final line without its newline; repeated so the file spans several chunks."""
+    a = gzip.decompress((FIX / "cpu-run1" / "replica_0.log.gz").read_bytes()).splitlines(True)
+    b = gzip.decompress((FIX / "cpu-run1" / "replica_1.log.gz").read_bytes()).splitlines(True)
+    out: list[bytes] = []
+    for i in range(max(len(a), len(b))):
+        for src in (a, b) if i % 3 else (b, a):
+            if i < len(src):
+                line = src[i]
+                if b"should_commit=True" in line and i % 2:
+                    out.append(line.replace(b"/0 - step", b"/1 - step"))
+                if i % 17 == 0:
+                    line = line.rstrip(b"\n") + b"\r\n"
+                if i % 101 == 0:
+                    line = line[: len(line) // 2] + b"\n"
+                out.append(line)
+    body = b"".join(out)
+    path = tmp_path / "tft-9_0.out"
+    path.write_bytes(body * (3 * R.CHUNK // len(body) + 1) + b"[x - step 5] should_commit=True")
+    return path
+
+
+@pytest.mark.parametrize(
+    "name", ["cpu-run1/replica_0.log.gz", "cpu-run1/lighthouse.log.gz",
+             "slurm-tft-11/tft-11_0.out.gz", "slurm-tft-8/tft-8_1.out.gz", "messy"],
+)
+def test_bulk_counting_equals_line_by_line(name, tmp_path, monkeypatch):
+    """The fast path (runs of committed steps counted from one regex, repeated quorum rounds
+    from one findall) gives exactly what reading every marker line by line gives."""
+    path = _messy_log(tmp_path) if name == "messy" else FIX / name
+    for kw in ({}, {"quorums": False}, {"lighthouse": True}):
+        fast = _scan_all(path, **kw)
+        monkeypatch.setattr(R, "_BULK", False)
+        slow = _scan_all(path, **kw)
+        monkeypatch.setattr(R, "_BULK", True)
+        assert fast == slow
+    evs, stats = _scan_all(path, lighthouse=name.endswith("lighthouse.log.gz"))
+    assert evs and stats["matched"] > len(evs)  # markers counted in bulk, not only events

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 
 # Event kinds (Event.kind).
 QUORUM = "quorum"  # a quorum (Lighthouse `Quorum!` or the manager's `got lighthouse quorum`)
@@ -80,6 +81,7 @@ class Event:
 _RID = re.compile(r"^(.*)_(\d+)(?::(.*))?$")
 
 
+@lru_cache(maxsize=4096)  # the timeline asks for the same few ids thousands of times
 def split_replica_id(rid: str) -> tuple[str, int | None, str | None]:
     """`torchtitan_ft_1:5ea8...` -> ('torchtitan_ft', 1, '5ea8...'); any `<prefix>_<i>`."""
     m = _RID.match(rid)

@@ -1,15 +1,16 @@
 """Streaming reader: a log file -> its events, in one pass, memory flat in file size.
 
 Why this shape: a 500 MB log must parse at >= 200 MB/s in pure Python. A Python loop over
-every line costs ~1 us a line before it does anything, so instead each 1 MiB chunk is searched
-for a few markers with `bytes.find` (C speed, GB/s) and only the lines holding one are sliced
-out and parsed (`lines.py`). `Quorum!` is printed on EVERY quorum round (one very long line):
-only its `quorum_id` is compared with the previous round's, the participants are parsed when it
-changes. Commit decisions (one per rank per step) are counted here, not turned into events.
+every line costs ~1 us a line before it does anything, so each 1 MiB chunk (read into one
+reused buffer) is searched with C-speed `bytes.find`/`count` and regexes that start with a
+literal, and only the rare lines that matter are sliced out and parsed (`lines.py`).
+`Quorum!` is printed on EVERY quorum round (one very long line): the rounds' ids are compared
+in bulk, the participants parsed only when the id changes. Commit decisions (one per rank per
+step) are counted here, in bulk between the rare lines, not turned into events.
 """
-
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,80 +130,404 @@ class _Commits:
         self.recent: dict[int, bool] = {}
         self.mark = -1  # the file's change counter when a commit was last emitted
 
+    def add(self, step: int, ok: bool) -> bool:
+        """Count one rank's decision for `step`; False if another rank's copy of one counted."""
+        seen = self.recent.get(step)
+        if seen is None:
+            self.attempted += 1
+            self.committed += ok
+            self.recent[step] = ok
+            if step > self.max_step:
+                self.max_step = step
+            self.recent.pop(step - 16, None)  # ranks interleave within a few steps
+            if len(self.recent) > 64:  # steps that jumped (a heal): start again
+                self.recent = {step: ok}
+            return True
+        if ok and not seen:
+            self.committed += 1
+            self.recent[step] = True
+            return True
+        return False
 
-# The markers the scanner looks for in whole chunks (C-speed `bytes.find`); a line without one
-# of them is skipped without Python ever looking at it.
-# Each needle costs a pass over the chunk, so there are few, and long ones (bytes.find skips
-# faster): the Rust `healing is required` line is not needed (the Python side logs the same heal
-# with the replica's uuid), and a Lighthouse log only needs its quorums and its start. The
-# `quorum_id: ` offsets below are relative to the needle's start.
-_PY_MGR, _QUORUM, _LISTEN, _LAUNCH_M, _DONE = range(5)
+    def add_committed(self, steps: list[bytes]) -> None:
+        """`add(step, True)` for each: the bulk path (between the rare lines, see _FileScan)."""
+        recent = self.recent
+        for s in steps:
+            step = int(s)
+            seen = recent.get(step)
+            if seen is None:
+                self.attempted += 1
+                self.committed += 1
+                recent[step] = True
+                if step > self.max_step:
+                    self.max_step = step
+                recent.pop(step - 16, None)
+                if len(recent) > 64:
+                    self.recent = recent = {step: True}
+            elif not seen:
+                self.committed += 1
+                recent[step] = True
+
+
+# The markers the scanner looks for (C-speed `bytes.find`, `bytes.count` and regexes that start
+# with a literal, over whole chunks); a line without one is never looked at by Python.
+# Each marker costs a pass over the chunk, so there are few, and long ones: the Rust `healing is
+# required` line is not needed (the Python side logs the same heal with the replica's uuid), and
+# a Lighthouse log only needs its quorums and its start.
+_QUORUM, _LISTEN, _LAUNCH_M, _DONE = range(4)
+_STEP = b" - step "
 _Q_NEEDLE = b"Quorum { quorum_id: "
+_QIDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
+# every manager line; group 1 (the step) only on a well-formed committed step: the other ones
+# (heals, failed commits, reconfigurations, errors) are rare and taken one by one, the runs of
+# committed steps between them are counted in bulk (_FileScan.committed)
+_MGR = re.compile(rb" - step (?:(-?\d{1,30})\] should_commit=True)?")
 _NEEDLES = (
-    (b" - step ", _PY_MGR),
-    (_Q_NEEDLE, _QUORUM),
     (b"Manager listening on", _LISTEN),
     (b"launching replica ", _LAUNCH_M),
     (b"Training completed", _DONE),
 )
-# replica logs when a Lighthouse log is read too: its quorums are the same, and the replica's
-# own `reconfiguring for quorum_id=N` lines re-arm commit emission
-_NEEDLES_NO_QUORUM = tuple(n for n in _NEEDLES if n[1] != _QUORUM)
-_LIGHTHOUSE_NEEDLES = ((_Q_NEEDLE, _QUORUM), (b"Lighthouse listening on", _LISTEN))
+_LIGHTHOUSE_NEEDLES = ((b"Lighthouse listening on", _LISTEN),)
 _HEAD = 48  # bytes of a line that hold its timestamp
+_BULK = True  # False: every marker line by line (the tests check both give the same result)
+def _eol(buf: bytearray, p: int, end: int) -> int:
+    e = buf.find(b"\n", p, end)
+    return end if e < 0 else e
 
 
-def _scan(buf: bytes, needles=_NEEDLES) -> list[tuple[int, int]]:
-    """(marker position, marker code) of every marker in the chunk, in file order.
-
-    Each marker occurs at most once in a real line, so no per-line dedupe is needed (and a
-    line hit twice is harmless: quorums and commits are deduplicated by id and step).
-    """
-    hits: list[tuple[int, int]] = []
-    add, find = hits.append, buf.find
-    for needle, code in needles:
-        n = len(needle)
-        p = find(needle)
-        while p >= 0:
-            add((p, code))
-            p = find(needle, p + n)
-    hits.sort()
-    return hits
-
-
-def _eol(buf: bytes, p: int) -> int:
-    e = buf.find(b"\n", p)
-    return len(buf) if e < 0 else e
-
-
-def _first_time(buf: bytes, utc_offset: float) -> float | None:
+def _first_time(buf: bytearray, end: int, utc_offset: float) -> float | None:
     """Time of the first timestamped line among the first 64 of a chunk."""
     s = 0
     for _ in range(64):
-        head = buf[s : s + _HEAD]
+        head = buf[s : min(s + _HEAD, end)]
         if _has_time(head):
             t = parse_time(head, utc_offset)
             if t is not None:
                 return t
-        e = buf.find(b"\n", s)
+        e = buf.find(b"\n", s, end)
         if e < 0:
             break
         s = e + 1
     return None
 
 
-def _last_time_head(buf: bytes, end: int) -> bytes:
+def _last_time_head(buf: bytearray, end: int) -> bytes:
     """The head of the last timestamped line before `end` (64 lines back at most)."""
     e = end
     for _ in range(64):
         if e <= 0:
             break
         s = buf.rfind(b"\n", 0, e - 1) + 1
-        head = buf[s : s + _HEAD]
+        head = bytes(buf[s : min(s + _HEAD, end)])
         if _has_time(head):
             return head
         e = s
     return b""
+
+
+class _FileScan:
+    """The state of one file's scan, and what it does with each kind of marker.
+
+    A chunk is read in two passes. The quorum pass compares each `Quorum!` round's id with the
+    previous one (all equal: one `findall` and one `count`, no Python per line) and parses only
+    the changes. The second pass takes the rare markers in file order (manager lines other
+    than a committed step, quorum changes, process starts, launches, completions); between two
+    of them, the `should_commit=True` lines of this file's replica id are counted in bulk from
+    one regex `findall`, checked against the count of ` - step ` there (any other line in the
+    stretch sends it down the line-by-line path, which gives the same result slower).
+    """
+
+    def __init__(
+        self, stats: ParseStats, label: str, utc_offset: float, lighthouse: bool, quorums: bool
+    ) -> None:
+        self.stats, self.label, self.utc_offset = stats, label, utc_offset
+        self.lighthouse = lighthouse
+        self.quorums = quorums or lighthouse
+        self.needles = _LIGHTHOUSE_NEEDLES if lighthouse else _NEEDLES
+        self.commits = stats.commits
+        self.prev_ts = b""  # head of the last timestamped line of the previous chunks
+        self.last_qid = b""
+        self.round_head = b""  # head of the previous quorum round's line ("last seen alive")
+        self.have_round = False
+        self.round_p = -1  # the previous round's position in the current chunk, if there
+        self.seq = 0
+        self.file_rid = b""  # replica id of this file's last commit line: who "completed" is
+        self.matched = 0
+        self.file_lines = 0
+        self.first_t: float | None = None  # time of the file's first timestamped line
+        self.changes = 0  # quorum changes / reconfigurations / heals: re-arm commit emission
+        self.buf = bytearray()
+        self.end = 0
+
+    # ---------------------------------------------------------------- time
+
+    def time_at(self, ls: int) -> float | None:
+        buf = self.buf
+        head = buf[ls : min(ls + _HEAD, self.end)]
+        if not _has_time(head):
+            head = _last_time_head(buf, ls) if ls else b""
+            if not head:
+                head = self.prev_ts
+        return parse_time(head, self.utc_offset) if head else None
+
+    def _line(self, p: int) -> tuple[int, int]:
+        return self.buf.rfind(b"\n", 0, p) + 1, _eol(self.buf, p, self.end)
+
+    # ---------------------------------------------------------------- a chunk
+
+    def chunk(self, buf: bytearray, end: int) -> Iterator[Event]:
+        self.buf, self.end = buf, end
+        n = buf.count(b"\n", 0, end) + (0 if buf[end - 1 : end] == b"\n" else 1)
+        self.file_lines += n
+        self.stats.lines += n
+        others: list[tuple[int, int, Event | None]] = []
+        if self.quorums:
+            others += self._quorum_changes()
+        find = buf.find
+        for needle, code in self.needles:
+            p = find(needle, 0, end)
+            while p >= 0:
+                others.append((p, code, None))
+                p = find(needle, p + len(needle), end)
+        others.sort(key=_pos)
+        if self.lighthouse:
+            for hit in others:
+                ev = self.other(hit)
+                if ev is not None:
+                    yield self.emit(ev)
+        else:
+            yield from self._manager_lines(others)
+        if self.first_t is None:
+            self.first_t = _first_time(buf, end, self.utc_offset)
+        head = _last_time_head(buf, end)
+        if head:
+            self.prev_ts = head
+        if self.round_p >= 0:
+            rs = buf.rfind(b"\n", 0, self.round_p) + 1
+            self.round_head = bytes(buf[rs : rs + _HEAD])
+            self.round_p = -1
+
+    def _manager_lines(self, others: list[tuple[int, int, Event | None]]) -> Iterator[Event]:
+        """Every ` - step ` marker of the chunk from one regex pass, in file order with the
+        other markers: the rare ones one by one, runs of committed steps in bulk."""
+        end = self.end
+        run: list[tuple[int, bytes]] = []  # committed steps since the last other marker
+        a = 0  # where the run's stretch of the chunk begins
+        oi, n_others = 0, len(others)
+        nxt = others[0][0] if others else end
+        for hit in [(m.start(), m.group(1)) for m in _MGR.finditer(self.buf, 0, end)]:
+            p = hit[0]
+            while p > nxt:  # another marker first
+                if run:
+                    yield from self.committed(run, a, nxt)
+                    run = []
+                ev = self.other(others[oi])
+                if ev is not None:
+                    yield self.emit(ev)
+                a, oi = nxt + 1, oi + 1
+                nxt = others[oi][0] if oi < n_others else end
+            if hit[1] is not None:
+                run.append(hit)
+                continue
+            if run:
+                yield from self.committed(run, a, p)
+                run = []
+            ev = self.manager(p)
+            if ev is not None:
+                yield self.emit(ev)
+            a = p + len(_STEP)
+        if run:
+            yield from self.committed(run, a, nxt)
+        for hit in others[oi:]:
+            ev = self.other(hit)
+            if ev is not None:
+                yield self.emit(ev)
+
+    def emit(self, ev: Event) -> Event:
+        if ev.time is None:
+            self.stats.untimed += 1
+        ev.source, ev.seq = self.label, self.seq
+        self.seq += 1
+        return ev
+
+    # ---------------------------------------------------------------- quorums
+
+    def _quorum_changes(self) -> list[tuple[int, int, Event | None]]:
+        """The quorum lines whose id differs from the previous round's, parsed."""
+        buf, end = self.buf, self.end
+        count = buf.count(_Q_NEEDLE, 0, end)
+        if not count:
+            return []
+        self.matched += count
+        ids = _QIDS.findall(buf, 0, end)
+        exact = len(ids) == count  # else a line without its comma: look at each one
+        if _BULK and exact and ids.count(self.last_qid) == count:  # the same quorum again
+            self.round_p = buf.rfind(_Q_NEEDLE, 0, end)
+            self.have_round = True
+            return []
+        out: list[tuple[int, int, Event | None]] = []
+        if exact:
+            hits = ((m.start(), m.group(1)) for m in _QIDS.finditer(buf, 0, end))
+        else:
+            hits = self._quorum_hits()
+        for p, qid in hits:
+            if qid == self.last_qid:
+                self.round_p = p
+                self.have_round = True
+                continue
+            ev = self._parse_quorum(p)
+            if ev is not None:
+                out.append((p, _QUORUM, ev))
+                self.round_p = p
+                self.have_round = True
+                self.last_qid = qid
+        return out
+
+    def _quorum_hits(self) -> Iterator[tuple[int, bytes]]:
+        """(position, quorum id) of each quorum line, also those cut before their comma."""
+        buf, end = self.buf, self.end
+        p = buf.find(_Q_NEEDLE, 0, end)
+        while p >= 0:
+            j = p + len(_Q_NEEDLE)
+            k = buf.find(b",", j, j + 24)
+            yield p, bytes(buf[j:k]) if k > 0 else b"?"
+            p = buf.find(_Q_NEEDLE, j, end)
+
+    def _parse_quorum(self, p: int) -> Event | None:
+        buf = self.buf
+        ls, le = self._line(p)
+        ev = parse_quorum(buf[ls:le], self.time_at(ls))
+        if ev is None:
+            self.stats.malformed += 1
+            return None
+        self._crlf(le)
+        if self.have_round:
+            if self.round_p >= 0:
+                rs = buf.rfind(b"\n", 0, self.round_p) + 1
+                head = buf[rs : rs + _HEAD]
+            else:
+                head = self.round_head
+            ev.prev_round_time = parse_time(head, self.utc_offset)
+        return ev
+
+    def _crlf(self, le: int) -> None:
+        if self.buf[le - 1 : le] == b"\r":
+            self.stats.crlf += 1
+
+    # ---------------------------------------------------------------- manager lines
+
+    def committed(self, run: list[tuple[int, bytes]], a: int, b: int) -> Iterator[Event]:
+        """A run of well-formed `should_commit=True` lines in [a, b), no other marker between.
+
+        Counted in bulk when they are all this file's replica id's (as many `[<rid>/` in the
+        stretch as lines) and none is the first after a change (that one is emitted, so it goes
+        the line-by-line way first); else line by line, with the same result.
+        """
+        i = 0
+        c = self.commits.get(self.file_rid) if self.file_rid else None
+        if c is None or c.mark != self.changes:
+            ev = self.manager(run[0][0])
+            if ev is not None:
+                yield self.emit(ev)
+            i, a = 1, run[0][0] + len(_STEP)
+            c = self.commits.get(self.file_rid) if self.file_rid else None
+        if _BULK and i < len(run) and c is not None and c.mark == self.changes:
+            buf = self.buf
+            lb = buf.rfind(b"\n", a, b) + 1 if b < self.end else b  # before the next marker's line
+            if buf.count(b"[" + self.file_rid + b"/", a, lb or a) == len(run) - i:
+                c.add_committed([step for _, step in run[i:]])
+                self.matched += len(run) - i
+                return
+        for p, _ in run[i:]:
+            ev = self.manager(p)
+            if ev is not None:
+                yield self.emit(ev)
+
+    def manager(self, p: int) -> Event | None:
+        """One ` - step ` marker: a commit decision (counted; emitted when the timeline needs
+        it: failed ones, a replica id's first, the first after a change) or another manager
+        line (parsed; heals and reconfigurations are changes)."""
+        buf, stats = self.buf, self.stats
+        self.matched += 1
+        q = buf.find(b"] ", p + 8, p + 40)
+        if q > 0 and buf.startswith(b"should_commit=", q + 2):
+            try:
+                step = int(buf[p + 8 : q])
+            except ValueError:
+                stats.malformed += 1
+                return None
+            lo = max(0, p - 512)  # the replica id is in this line, near the marker
+            lb = buf.rfind(b"[", buf.rfind(b"\n", lo, p) + 1 or lo, p) + 1
+            sl = buf.rfind(b"/", lb, p)
+            if lb == 0 or sl < 0:
+                stats.malformed += 1
+                return None
+            rid = self.file_rid = bytes(buf[lb:sl])
+            ok = buf.startswith(b"True", q + 16)
+            c = self.commits.get(rid)
+            if c is None:
+                c = self.commits[rid] = _Commits()
+                # a new uuid for this replica: the old attempt's window is done
+                gk = rid.partition(b":")[0]
+                old = stats.active.get(gk)
+                if old is not None:
+                    self.commits[old].recent = {}
+                stats.active[gk] = rid
+            if not c.add(step, ok):
+                return None  # another rank's copy
+            if ok and c.mark == self.changes:
+                return None
+            c.mark = self.changes
+            ls, le = self._line(p)
+            self._crlf(le)
+            return parse_manager(buf[ls:le], self.time_at(ls))
+        ls, le = self._line(p)
+        ev = parse_manager(buf[ls:le], None)
+        if ev is None:
+            self.matched -= 1
+            return None
+        self._crlf(le)
+        ev.time = self.time_at(ls)
+        if ev.kind is not ERROR:
+            self.changes += 1
+        return ev
+
+    # ---------------------------------------------------------------- the rest
+
+    def other(self, hit: tuple[int, int, Event | None]) -> Event | None:
+        """A quorum change (parsed already: a change), a process start, launch or end."""
+        p, code, ev = hit
+        if code == _QUORUM:
+            self.changes += 1
+            return ev
+        buf = self.buf
+        self.matched += 1
+        ls, le = self._line(p)
+        if code == _LISTEN:
+            line = buf[ls:le]
+            if b"Lighthouse listening on" in line:
+                ev = Event(LIGHTHOUSE_START, self.time_at(ls))
+            else:
+                ev = parse_rust_replica(line, None)
+                if ev is None:
+                    self.matched -= 1
+                    return None
+                ev.time = self.time_at(ls)
+        elif code == _DONE:
+            rid = self.file_rid.decode("utf-8", "replace") if self.file_rid else None
+            ev = Event(FINISHED, self.time_at(ls), replica=rid)
+        else:  # _LAUNCH_M
+            ev = parse_launch(buf[ls:le], None)
+            if ev is None:
+                self.stats.malformed += 1
+                return None
+            ev.time = self.time_at(ls)
+        self._crlf(le)
+        return ev
+
+
+def _pos(hit: tuple[int, int, Event | None]) -> int:
+    return hit[0]
 
 
 def iter_file_events(
@@ -219,197 +544,80 @@ def iter_file_events(
     Tolerant by construction: unknown lines are counted and skipped, a line that looks like an
     event but does not parse is counted as malformed, nothing raises on content.
 
-    Hot path: each 1 MiB chunk is searched for a few markers with `bytes.find` (C speed); only
-    the lines holding one are sliced out and parsed, and a timestamp is parsed only for an
-    emitted event (searching back for the nearest timestamped line). Commit decisions (one per
-    rank per step) are counted here, into `stats.commits`; only those the timeline needs are
-    emitted: failed ones, a replica id's first, the first after each quorum change /
-    reconfiguration / heal seen in this file. `lighthouse=True`: only quorums and the
+    Commit decisions (one per rank per step) are counted into `stats.commits`; only those the
+    timeline needs are emitted: failed ones, a replica id's first, the first after each quorum
+    change / reconfiguration / heal seen in this file. `lighthouse=True`: only quorums and the
     Lighthouse's start are looked for; `quorums=False`: the manager's copies of the quorums
-    are not (the Lighthouse log has them).
+    are not (the Lighthouse log has them). How it stays fast: see `_FileScan`.
     """
-    if lighthouse:
-        needles = _LIGHTHOUSE_NEEDLES
-    else:
-        needles = _NEEDLES if quorums else _NEEDLES_NO_QUORUM
-    label = label or path.name
     try:
         fh = open_log(path)
     except OSError:
         stats.missing.append(str(path))
         return
     stats.files.append(str(path))
-    prev_ts = b""  # head of the last timestamped line of the previous chunks
-    last_qid = b""
-    round_buf, round_p = b"", 0  # the previous quorum round: its time is "last seen alive"
-    seq = 0
-    file_rid = b""  # the replica id of this file's last commit line: who "Training completed" is
-    first_t: float | None = None
-    matched = file_lines = 0
-    changes = 0  # quorum changes / reconfigurations / heals emitted: re-arm commit emission
-    commits = stats.commits
+    scan = _FileScan(stats, label or path.name, utc_offset, lighthouse, quorums)
     with fh:
-        for buf in _iter_buffers(fh, stats):
-            n = buf.count(b"\n") + (0 if buf.endswith(b"\n") else 1)
-            file_lines += n
-            stats.lines += n
-
-            def time_at(ls: int, buf: bytes = buf, prev_ts: bytes = prev_ts) -> float | None:
-                head = buf[ls : ls + _HEAD]
-                if not _has_time(head):
-                    head = _last_time_head(buf, ls) if ls else b""
-                    if not head:
-                        head = prev_ts
-                return parse_time(head, utc_offset) if head else None
-
-            rfind, find = buf.rfind, buf.find
-            for p, code in _scan(buf, needles):
-                matched += 1
-                ev: Event | None
-                if code == _PY_MGR:
-                    # `[<replica_id>/<rank> - step N] should_commit=True|False ...`, by position
-                    q = find(b"] ", p + 8, p + 40)
-                    if q > 0 and buf.startswith(b"should_commit=", q + 2):
-                        try:
-                            step = int(buf[p + 8 : q])
-                        except ValueError:
-                            stats.malformed += 1
-                            continue
-                        lb = rfind(b"[", max(0, p - 512), p) + 1
-                        sl = rfind(b"/", lb, p)
-                        if lb == 0 or sl < 0:
-                            stats.malformed += 1
-                            continue
-                        rid = file_rid = buf[lb:sl]
-                        ok = buf.startswith(b"True", q + 16)
-                        c = commits.get(rid)
-                        if c is None:
-                            c = commits[rid] = _Commits()
-                            # a new uuid for this replica: the old attempt's window is done
-                            gk = rid.partition(b":")[0]
-                            old = stats.active.get(gk)
-                            if old is not None:
-                                commits[old].recent = {}
-                            stats.active[gk] = rid
-                        seen = c.recent.get(step)
-                        if seen is None:
-                            c.attempted += 1
-                            c.committed += ok
-                            c.recent[step] = ok
-                            if step > c.max_step:
-                                c.max_step = step
-                            c.recent.pop(step - 16, None)  # ranks interleave within a few steps
-                            if len(c.recent) > 64:  # steps that jumped (a heal): start again
-                                c.recent = {step: ok}
-                        elif ok and not seen:
-                            c.committed += 1
-                            c.recent[step] = True
-                        else:
-                            continue  # another rank's copy
-                        if ok and c.mark == changes:
-                            continue
-                        c.mark = changes
-                        ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                        ev = parse_manager(buf[ls:le], time_at(ls))
-                    else:
-                        ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                        ev = parse_manager(buf[ls:le], None)
-                        if ev is None:
-                            matched -= 1
-                            continue
-                        ev.time = time_at(ls)
-                        if ev.kind is not ERROR:
-                            changes += 1
-                    if ev is None:
-                        continue
-                elif code == _QUORUM:
-                    j = p + 20  # len(_Q_NEEDLE)
-                    k = find(b",", j, j + 24)
-                    qid = buf[j:k] if k > 0 else b"?"
-                    if qid == last_qid:
-                        round_buf, round_p = buf, p  # sliced only if the next is a change
-                        continue
-                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                    line = buf[ls:le]
-                    ev = parse_quorum(line, time_at(ls))
-                    if ev is None:
-                        stats.malformed += 1
-                        continue
-                    if round_buf:
-                        rs = round_buf.rfind(b"\n", 0, round_p) + 1
-                        ev.prev_round_time = parse_time(round_buf[rs : rs + _HEAD], utc_offset)
-                    round_buf, round_p = buf, p
-                    last_qid = qid
-                    changes += 1
-                elif code == _LISTEN:
-                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                    line = buf[ls:le]
-                    if b"Lighthouse listening on" in line:
-                        ev = Event(LIGHTHOUSE_START, time_at(ls))
-                    else:
-                        ev = parse_rust_replica(line, None)
-                        if ev is None:
-                            matched -= 1
-                            continue
-                        ev.time = time_at(ls)
-                elif code == _DONE:
-                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                    rid_s = file_rid.decode("utf-8", "replace") if file_rid else None
-                    ev = Event(FINISHED, time_at(ls), replica=rid_s)
-                elif code == _LAUNCH_M:
-                    ls, le = rfind(b"\n", 0, p) + 1, _eol(buf, p)
-                    ev = parse_launch(buf[ls:le], None)
-                    if ev is None:
-                        stats.malformed += 1
-                        continue
-                    ev.time = time_at(ls)
-                else:
-                    continue
-                if ev.time is None:
-                    stats.untimed += 1
-                if buf[le - 1 : le] == b"\r":
-                    stats.crlf += 1
-                ev.source, ev.seq = label, seq
-                seq += 1
-                yield ev
-            if first_t is None:
-                first_t = _first_time(buf, utc_offset)
-            head = _last_time_head(buf, len(buf))
-            if head:
-                prev_ts = head
-    stats.spans[str(path)] = (
-        first_t, parse_time(prev_ts, utc_offset) if prev_ts else None, lighthouse
-    )
-    stats.skipped += max(0, file_lines - matched)
-    stats.matched += matched
+        for buf, end in _iter_buffers(fh, stats):
+            yield from scan.chunk(buf, end)
+    last = parse_time(scan.prev_ts, utc_offset) if scan.prev_ts else None
+    stats.spans[str(path)] = (scan.first_t, last, lighthouse)
+    stats.skipped += max(0, scan.file_lines - scan.matched)
+    stats.matched += scan.matched
 
 
-def _iter_buffers(fh, stats: ParseStats) -> Iterator[bytes]:
-    """Chunks of whole lines (the last one may lack its newline); memory bounded.
+def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:
+    """(buf, end): `buf[:end]` is whole lines (the file's last may lack its newline).
 
-    A line longer than MAX_LINE (binary junk without newlines) is dropped and counted.
+    The same bytearray is refilled each time (`readinto1`): a fresh 1 MiB bytes object per
+    chunk costs page faults, and those made reading cost as much as parsing. Callers copy what
+    they keep. Memory is bounded by CHUNK + MAX_LINE: a longer line (binary junk without
+    newlines) is dropped and counted. A corrupt .gz or an I/O error ends the file early,
+    counted in stats.read_errors, after what could be read.
     """
-    rest = b""
+    buf = bytearray(2 * CHUNK)
+    read = getattr(fh, "readinto1", None) or fh.readinto
+    rest = 0  # the unfinished last line of the previous chunk, moved to the front
     dropping = False
-    for chunk in _raw_chunks(fh, stats):
-        stats.bytes += len(chunk)
-        buf = rest + chunk if rest else chunk
-        cut = buf.rfind(b"\n") + 1
-        if cut == 0:
-            rest = buf
-            if len(rest) > MAX_LINE:
+    while True:
+        want = rest + CHUNK
+        if len(buf) < want:
+            buf.extend(bytes(want - len(buf)))
+        filled, eof = rest, False
+        while filled < want:
+            try:
+                with memoryview(buf) as mv, mv[filled:want] as dst:
+                    n = read(dst)
+            except (OSError, EOFError, zlib.error):
+                stats.read_errors += 1
+                n = 0
+            if not n:
+                eof = True
+                break
+            filled += n
+        stats.bytes += filled - rest
+        cut = filled if eof else buf.rfind(b"\n", 0, filled) + 1
+        if cut == 0 and not eof:
+            rest = filled
+            if rest > MAX_LINE:
                 stats.overlong += 1
-                rest = b""
+                rest = 0
                 dropping = True
             continue
-        out, rest = buf[:cut], buf[cut:]
-        if dropping:
-            out = out[out.find(b"\n") + 1 :]  # the tail of an overlong line
-            dropping = False
-        if out:
-            yield out
-    if rest and not dropping:
-        yield rest
+        if dropping:  # the tail of an overlong line
+            start = buf.find(b"\n", 0, cut) + 1
+            if start == 0:
+                return
+            buf[: filled - start] = buf[start:filled]
+            filled, cut, dropping = filled - start, cut - start, False
+        if eof:
+            del buf[filled:]
+            if filled:
+                yield buf, filled
+            return
+        yield buf, cut
+        buf[: filled - cut] = buf[cut:filled]
+        rest = filled - cut
 
 
 def open_log(path: Path):
