@@ -1,4 +1,4 @@
-"""sky/ftslurm-ft.yaml: SkyPilot's own loader (schema-validated) where skypilot is installed,
+"""skypilot/ftslurm-ft.yaml: SkyPilot's own loader (schema-validated) where skypilot is installed,
 a structural schema test always, and the YAML's `run:` script executed on this machine as
 the head node and as a worker (dry-run launcher, real Lighthouse on a free port).
 
@@ -25,7 +25,7 @@ from tests.ftjob import ROOT
 
 yaml = pytest.importorskip("yaml")
 
-SKY_YAML = ROOT / "sky" / "ftslurm-ft.yaml"
+SKY_YAML = ROOT / "skypilot" / "ftslurm-ft.yaml"
 # SkyPilot 0.14.1's task and resources schema keys (sky/utils/schemas.py)
 TASK_KEYS = {"name", "workdir", "event_callback", "num_nodes", "resources", "file_mounts",
              "setup", "run", "envs", "secrets", "service", "inputs", "outputs", "config",
@@ -54,7 +54,6 @@ def _config() -> dict:
 
 
 def _sky_python() -> str | None:
-    # (the checkout's own sky/ folder imports as an empty namespace package: look for Task)
     try:
         from sky import Task  # noqa: F401
 
