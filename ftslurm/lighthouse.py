@@ -176,13 +176,81 @@ _LAUNCHER = '''\
 # torchft._torchft.lighthouse_main -- the function the `torchft_lighthouse` console script
 # calls -- loading the compiled module directly so the torchft package __init__ (which
 # imports torch, ~3 s) is skipped. Same code, same arguments (read from argv by the Rust side).
+#
+# Started by `ftslurm lighthouse start` (FTSLURM_LIGHTHOUSE_LOG set), the Lighthouse runs in a
+# child whose output comes through a pipe; this process appends it to the log and, when the log
+# passes FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES, renames it to <log>.1 (replacing the older one) at a
+# line end and goes on in a new file: a Lighthouse left running for weeks keeps a bounded log
+# (at most about twice the cap) whose two files hold the newest lines, whole.
+# (lighthouse_main holds the GIL while it runs, so a thread beside it could not do this.)
 import importlib.util
+import os
+import signal
 import sys
 
-_spec = importlib.util.spec_from_file_location("torchft._torchft", {ext!r})
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
-sys.exit(_mod.lighthouse_main())
+
+def lighthouse():
+    spec = importlib.util.spec_from_file_location("torchft._torchft", {ext!r})
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.lighthouse_main()
+
+
+def write_all(data):
+    while data:
+        data = data[os.write(1, data):]
+
+
+def rotate(log):
+    os.replace(log, log + ".1")
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main():
+    log = os.environ.pop("FTSLURM_LIGHTHOUSE_LOG", "")
+    cap = int(os.environ.pop("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "0") or 0)
+    if not log or cap <= 0:
+        return lighthouse()
+    r, w = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        os.dup2(w, 2)
+        os.close(w)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the writer
+        if os.getppid() != parent:
+            os._exit(1)
+        sys.exit(lighthouse())
+    os.close(w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+    size = os.fstat(1).st_size
+    while True:
+        data = os.read(r, 1 << 16)
+        if not data:
+            break
+        cut = data.rfind(b"\\n") + 1
+        if size + len(data) > cap and cut:
+            write_all(data[:cut])
+            rotate(log)
+            write_all(data[cut:])
+            size = len(data) - cut
+        else:
+            write_all(data)
+            size += len(data)
+    status = os.waitpid(pid, 0)[1]
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+sys.exit(main())
 '''
 
 
@@ -635,6 +703,21 @@ def start(
         return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
 
 
+def _orphan_gone(d: daemon.Daemon, host: str, port: int, timeout: float = 5.0) -> bool:
+    """After a crash of the log writer (SIGKILL), its Lighthouse child is killed by the kernel
+    (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only."""
+    launcher = str(d.state_dir / MARKER)
+    owners = port_owner(port)
+    if not owners or not all(launcher in cmd for _, cmd in owners):
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_free(host, port):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
     running = state.extra.get("config", {})
     host, port = parse_bind(cfg.bind)
@@ -660,16 +743,19 @@ def _start_locked(
     stale_pid: int | None,
 ) -> LighthouseInfo:
     host, port = parse_bind(cfg.bind)
-    if port != 0 and not port_free(host, port):
+    if port != 0 and not port_free(host, port) and not _orphan_gone(d, host, port):
         raise port_in_use_error(host, port)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
     extra: dict[str, Any] = {"config": asdict(cfg), "requested_bind": cfg.bind}
+    cap = int(log_max_mb * 1024 * 1024)
     proc, state, offset = d.start(
         cmd,
         marker=MARKER,
-        log_max_bytes=int(log_max_mb * 1024 * 1024),
-        extra_env={"RUST_BACKTRACE": "1"},
+        log_max_bytes=cap,
+        # the fast launcher also caps the log while it runs (see _LAUNCHER)
+        extra_env={"RUST_BACKTRACE": "1", "FTSLURM_LIGHTHOUSE_LOG": str(d.logfile),
+                   "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES": str(cap)},
         extra=extra,
     )
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import daemon, runner
+from ftslurm import daemon, procs, runner
 from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
 from ftslurm.wait import free_port, wait_for
@@ -267,6 +268,58 @@ def test_status_shows_the_live_quorum(state_dir: Path):
     assert [m.recovering for m in q.members] == [True, False]
     assert {h.replica_id for h in q.heartbeats} == {"train_0:uuid0", "train_1:uuid1"}
     assert "Quorum!" in (state_dir / "lighthouse.log").read_text()
+
+
+ROUNDS = textwrap.dedent(
+    """
+    # Two fake replicas doing 20 quorum rounds with the real Lighthouse (torchft's own client).
+    import importlib.util, sys, threading
+    from datetime import timedelta
+    spec = importlib.util.spec_from_file_location("torchft._torchft", sys.argv[1])
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    c = m.LighthouseClient(sys.argv[2], timedelta(seconds=5))
+    def q(rid):
+        for step in range(20):
+            c.quorum(replica_id=rid, timeout=timedelta(seconds=20), address="http://w:1",
+                     store_address="w:2", step=step, world_size=1, shrink_only=False)
+    ts = [threading.Thread(target=q, args=(f"train_{i}:uuid{i}",)) for i in range(2)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    print("ROUNDS OK")
+    """
+)
+
+
+@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+def test_log_capped_while_running(state_dir: Path):
+    """A long-lived Lighthouse: its log is renamed to .1 at a line end each time it passes the
+    cap, while it runs; the two files hold the newest lines, whole and without a gap; stop
+    leaves no process behind."""
+    cap_mb = 4096 / 2**20
+    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir, log_max_mb=cap_mb)
+    writer_children = [p for p in procs.process_tree(info.pid) if p != info.pid]
+    assert writer_children, "the Lighthouse runs as the log writer's child"
+    out = runner.run(
+        [sys.executable, "-c", ROUNDS, str(lh._torchft_extension()),
+         f"http://127.0.0.1:{info.port}"],
+        timeout=120,
+    )  # fmt: skip
+    assert "ROUNDS OK" in out.stdout
+    st = lh.status(state_dir)
+    assert st.running and st.http_ok and st.quorum is not None
+    assert lh.stop(state_dir, grace=5) == "terminated"
+    assert wait_for(lambda: not any(procs.pid_alive(p) for p in writer_children), timeout=10)
+    log, old = state_dir / "lighthouse.log", state_dir / "lighthouse.log.1"
+    assert old.exists(), "the log passed 4 KiB and was not rotated"
+    assert old.read_bytes().endswith(b"\n")  # cut at a line end
+    assert old.stat().st_size <= 4096 + 65536 and log.stat().st_size <= 4096 + 65536
+    lines = (old.read_text() + log.read_text()).splitlines()
+    stamped = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")  # no line cut in two
+    assert all(stamped.match(line) for line in lines), [x for x in lines if not stamped.match(x)]
+    # the rounds' steps (20 rounds: 0..19) in the two files: the newest ones, without a gap
+    steps = [int(s) for line in lines if "Quorum!" in line
+             for s in re.findall(r"step: (\d+)", line)[:1]]  # fmt: skip
+    assert steps and steps[-1] == 19 and steps == list(range(steps[0], 20)), steps
+    assert steps[0] > 0  # older lines went with an earlier rotation: the log is bounded
 
 
 def test_foreground_execs_with_same_pid(state_dir: Path):

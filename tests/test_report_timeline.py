@@ -313,6 +313,35 @@ def test_managed_lighthouse_log_with_an_earlier_run_of_the_same_job(tmp_path, mo
     assert not [e for e in j["timeline"] if e["time"] < "2026-11-23T08:49"]
 
 
+def test_managed_lighthouse_log_rotated_while_running(tmp_path, monkeypatch):
+    """The managed Lighthouse renamed its log to .1 in the middle of the run (a line end):
+    the report reads both, older first, and sees every quorum."""
+    from ftslurm import lighthouse
+
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lh"))
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "none.jsonl"))
+    shared = lighthouse.log_path()
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    ours = gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes())
+    cut = ours.index(b"\n", ours.index(b"quorum_id: 2,")) + 1  # after quorum 2's first line
+    older = shared.with_name(shared.name + ".1")
+    older.write_bytes(ours[:cut])
+    shared.write_bytes(ours[cut:])
+    run = tmp_path / "torchft" / "tft-6"
+    run.mkdir(parents=True)
+    for i in (0, 1):
+        (run / f"tft-6_{i}.out").write_bytes(
+            gzip.decompress((RUN1 / f"replica_{i}.log.gz").read_bytes())
+        )
+    files = find_run_files([run])
+    assert files.lighthouse_logs == [older, shared] and files.shared_lighthouse
+    j = build_report(run).to_json()
+    assert [q["quorum_id"] for q in j["quorums"]] == [1, 2, 3]
+    assert [(f["replica"], f["time"]) for f in j["failures"]] == [
+        ("1", "2026-11-23T08:51:07.406")
+    ]
+
+
 def test_logs_ending_while_degraded(tmp_path):
     """The recorded run cut at 08:51:15, before replica 1 came back: an open interval."""
     run = tmp_path / "cut"

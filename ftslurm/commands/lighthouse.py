@@ -120,8 +120,9 @@ def lighthouse() -> None:
               "slower: it imports torch) instead of torchft's Lighthouse loaded directly.")
 @click.option("--log-max-mb", type=click.FloatRange(min=0), default=lh.DEFAULT_LOG_MAX_MB,
               show_default=True,
-              help="At start, a log bigger than this is renamed lighthouse.log.1 (replacing "
-              "the previous .1) and a new one begun. A running Lighthouse is never cut.")
+              help="A log bigger than this is renamed lighthouse.log.1 (replacing the "
+              "previous .1) and a new one begun: at start, and while it runs (at a line end; "
+              "with --binary only at start).")
 @click.option("--ready-timeout", type=click.FloatRange(min=0.1), default=lh.DEFAULT_READY_TIMEOUT_S,
               show_default=True, help="Seconds to wait for the HTTP port to answer.")
 @_state_dir_option
@@ -290,7 +291,7 @@ def logs(n: int, follow: bool, state_dir: Path | None) -> None:
 
 
 def _follow(path: Path, interval: float = 0.25) -> None:
-    """Print what is appended to `path`; reopen when it is rotated (a new file at start)."""
+    """Print what is appended to `path`; reopen when it is rotated (at start or while it runs)."""
     f = open(path, "rb")  # noqa: SIM115 (replaced on rotation)
     f.seek(0, os.SEEK_END)
     ino = os.fstat(f.fileno()).st_ino

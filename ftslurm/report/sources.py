@@ -68,9 +68,9 @@ def find_run_files(
         else:
             raise UserError(f"no such file or directory: {p}")
     if files.replica_logs and not files.lighthouse_logs and not _any_file(paths):
-        shared = _managed_lighthouse_log()
-        if shared is not None:
-            files.lighthouse_logs.append(shared)
+        shared = _managed_lighthouse_logs()
+        if shared:
+            files.lighthouse_logs += shared
             files.shared_lighthouse = True
     if files.job and not events:
         glob_events = P.events_log()
@@ -108,15 +108,16 @@ def _any_file(paths: Sequence[str | Path]) -> bool:
     return any(Path(p).is_file() for p in paths)
 
 
-def _managed_lighthouse_log() -> Path | None:
-    """The log of `ftslurm lighthouse start` (shared by all runs), if there is one."""
+def _managed_lighthouse_logs() -> list[Path]:
+    """The log of `ftslurm lighthouse start` (shared by all runs) and the part it rotated
+    out while running (`.1`, older), those that exist."""
     try:
         from ftslurm.lighthouse import log_path
 
         path = log_path()
     except Exception:  # noqa: BLE001 - another component's state: never fatal here
-        return None
-    return path if path.is_file() else None
+        return []
+    return [p for p in (path.with_name(path.name + ".1"), path) if p.is_file()]
 
 
 def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
