@@ -15,7 +15,9 @@ python interpreter running the training module (`python -u -m ftslurm.replica.tr
 (every node shares this machine's /proc) the selection is also restricted to the node's UTS
 namespace and to processes whose environment has the task's SLURM_JOB_ID, so no other job or
 node is touched; on a real cluster the same regex goes to `pkill` through
-`srun --overlap` on the node (the allocation is exclusive, so the node runs only this job).
+`srun --overlap` on the node (the allocation is exclusive, so the node runs only this job),
+limited to the node's UTS namespace; FTSLURM_KILL_VIA=srun takes that path on the local
+cluster too, where the namespace limit keeps it on the node (a test does).
 """
 
 from __future__ import annotations
@@ -234,12 +236,20 @@ class KillSelection:
     described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
 
 
+# Run by `sh -c` on the node: pkill limited to the UTS namespace of the step itself ($$, then
+# pkill after exec), i.e. to the node. On a real node every process shares it; on a node of the
+# local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off the other
+# nodes' replicas, so the very command a real cluster gets is tested here.
+PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
+
+
 def srun_pkill_cmd(raw_job_id: int, node: str, regex: str = TRAIN_CMD_RE) -> list[str]:
     """A step in the job's allocation on the node (--overlap: beside the running step) that
-    SIGKILLs the training workers. Works where the node runs only this job (exclusive)."""
+    SIGKILLs the training workers on that node. Works where the node runs only this job
+    (exclusive allocation, one replica per node)."""
     return [
         "srun", f"--jobid={raw_job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-        f"--nodelist={node}", "pkill", "-KILL", "-f", "--", regex,
+        f"--nodelist={node}", "sh", "-c", PKILL_ON_NODE, "ftslurm-kill", regex,
     ]  # fmt: skip
 
 
@@ -360,8 +370,18 @@ def find_local_workers(ns: str, raw_job_id: int, regex: str = TRAIN_CMD_RE) -> K
 
 
 def kill_selection(target: Target) -> KillSelection:
-    ns = local_node_ns(target.node)
+    """Local pids on the local cluster; `srun` + `pkill` elsewhere, or anywhere with
+    FTSLURM_KILL_VIA=srun (the real-cluster path, also right on the local cluster)."""
+    via = os.environ.get("FTSLURM_KILL_VIA", "").strip().lower()
+    if via not in ("", "auto", "srun", "local"):
+        raise UserError(f"FTSLURM_KILL_VIA={via!r} is unknown; use srun, local or auto")
+    ns = None if via == "srun" else local_node_ns(target.node)
     if ns is None or target.raw_job_id is None:
+        if via == "local":
+            raise UserError(
+                f"FTSLURM_KILL_VIA=local but {target.node} is not a node of the local cluster; "
+                "unset it"
+            )
         return KillSelection(local=False)
     return find_local_workers(ns, target.raw_job_id)
 

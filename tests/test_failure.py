@@ -112,7 +112,8 @@ def test_requeue_and_kill_plans():
     srun = failure.make_plan("kill", t, kill=failure.KillSelection(local=False)).actions[0]
     assert srun.argv[:6] == ("srun", "--jobid=13", "--overlap", "--nodes=1", "--ntasks=1",
                              "--nodelist=worker-0")  # fmt: skip
-    assert srun.argv[6:10] == ("pkill", "-KILL", "-f", "--")
+    assert srun.argv[6:] == ("sh", "-c", failure.PKILL_ON_NODE, "ftslurm-kill",
+                             failure.TRAIN_CMD_RE)  # fmt: skip
     local = failure.make_plan(
         "kill", t, kill=failure.KillSelection(True, (41, 42), ("41: python -u -m x",))
     )

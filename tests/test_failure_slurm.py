@@ -51,10 +51,13 @@ class Mimic:
             "FTSLURM_EVENTS": str(self.events),
         }
 
-    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "ftslurm", *args],
-            env=self.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+            env={**self.env(), **(env or {})}, cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout,
         )  # fmt: skip
 
     def popen(self, *args: str) -> subprocess.Popen:
@@ -251,6 +254,29 @@ def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
     assert json.loads(rq.stdout.strip().splitlines()[-1])["restarts"] == 1
     assert "(attempt 1)" in mimic.text(1) and "worker exited" not in mimic.text(1)
     assert [e["action"] for e in mimic.events_list()] == ["kill", "requeue"]
+
+
+@pytest.mark.timeout(120)
+def test_kill_through_srun_the_real_cluster_path(mimic: Mimic):
+    """The command a real cluster gets (`srun --jobid --overlap ... pkill` on the node), run on
+    the local Slurm: only the node's worker dies (the other replica, on another node of the
+    same machine, keeps its worker), and the job requeues its own task."""
+    other_before = mimic.text(1).count("launching replica")
+    r = mimic.cli(
+        "simulate-failure", "--replica", "0", "--mode", "kill", "--wait-recovered",
+        "--timeout", "60", "--json", env={"FTSLURM_KILL_VIA": "srun"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "through srun" in r.stderr + r.stdout
+    assert json.loads(r.stdout.strip().splitlines()[-1])["restarts"] == 1
+    assert "worker exited with code 137" in mimic.text(0)  # SIGKILL from pkill
+    assert "(attempt 1)" in mimic.text(0)
+    t = mimic.tasks()
+    assert t[1].state == "RUNNING" and t[1].restarts == 0
+    assert mimic.text(1).count("launching replica") == other_before
+    assert "worker exited" not in mimic.text(1)
+    evs = mimic.events_list()
+    assert [e["action"] for e in evs] == ["kill"] and "--overlap" in evs[0]["detail"]
 
 
 @pytest.mark.timeout(120)

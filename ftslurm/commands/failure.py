@@ -49,7 +49,9 @@ def _print_plan(plan, dry_run: bool) -> None:
     default="node-down",
     show_default=True,
     help="node-down: scontrol DOWN, wait, RESUME; kill: SIGKILL the training worker "
-    "(the FT launcher requeues its task); requeue: scontrol requeue <job>_<task>.",
+    "(the FT launcher requeues its task; on a cluster through `srun --overlap` + pkill on "
+    "the node, on the local cluster by pid unless FTSLURM_KILL_VIA=srun); requeue: "
+    "scontrol requeue <job>_<task>.",
 )
 @click.option("--down-for", type=float, default=30.0, show_default=True, help="Seconds DOWN.")
 @click.option("--reason", help="Reason= for the DOWN node [ftslurm simulate-failure ...].")
