@@ -233,16 +233,20 @@ def test_log_rotated_at_start(state_dir: Path):
 
 CLIENTS = textwrap.dedent(
     """
-    # Two fake replicas talking to the real Lighthouse with torchft's own client.
+    # Two fake replicas talking to the real Lighthouse with torchft's own client:
+    # argv[3] rounds of quorum (default 1), replica i at step 10 * i + round.
     import importlib.util, sys, threading
     from datetime import timedelta
     spec = importlib.util.spec_from_file_location("torchft._torchft", sys.argv[1])
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     c = m.LighthouseClient(sys.argv[2], timedelta(seconds=5))
-    def q(rid, step):
-        c.quorum(replica_id=rid, timeout=timedelta(seconds=20), address="http://w:1",
-                 store_address="w:2", step=step, world_size=1, shrink_only=False)
-    ts = [threading.Thread(target=q, args=(f"train_{i}:uuid{i}", 10 * i)) for i in range(2)]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    def q(i):
+        for r in range(rounds):
+            c.quorum(replica_id=f"train_{i}:uuid{i}", timeout=timedelta(seconds=20),
+                     address="http://w:1", store_address="w:2", step=10 * i + r,
+                     world_size=1, shrink_only=False)
+    ts = [threading.Thread(target=q, args=(i,)) for i in range(2)]
     [t.start() for t in ts]; [t.join() for t in ts]
     print("QUORUM OK")
     """
@@ -270,25 +274,6 @@ def test_status_shows_the_live_quorum(state_dir: Path):
     assert "Quorum!" in (state_dir / "lighthouse.log").read_text()
 
 
-ROUNDS = textwrap.dedent(
-    """
-    # Two fake replicas doing 20 quorum rounds with the real Lighthouse (torchft's own client).
-    import importlib.util, sys, threading
-    from datetime import timedelta
-    spec = importlib.util.spec_from_file_location("torchft._torchft", sys.argv[1])
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-    c = m.LighthouseClient(sys.argv[2], timedelta(seconds=5))
-    def q(rid):
-        for step in range(20):
-            c.quorum(replica_id=rid, timeout=timedelta(seconds=20), address="http://w:1",
-                     store_address="w:2", step=step, world_size=1, shrink_only=False)
-    ts = [threading.Thread(target=q, args=(f"train_{i}:uuid{i}",)) for i in range(2)]
-    [t.start() for t in ts]; [t.join() for t in ts]
-    print("ROUNDS OK")
-    """
-)
-
-
 @pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
 def test_log_capped_while_running(state_dir: Path):
     """A long-lived Lighthouse: its log is renamed to .1 at a line end each time it passes the
@@ -299,11 +284,11 @@ def test_log_capped_while_running(state_dir: Path):
     writer_children = [p for p in procs.process_tree(info.pid) if p != info.pid]
     assert writer_children, "the Lighthouse runs as the log writer's child"
     out = runner.run(
-        [sys.executable, "-c", ROUNDS, str(lh._torchft_extension()),
-         f"http://127.0.0.1:{info.port}"],
+        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
+         f"http://127.0.0.1:{info.port}", "20"],
         timeout=120,
     )  # fmt: skip
-    assert "ROUNDS OK" in out.stdout
+    assert "QUORUM OK" in out.stdout
     st = lh.status(state_dir)
     assert st.running and st.http_ok and st.quorum is not None
     assert lh.stop(state_dir, grace=5) == "terminated"
@@ -315,9 +300,9 @@ def test_log_capped_while_running(state_dir: Path):
     lines = (old.read_text() + log.read_text()).splitlines()
     stamped = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")  # no line cut in two
     assert all(stamped.match(line) for line in lines), [x for x in lines if not stamped.match(x)]
-    # the rounds' steps (20 rounds: 0..19) in the two files: the newest ones, without a gap
-    steps = [int(s) for line in lines if "Quorum!" in line
-             for s in re.findall(r"step: (\d+)", line)[:1]]  # fmt: skip
+    # the rounds (20: replica 0 at steps 0..19) in the two files: the newest, without a gap
+    steps = [min(int(s) for s in re.findall(r"step: (\d+)", line))
+             for line in lines if "Quorum!" in line]  # fmt: skip
     assert steps and steps[-1] == 19 and steps == list(range(steps[0], 20)), steps
     assert steps[0] > 0  # older lines went with an earlier rotation: the log is bounded
 

@@ -277,26 +277,37 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path, restart_
     assert (s["quorum_changes"], s["failures"], s["requeues"], s["degraded_s"]) == (5, 3, 3, 35.0)
 
 
-def test_managed_lighthouse_log_with_an_earlier_run_of_the_same_job(tmp_path, monkeypatch):
-    """No Lighthouse log in the run dir: the managed Lighthouse's log (shared by every run) is
-    read; an earlier run with the same replica names (other uuids) in it is not this run."""
-    import re
-
+def _managed_log(tmp_path: Path, monkeypatch) -> Path:
+    """The managed Lighthouse's log path, under tmp_path (its folder made)."""
     from ftslurm import lighthouse
 
     monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lh"))
     monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "none.jsonl"))
     shared = lighthouse.log_path()
     shared.parent.mkdir(parents=True, exist_ok=True)
+    return shared
+
+
+def _replica_logs(run: Path) -> None:
+    """The recorded run's two replica logs as `tft-<job>_<i>.out` in the run folder."""
+    for i in (0, 1):
+        (run / f"{run.name}_{i}.out").write_bytes(
+            gzip.decompress((RUN1 / f"replica_{i}.log.gz").read_bytes())
+        )
+
+
+def test_managed_lighthouse_log_with_an_earlier_run_of_the_same_job(tmp_path, monkeypatch):
+    """No Lighthouse log in the run dir: the managed Lighthouse's log (shared by every run) is
+    read; an earlier run with the same replica names (other uuids) in it is not this run."""
+    import re
+
+    shared = _managed_log(tmp_path, monkeypatch)
     ours = gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes())
     earlier = re.sub(rb"\b[0-9a-f]{8}-", b"00000000-", ours.replace(b"T08:", b"T07:"))
     shared.write_bytes(earlier + ours)
     run = tmp_path / "torchft" / "tft-5"
     run.mkdir(parents=True)
-    for i in (0, 1):
-        (run / f"tft-5_{i}.out").write_bytes(
-            gzip.decompress((RUN1 / f"replica_{i}.log.gz").read_bytes())
-        )
+    _replica_logs(run)
     files = find_run_files([run])
     assert files.lighthouse_logs == [shared] and files.shared_lighthouse
     j = build_report(run).to_json()
@@ -316,12 +327,7 @@ def test_managed_lighthouse_log_with_an_earlier_run_of_the_same_job(tmp_path, mo
 def test_managed_lighthouse_log_rotated_while_running(tmp_path, monkeypatch):
     """The managed Lighthouse renamed its log to .1 in the middle of the run (a line end):
     the report reads both, older first, and sees every quorum."""
-    from ftslurm import lighthouse
-
-    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lh"))
-    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "none.jsonl"))
-    shared = lighthouse.log_path()
-    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared = _managed_log(tmp_path, monkeypatch)
     ours = gzip.decompress((RUN1 / "lighthouse.log.gz").read_bytes())
     cut = ours.index(b"\n", ours.index(b"quorum_id: 2,")) + 1  # after quorum 2's first line
     older = shared.with_name(shared.name + ".1")
@@ -329,10 +335,7 @@ def test_managed_lighthouse_log_rotated_while_running(tmp_path, monkeypatch):
     shared.write_bytes(ours[cut:])
     run = tmp_path / "torchft" / "tft-6"
     run.mkdir(parents=True)
-    for i in (0, 1):
-        (run / f"tft-6_{i}.out").write_bytes(
-            gzip.decompress((RUN1 / f"replica_{i}.log.gz").read_bytes())
-        )
+    _replica_logs(run)
     files = find_run_files([run])
     assert files.lighthouse_logs == [older, shared] and files.shared_lighthouse
     j = build_report(run).to_json()
