@@ -4,6 +4,7 @@ so it never touches a user's cluster), stopped by pid at the end."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,15 @@ import pytest
 from ftslurm.cluster import local
 
 CLUSTER_NODES = 3
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Started as a background job (`nohup ... &`, some CI runners) this process inherits
+    SIGINT ignored, and so would every command a test starts: tests that stop a command with
+    SIGINT (as Ctrl-C does) would wait forever. Give this process Python's usual handler;
+    the commands then start with SIGINT at its default, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _can_run_cluster() -> str | None:
