@@ -123,3 +123,20 @@ def process_tree(pid: int) -> list[int]:
             order.append(p)
         todo.extend(kids.get(p, []))
     return order
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send `sig` to this process when its parent dies (PR_SET_PDEATHSIG);
+    False where that cannot be set (not Linux). The parent may have died just before: callers
+    compare `os.getppid()` with its value from before the call.
+
+    Why: torchrun starts its worker in a session of its own, so a SIGKILLed torchrun (an OOM
+    kill, a `kill -9` on the wrong pid) would leave the worker training, holding its devices
+    and its place in the quorum, wherever the job step's processes are not tracked by cgroup.
+    """
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

@@ -1,13 +1,15 @@
 """What torchrun runs on every rank: `python -m ftslurm.replica.train <torchtitan args>`.
 
 Order matters, and is the reason this module exists instead of calling torchtitan directly:
-1. sys.argv is made final first: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
+1. the worker is made to die with torchrun (PR_SET_PDEATHSIG, procs.die_with_parent): torchrun
+   starts it in a session of its own, so a SIGKILLed torchrun would leave it training;
+2. sys.argv is made final: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
    sys.argv[1:])` as a default argument when torchtitan is first imported;
-2. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
+3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
    import time), see cpu.py;
-3. the healing fixes (fixes.py) and the parameter checksum (checksum.py) patch torchtitan /
+4. the healing fixes (fixes.py) and the parameter checksum (checksum.py) patch torchtitan /
    torchft classes before the trainer is built;
-4. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
+5. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`).
 The only module of the launcher that imports torch.
 """
@@ -19,6 +21,12 @@ import sys
 
 
 def main() -> None:
+    from ftslurm.procs import die_with_parent
+
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:
+        sys.exit("torchrun (this worker's parent) is gone: not training as an orphan")
     device = os.environ.get("FTSLURM_DEVICE") or os.environ.get("DEVICE") or "cuda"
     fault_tolerant = bool(os.environ.get("FTSLURM_FT_MODE"))
     argv = sys.argv[1:]
