@@ -56,59 +56,13 @@ class ParseStats:
     active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
 
 
-def _raw_chunks(fh, stats: ParseStats) -> Iterator[bytes]:
-    """~CHUNK-byte reads; a corrupt or truncated .gz (or an I/O error) ends the file early,
-    counted in stats.read_errors, after yielding what could be read (read1 keeps it)."""
-    read = getattr(fh, "read1", fh.read)
-    pieces: list[bytes] = []
-    size = 0
-    while True:
-        try:
-            b = read(CHUNK - size)
-        except (OSError, EOFError, zlib.error):
-            stats.read_errors += 1
-            b = b""
-            if pieces:
-                yield b"".join(pieces)
-            return
-        if not b:
-            break
-        pieces.append(b)
-        size += len(b)
-        if size >= CHUNK:
-            yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            pieces, size = [], 0
-    if pieces:
-        yield b"".join(pieces)
-
-
-def _iter_chunks(fh, stats: ParseStats) -> Iterator[list[bytes]]:
-    """Lists of lines of a binary file read in big chunks; memory bounded by CHUNK + MAX_LINE.
-
-    A line longer than MAX_LINE (binary junk without newlines) is dropped and counted.
-    """
-    rest = b""
-    dropping = False
-    for chunk in _raw_chunks(fh, stats):
-        stats.bytes += len(chunk)
-        parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-        rest = parts.pop()
-        if dropping and parts:
-            parts[0] = b""  # the tail of an overlong line
-            dropping = False
-        if parts:
-            yield parts
-        if len(rest) > MAX_LINE:
-            stats.overlong += 1
-            rest = b""
-            dropping = True
-    if rest and not dropping:
-        yield [rest]
-
-
 def iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
-    for parts in _iter_chunks(fh, stats):
-        yield from parts
+    """The lines of a binary file (without their newline), read by `_iter_buffers`."""
+    for buf, end in _iter_buffers(fh, stats):
+        lines = bytes(buf[:end]).split(b"\n")
+        if not lines[-1]:
+            lines.pop()  # after the chunk's last newline
+        yield from lines
 
 
 def _has_time(line: bytes) -> bool:
