@@ -184,11 +184,11 @@ class _FileScan:
 
     A chunk is read in two passes. The quorum pass compares each `Quorum!` round's id with the
     previous one (all equal: one `findall` and one `count`, no Python per line) and parses only
-    the changes. The second pass takes the rare markers in file order (manager lines other
-    than a committed step, quorum changes, process starts, launches, completions); between two
-    of them, the `should_commit=True` lines of this file's replica id are counted in bulk from
-    one regex `findall`, checked against the count of ` - step ` there (any other line in the
-    stretch sends it down the line-by-line path, which gives the same result slower).
+    the changes. The second pass finds every manager line with one regex (`_MGR`) and takes the
+    rare markers in file order (manager lines other than a well-formed committed step, quorum
+    changes, process starts, launches, completions); the runs of committed steps between two
+    of them are counted in bulk when the stretch holds as many `[<rid>/` of this file's replica
+    id as the run has lines (else line by line, which gives the same result slower).
     """
 
     def __init__(
