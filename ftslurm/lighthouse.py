@@ -202,11 +202,21 @@ def write_all(data):
 
 
 def rotate(log):
-    os.replace(log, log + ".1")
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    """Rename the log to .1 and go on in a new one; on any error go on in the same file (the
+    Lighthouse must never die of its log)."""
+    try:
+        fd = os.open(log + ".new", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return
+    try:
+        os.replace(log, log + ".1")
+        os.replace(log + ".new", log)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def main():
