@@ -307,6 +307,26 @@ def test_log_capped_while_running(state_dir: Path):
     assert steps[0] > 0  # older lines went with an earlier rotation: the log is bounded
 
 
+@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+def test_log_rotation_that_fails_keeps_the_lighthouse(state_dir: Path):
+    """`lighthouse.log.1` cannot be replaced (a directory is in the way): the writer goes on in
+    the same file and the Lighthouse keeps serving."""
+    (state_dir / "lighthouse.log.1").mkdir(parents=True)
+    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir,
+                    log_max_mb=1024 / 2**20)  # fmt: skip
+    out = runner.run(
+        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
+         f"http://127.0.0.1:{info.port}", "5"],
+        timeout=120,
+    )  # fmt: skip
+    assert "QUORUM OK" in out.stdout
+    st = lh.status(state_dir)
+    assert st.running and st.http_ok and st.pid == info.pid
+    text = (state_dir / "lighthouse.log").read_text()
+    assert text.count("Quorum!") >= 5 and len(text) > 4096  # all of it, past the cap
+    assert lh.stop(state_dir, grace=5) == "terminated"
+
+
 def test_foreground_execs_with_same_pid(state_dir: Path):
     """`start --foreground` becomes the Lighthouse (exec): the pid in the state file is the
     process we started, `status` sees it, `stop` ends it."""
