@@ -324,5 +324,10 @@ def test_status_and_logs_on_the_cluster(mimic: Mimic):
         assert first.startswith("[r1] [titan] ") and "step" in first
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave it behind, then fail
+            proc.wait()
+            raise
     assert os.environ.get("SLURM_CONF")

@@ -206,7 +206,12 @@ def test_logs_follow_through_the_console_script(tmp_path):
         assert proc.stdout.readline().startswith("[r1] [titan]")
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave it behind, then fail
+            proc.communicate()
+            raise
     assert proc.returncode == 0 and "Traceback" not in err
 
 
