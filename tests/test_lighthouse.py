@@ -253,17 +253,22 @@ CLIENTS = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
-def test_status_shows_the_live_quorum(state_dir: Path):
-    """Two clients (in a subprocess: loading torchft's extension into pytest could clash
-    with a later real `import torchft`) form a quorum; status reports it."""
-    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
+def _quorum_rounds(port: int, rounds: int = 1) -> None:
+    """Run CLIENTS against the Lighthouse on `port` (in a subprocess: loading torchft's
+    extension into pytest could clash with a later real `import torchft`)."""
     out = runner.run(
         [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
-         f"http://127.0.0.1:{info.port}"],
-        timeout=60,
+         f"http://127.0.0.1:{port}", str(rounds)],
+        timeout=120,
     )  # fmt: skip
     assert "QUORUM OK" in out.stdout
+
+
+@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+def test_status_shows_the_live_quorum(state_dir: Path):
+    """Two clients form a quorum; status reports it."""
+    info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
+    _quorum_rounds(info.port)
     st = lh.status(state_dir)
     q = st.quorum
     assert q is not None and q.quorum_id == 1 and q.num_participants == 2
@@ -283,12 +288,7 @@ def test_log_capped_while_running(state_dir: Path):
     info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir, log_max_mb=cap_mb)
     writer_children = [p for p in procs.process_tree(info.pid) if p != info.pid]
     assert writer_children, "the Lighthouse runs as the log writer's child"
-    out = runner.run(
-        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
-         f"http://127.0.0.1:{info.port}", "20"],
-        timeout=120,
-    )  # fmt: skip
-    assert "QUORUM OK" in out.stdout
+    _quorum_rounds(info.port, 20)
     st = lh.status(state_dir)
     assert st.running and st.http_ok and st.quorum is not None
     assert lh.stop(state_dir, grace=5) == "terminated"
@@ -314,12 +314,7 @@ def test_log_rotation_that_fails_keeps_the_lighthouse(state_dir: Path):
     (state_dir / "lighthouse.log.1").mkdir(parents=True)
     info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir,
                     log_max_mb=1024 / 2**20)  # fmt: skip
-    out = runner.run(
-        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
-         f"http://127.0.0.1:{info.port}", "5"],
-        timeout=120,
-    )  # fmt: skip
-    assert "QUORUM OK" in out.stdout
+    _quorum_rounds(info.port, 5)
     st = lh.status(state_dir)
     assert st.running and st.http_ok and st.pid == info.pid
     text = (state_dir / "lighthouse.log").read_text()
