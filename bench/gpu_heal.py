@@ -34,7 +34,6 @@ Run (CPU smoke, ~2 min on 2 cores): python bench/gpu_heal.py --device cpu --smok
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 import sys
@@ -58,6 +57,7 @@ from gpu_overhead import (  # noqa: E402
     say,
     start_lighthouse,
     versions,
+    write_json,
 )
 
 from ftslurm import lighthouse  # noqa: E402
@@ -444,18 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         report(r)
     print(f"logs: {out}")
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(
-            json.dumps(
-                {
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                    "device": a.device,
-                    "versions": versions(),
-                    "results": [dict(asdict(r), verdict=verdict(r)) for r in results],
-                },
-                indent=2,
-            )
-        )
+        write_json(a.json, a.device, results=[dict(asdict(r), verdict=verdict(r)) for r in results])
     return 0
 
 

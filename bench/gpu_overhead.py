@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -273,6 +274,13 @@ def start_lighthouse(out: Path) -> lighthouse.LighthouseInfo:
     return info
 
 
+def write_json(path: Path, device: str, **figures: Any) -> None:
+    """The figures of one run for docs/benchmarks.md: date, device and versions first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "versions": versions()}
+    path.write_text(json.dumps({**head, **figures}, indent=2))
+
+
 def versions() -> dict[str, str]:
     out = {"python": sys.version.split()[0]}
     for name in ("torch", "torchtitan", "torchft-nightly"):
@@ -379,22 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio ft/classic tokens/s: {ratio:.3f} (goal >= 0.97)")
     print(f"logs: {out}")
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(
-            json.dumps(
-                {
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                    "device": device,
-                    "versions": versions(),
-                    "model": model,
-                    "steps": steps,
-                    "warmup": warmup,
-                    "classic": asdict(classic),
-                    "ft": asdict(ft),
-                    "ratio": ratio,
-                },
-                indent=2,
-            )
+        write_json(
+            a.json, device, model=model, steps=steps, warmup=warmup, classic=asdict(classic),
+            ft=asdict(ft), ratio=ratio,
         )
     return 0
 
