@@ -23,6 +23,22 @@ def test_digest_is_bit_exact_and_name_ordered() -> None:
     assert checksum.digest({"x": torch.ones(2, dtype=torch.bfloat16)}.items())[1] == 1
 
 
+def test_digest_is_sha256_of_names_shapes_and_raw_bytes() -> None:
+    """The definition, spelled out: logs from different ftslurm versions stay comparable."""
+    import hashlib
+
+    import torch
+
+    w = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()  # not contiguous
+    h = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    expected = hashlib.sha256()
+    for name, t in (("a.h", h), ("b.w", w)):
+        flat = t.contiguous().reshape(-1)
+        expected.update(f"{name}|{flat.dtype}|{tuple(flat.shape)}|".encode())
+        expected.update(bytes(flat.view(torch.uint8).tolist()))
+    assert checksum.digest([("b.w", w), ("a.h", h)]) == (expected.hexdigest(), 2)
+
+
 def test_line_round_trips_inside_a_log_prefix() -> None:
     line = checksum.format_line(1, 0, 12, 11, "fragment0", 28, "ab" * 32)
     text = f"[titan] 2026-11-23 09:47:00,263 - root - INFO - {line}\nstep: 12 loss: 1\n"
