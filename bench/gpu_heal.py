@@ -183,6 +183,8 @@ class Heal:
             TORCHFT_LIGHTHOUSE=self.info.address if self.info else "",
             PROCESS_GROUP=a.pg,
             FTSLURM_CHECKSUM_EVERY=str(a.checksum_every),
+            # the GPU default, on CPU too: the smoke test then runs the path GPUs take
+            FTSLURM_CHECKSUM_ASYNC="1",
             FTSLURM_BENCH_FORCE_FSDP="1" if a.fsdp else "0",
             FTSLURM_EXTRA_ARGS=" ".join(margs),
         )

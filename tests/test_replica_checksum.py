@@ -44,3 +44,41 @@ def test_line_round_trips_inside_a_log_prefix() -> None:
     text = f"[titan] 2026-11-23 09:47:00,263 - root - INFO - {line}\nstep: 12 loss: 1\n"
     (rec,) = checksum.parse(text.splitlines())
     assert rec == checksum.Record(1, 0, 12, 11, "fragment0", 28, "ab" * 32)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_checksummer_hashes_the_tensors_as_they_were_when_asked(background: bool) -> None:
+    """Training changes the parameters in place right after the call: the background path must
+    hash the copy it took, and emit the lines in the order they were asked for."""
+    import torch
+
+    w = torch.zeros(1 << 20)
+    expected, lines = [], []
+    sums = checksum.Checksummer(lines.append, background=background)
+    for step in range(5):
+        expected.append(f"{step} {checksum.digest([('w', w)])[0]}")
+        sums.log([("w", w)], lambda hexd, count, step=step: f"{step} {hexd}")
+        w.add_(1.0)  # the next optimizer step, on the training thread
+    sums.flush()
+    assert lines == expected
+    assert len(set(lines)) == 5
+
+
+def test_checksummer_says_when_a_background_hash_failed() -> None:
+    import torch
+
+    def broken_line(hexd: str, count: int) -> str:
+        raise ValueError("no line today")
+
+    lines: list[str] = []
+    sums = checksum.Checksummer(lines.append, background=True)
+    sums.log([("w", torch.ones(3))], broken_line)
+    sums.flush()
+    assert lines == ["ftslurm-checksum failed: ValueError: no line today"]
+
+
+def test_background_is_the_default_on_cuda_only() -> None:
+    assert checksum._background({"FTSLURM_DEVICE": "cuda"})
+    assert not checksum._background({"FTSLURM_DEVICE": "cpu"})
+    assert checksum._background({"FTSLURM_DEVICE": "cpu", "FTSLURM_CHECKSUM_ASYNC": "1"})
+    assert not checksum._background({"FTSLURM_DEVICE": "cuda", "FTSLURM_CHECKSUM_ASYNC": "0"})

@@ -37,6 +37,7 @@ Knobs (environment variables; defaults in brackets):
     FTSLURM_DRY_RUN=1       print banner, env and command; run nothing
     FTSLURM_CHECKSUM_EVERY  parameter checksum every N committed steps [1 on cpu, 50 on
                             cuda; 0 = off] (checksum.py)
+    FTSLURM_CHECKSUM_ASYNC  hash on a background thread from a host copy [1 on cuda, 0 on cpu]
     FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE
                             =0 turns a healing fix off (fixes.py) [all on]
 """
