@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ftslurm import lighthouse, runner  # noqa: E402
+from ftslurm.replica import checksum  # noqa: E402
 from ftslurm.replica import plan as planlib  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -117,6 +118,7 @@ class RunResult:
     device: str | None
     log: str
     wall_s: float
+    checksums_timed: int = 0  # parameter checksums taken during the timed steps
 
 
 def summarize(name: str, text: str, warmup: int, log: Path, wall_s: float) -> RunResult:
@@ -126,6 +128,8 @@ def summarize(name: str, text: str, warmup: int, log: Path, wall_s: float) -> Ru
     timed = [s for s in steps if s.step > warmup] or steps[-1:]
     tps = [s.tps for s in timed]
     peak = max(steps, key=lambda s: s.memory_gib)
+    # a checksum after step k is paid in step k+1's time (torchtitan times log to log)
+    sums = [r for r in checksum.parse(text.splitlines()) if warmup < r.step + 1 <= steps[-1].step]
     return RunResult(
         name=name,
         steps=len(steps),
@@ -137,6 +141,7 @@ def summarize(name: str, text: str, warmup: int, log: Path, wall_s: float) -> Ru
         device=parse_device(text),
         log=str(log),
         wall_s=wall_s,
+        checksums_timed=len(sums),
     )
 
 
@@ -323,12 +328,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=270.0, help="seconds per run [270]")
     ap.add_argument("--out", type=Path, help="folder for logs [a temporary folder]")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument(
+        "--checksum-every",
+        type=int,
+        help="FT run: parameter checksum every N steps [cuda 25: one in the timed steps, twice "
+        "the launcher's rate of 50, so the ratio is a lower bound; cpu: the launcher's 1; 0: off]",
+    )
     ap.add_argument("--extra", default="", help="more torchtitan arguments for both runs")
     ap.add_argument(
         "--dry-run", action="store_true", help="print both launcher commands (FTSLURM_DRY_RUN=1)"
     )
     a = ap.parse_args(argv)
     steps = a.steps or (30 if a.device == "cuda" else 6)
+    checksum_every = a.checksum_every
+    if checksum_every is None:
+        checksum_every = 25 if a.device == "cuda" else 1
     warmup = a.warmup if a.warmup is not None else (5 if a.device == "cuda" else 2)
     out = (a.out or Path(tempfile.mkdtemp(prefix="ftslurm-overhead-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -365,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             FTSLURM_GROUP_SIZE="1",
             FTSLURM_RUN_ID="bench-ft",
             TORCHFT_LIGHTHOUSE=info.address,
+            FTSLURM_CHECKSUM_EVERY=str(checksum_every),
         )
         if a.device == "cuda":
             ft_env["FTSLURM_PRESET"] = "llama3_8b_ft"
@@ -385,11 +400,15 @@ def main(argv: list[str] | None = None) -> int:
             f"peak memory {r.peak_memory_gib:.2f} GiB ({r.peak_memory_pct:.1f}%)"
         )
     print(f"ratio ft/classic tokens/s: {ratio:.3f} (goal >= 0.97)")
+    print(
+        f"ft: {ft.checksums_timed} parameter checksum(s) in the timed steps "
+        f"(every {checksum_every} steps; the launcher's default on cuda is 50)"
+    )
     print(f"logs: {out}")
     if a.json:
         write_json(
             a.json, device, model=model, steps=steps, warmup=warmup, classic=asdict(classic),
-            ft=asdict(ft), ratio=ratio,
+            ft=asdict(ft), ratio=ratio, checksum_every=checksum_every,
         )
     return 0
 

@@ -138,6 +138,8 @@ def test_overhead_smoke_on_cpu(tmp_path: Path) -> None:
         assert _number(text, rf"(?m)^{name}\s+tokens/s\s+{NUMBER}") > 0
         assert _number(text, rf"(?m)^{name}\s+tokens/s.*peak memory {NUMBER} GiB") > 0
     assert _number(text, rf"(?m)^ratio ft/classic tokens/s: {NUMBER}") > 0
+    # steps 3..6 are timed; checksums after steps 2..5 are paid in them (one per step on cpu)
+    assert "ft: 4 parameter checksum(s) in the timed steps (every 1 steps" in text
     assert "versions: " in text and "torchtitan=0.2.2" in text
 
 
