@@ -10,10 +10,11 @@ When a line is logged (one per rank; each rank hashes its local shard, in name o
   other fragments are legitimately different between syncs).
 
 Where the hashing runs (FTSLURM_CHECKSUM_ASYNC [1 on cuda, 0 on cpu]): on a GPU each rank's
-shard is copied to host memory on the training thread (~0.2 s for 4 GB, the 8B shard of one of
-8 ranks) and hashed by one background thread (sha256 at ~1.5 GB/s would otherwise stop
-training for ~3 s; hashlib releases the GIL). Lines keep their order and the pending ones are
-written at a normal exit. On CPU the copy would cost what it saves, so it runs inline.
+shard is copied to host memory on the training thread and hashed by one background thread
+(hashlib releases the GIL): sha256 runs at ~1.5 GB/s (bench/checksum_speed.py), so hashing
+the 4 GB fp32 shard of one of 8 ranks of the 8B model inline would stop training ~3 s. Lines
+keep their order and the pending ones are written at a normal exit. On CPU the copy costs
+about what it saves (2.25 GB/s vs 1.5 GB/s), so the hash runs inline there.
 
 Line (greppable, inside torchtitan's log prefix):
   ftslurm-checksum replica=1 rank=0 step=12 manager_step=12 scope=model tensors=57 sha256=<64 hex>
@@ -84,10 +85,7 @@ def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
     h = hashlib.sha256()
     count = 0
     for name, t in sorted(named_tensors, key=lambda kv: kv[0]):
-        t = t.detach()
-        if hasattr(t, "to_local"):
-            t = t.to_local()
-        t = t.to("cpu").contiguous().reshape(-1)
+        t = _local_shard(t).to("cpu").contiguous().reshape(-1)
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         # the array itself, not .tobytes(): hashlib reads its buffer in place (no copy of
         # the shard), which doubles the rate: 0.65 -> 1.42 GB/s for 256 MB on this CPU
@@ -99,13 +97,13 @@ def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
 def snapshot(named_tensors: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """Host copies of the tensors (local shards of DTensors): training may change the
     originals as soon as this returns."""
-    out = []
-    for name, t in named_tensors:
-        t = t.detach()
-        if hasattr(t, "to_local"):
-            t = t.to_local()
-        out.append((name, t.to("cpu", copy=True)))
-    return out
+    return [(name, _local_shard(t).to("cpu", copy=True)) for name, t in named_tensors]
+
+
+def _local_shard(t: Any) -> Any:
+    """The tensor this rank holds: a DTensor's local shard, without autograd history."""
+    t = t.detach()
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 class Checksummer:
