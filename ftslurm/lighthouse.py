@@ -214,7 +214,10 @@ def rotate(log):
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     except OSError:
-        pass
+        try:
+            os.unlink(log + ".new")  # not left beside the log for every failed try
+        except OSError:
+            pass
     finally:
         os.close(fd)
 

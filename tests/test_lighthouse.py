@@ -319,6 +319,7 @@ def test_log_rotation_that_fails_keeps_the_lighthouse(state_dir: Path):
     assert st.running and st.http_ok and st.pid == info.pid
     text = (state_dir / "lighthouse.log").read_text()
     assert text.count("Quorum!") >= 5 and len(text) > 4096  # all of it, past the cap
+    assert not (state_dir / "lighthouse.log.new").exists()
     assert lh.stop(state_dir, grace=5) == "terminated"
 
 
