@@ -45,7 +45,7 @@ def _loaded(pid: int, lib: str) -> bool:
         return False
 
 
-def _kill_and_reap(pid: int) -> None:
+def _kill_quietly(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -62,7 +62,7 @@ def test_die_with_parent():
         parent.wait(10)
         assert wait_for(lambda: not procs.pid_alive(child), 10, what="child gone with its parent")
     finally:
-        _kill_and_reap(child)
+        _kill_quietly(child)
         parent.kill()
 
 
@@ -79,5 +79,5 @@ def test_training_worker_dies_with_torchrun():
         parent.wait(10)
         assert wait_for(lambda: not procs.pid_alive(child), 2, what="worker gone with torchrun")
     finally:
-        _kill_and_reap(child)
+        _kill_quietly(child)
         parent.kill()
