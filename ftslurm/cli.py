@@ -8,12 +8,15 @@ and a non-zero exit code (2 for user mistakes), never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
-from ftslurm import __version__
+from ftslurm import __version__, stdout_pipe
 from ftslurm.errors import UserError
 
 # name -> (module:attribute, one-line help shown by `ftslurm --help` without importing it)
@@ -67,6 +70,27 @@ class LazyGroup(click.Group):
         module_name, attr = COMMANDS[cmd_name][0].split(":")
         return getattr(importlib.import_module(module_name), attr)
 
+    # Both wrapped before click's own EPIPE handling (which exits 1), see ftslurm.stdout_pipe:
+    # `ftslurm --help` prints from make_context, every sub-command from invoke.
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _quiet_exit_if_reader_gone():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _quiet_exit_if_reader_gone():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _quiet_exit_if_reader_gone() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        if not stdout_pipe.reader_gone():
+            raise
+        stdout_pipe.detach()
+        raise click.exceptions.Exit(0) from None
+
 
 def _listing_help(ctx: click.Context) -> bool:
     args = sys.argv[1:]
@@ -94,12 +118,20 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: user errors end in one line and exit code 2."""
+    """Console-script entry point: user errors end in one line and exit code 2; output
+    piped into a reader that stops early (`| head`) ends quietly with 0."""
     from ftslurm.runner import CommandError
 
     try:
         # standalone_mode=False returns (not raises) the code of ctx.exit(n)
-        sys.exit(cli.main(standalone_mode=False) or 0)
+        code = cli.main(standalone_mode=False) or 0
+        sys.stdout.flush()  # here, not at interpreter exit: a closed pipe is handled below
+        sys.exit(code)
+    except BrokenPipeError:
+        if not stdout_pipe.reader_gone():
+            raise
+        stdout_pipe.detach()
+        sys.exit(0)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.Abort:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -74,3 +76,83 @@ def test_user_error_is_one_line_exit_2(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
     assert "ftslurm cluster up" in out.stderr
+
+
+GUIDE_RUN = Path(__file__).parent / "fixtures" / "report" / "guide"
+
+
+def _run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
+    """stdout is a pipe whose reader is already gone (`ftslurm ... | head` after head quit):
+    deterministic, unlike racing a real `head`."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ftslurm", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.fixture(scope="module")
+def guide_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("outputs") / "tft-12"
+    run.mkdir()
+    for log in GUIDE_RUN.glob("tft-12_*.out"):
+        (run / log.name).write_bytes(log.read_bytes())
+    return run
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["logs", "--run-dir", "GUIDE_RUN", "-n", "100000"],
+        ["logs", "--help"],
+        ["report", str(GUIDE_RUN)],
+        ["report", str(GUIDE_RUN), "--json"],
+        ["--help"],
+    ],
+)
+def test_reader_that_stops_early_is_not_an_error(argv, guide_run):
+    out = _run_into_closed_pipe(*(str(guide_run) if a == "GUIDE_RUN" else a for a in argv))
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+def test_closed_stdout_does_not_hide_a_user_error(tmp_path):
+    out = _run_into_closed_pipe("report", str(tmp_path / "missing"))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and "Error:" in out.stderr
+
+
+@pytest.mark.parametrize("what", ["logs", "lighthouse logs"])
+def test_follow_stops_when_its_reader_is_gone(what, guide_run, tmp_path):
+    """`ftslurm logs -f | grep -m1 ...` must end when grep does, like `tail -f`, even though
+    no new line is ever written."""
+    from ftslurm import lighthouse
+
+    if what == "logs":
+        argv = ["logs", "-f", "--run-dir", str(guide_run)]
+    else:
+        log = lighthouse.log_path(tmp_path)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes((GUIDE_RUN / "lighthouse.log").read_bytes())
+        argv = ["lighthouse", "logs", "-f", "--state-dir", str(tmp_path)]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ftslurm", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline()
+        p.stdout.close()
+        assert p.wait(timeout=20) == 0
+        assert p.stderr is not None and p.stderr.read() == ""
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -19,6 +19,7 @@ import click
 from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
+from ftslurm import stdout_pipe
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
 
@@ -297,7 +298,7 @@ def _follow(path: Path, interval: float = 0.25) -> None:
     ino = os.fstat(f.fileno()).st_ino
     buf = b""
     try:
-        while True:
+        while not stdout_pipe.reader_gone():  # like `tail -f`: end with the pipe's reader
             chunk = f.read()
             if chunk:
                 buf += chunk

@@ -42,7 +42,7 @@ def logs(
       ftslurm logs --job 12 --replica 1 -f
       ftslurm logs -f --lighthouse
     """
-    from ftslurm import logtail, paths
+    from ftslurm import logtail, paths, stdout_pipe
 
     if lines < 0:
         raise UserError("-n must be >= 0")
@@ -82,7 +82,8 @@ def logs(
     emit(follower.start(lines))
     if follow:
         try:
-            for e in follower.follow():
+            # like `tail -f`: stop when the reader of a pipe is gone, even if no line comes
+            for e in follower.follow(stop=stdout_pipe.reader_gone):
                 emit([e])
         except KeyboardInterrupt:
             pass
