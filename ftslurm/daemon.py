@@ -218,9 +218,13 @@ class Lookup:
 class Daemon:
     """Files and lifecycle of one named daemon in one state directory."""
 
-    def __init__(self, state_dir: str | Path, name: str):
+    def __init__(self, state_dir: str | Path, name: str, marker: str = ""):
+        """`marker`: a substring of the daemon's command line, checked when the state file is
+        missing or unreadable and only a bare pidfile remains: without it, the pid of an
+        unrelated program (pid reuse) would be taken for the daemon, and stopped."""
         self.state_dir = Path(state_dir)
         self.name = name
+        self.marker = marker
 
     @property
     def pidfile(self) -> Path:
@@ -271,7 +275,7 @@ class Daemon:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        return DaemonState(self.name, pid, None, 0.0, [], marker="")
+        return DaemonState(self.name, pid, None, 0.0, [], marker=self.marker)
 
     def write_state(self, state: DaemonState) -> None:
         """Write state JSON then pidfile, each atomically (rename), so readers never see half."""

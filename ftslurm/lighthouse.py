@@ -320,7 +320,8 @@ class PortInUse(UserError):
 
 def port_free(host: str, port: int) -> bool:
     """Can we bind `host:port` right now? Same SO_REUSEADDR as the Lighthouse (tokio), so a
-    port with only TIME_WAIT leftovers (a just-stopped Lighthouse) counts as free."""
+    port with only TIME_WAIT leftovers (a just-stopped Lighthouse) counts as free. Port 0
+    checks only the host (an address of this machine): a UserError if it is not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     bind_host = "::" if host in ("::", "[::]") else host
     try:
@@ -332,6 +333,11 @@ def port_free(host: str, port: int) -> bool:
                     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             s.bind((bind_host, port))
             s.listen(1)
+    except socket.gaierror as e:  # before OSError: a subclass
+        raise UserError(
+            f"--bind {format_bind(host, port)}: cannot resolve {host!r} ({e.strerror}); give "
+            "an address or host name of this machine, or :PORT for all interfaces"
+        ) from None
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             return False
@@ -598,7 +604,7 @@ class LighthouseStatus:
 
 
 def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
-    return daemon.Daemon(Path(state_dir) if state_dir else lighthouse_dir(), NAME)
+    return daemon.Daemon(Path(state_dir) if state_dir else lighthouse_dir(), NAME, marker=MARKER)
 
 
 @contextlib.contextmanager
@@ -756,7 +762,7 @@ def _start_locked(
     stale_pid: int | None,
 ) -> LighthouseInfo:
     host, port = parse_bind(cfg.bind)
-    if port != 0 and not port_free(host, port) and not _orphan_gone(d, host, port):
+    if not port_free(host, port) and not _orphan_gone(d, host, port):
         raise port_in_use_error(host, port)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
@@ -822,6 +828,8 @@ def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_
     Returns "terminated", "killed", "not-running" or "stale" (a stale pidfile was removed).
     """
     d = _daemon(state_dir)
+    if not d.state_dir.is_dir():
+        return "not-running"  # a mistyped --state-dir is not created by a stop
     with _locked(d):
         outcome, _ = d.stop(grace)
     return outcome
@@ -885,8 +893,30 @@ def restart(
             cfg["bind"] = format_bind(host, int(extra["port"]))
         kwargs.update(cfg)
     kwargs.update(overrides)
+    _check_restartable(d, kwargs, prev)
     stop(state_dir, grace)
     return start(state_dir=state_dir, **kwargs)
+
+
+def _check_restartable(
+    d: daemon.Daemon, kwargs: dict[str, Any], prev: daemon.DaemonState | None
+) -> None:
+    """Everything `start` would refuse, checked while the running Lighthouse still runs: a
+    typo in `restart --bind` must not leave the replicas without a Lighthouse."""
+    cfg = _config(
+        kwargs.get("bind"),
+        kwargs.get("min_replicas", DEFAULT_MIN_REPLICAS),
+        kwargs.get("quorum_tick_ms", DEFAULT_QUORUM_TICK_MS),
+        kwargs.get("join_timeout_ms", DEFAULT_JOIN_TIMEOUT_MS),
+        kwargs.get("heartbeat_timeout_ms"),
+        kwargs.get("advertise"),
+    )
+    host, port = parse_bind(cfg.bind)
+    # The port of the recorded Lighthouse (running, or crashed and its threads still exiting)
+    # frees up when stop() has run: check only the host then; start() checks the rest.
+    ours = prev is not None and port == prev.extra.get("port")
+    if not port_free(host, 0 if ours else port):
+        raise port_in_use_error(host, port)
 
 
 def exec_foreground(

@@ -145,6 +145,53 @@ def test_restart_after_stop_or_crash_keeps_the_port(state_dir: Path):
     assert third.port == info.port and lh.status(state_dir).running
 
 
+def test_restart_refused_before_stopping(state_dir: Path, held_port: int):
+    """A restart that start would refuse (a host that does not resolve, a port another program
+    holds) is refused while the running Lighthouse still runs: the replicas keep it."""
+    info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
+    with pytest.raises(UserError, match="cannot resolve 'no-such-host.invalid'"):
+        lh.restart(state_dir, grace=5, bind="no-such-host.invalid:0")
+    with pytest.raises(lh.PortInUse, match=f"port {held_port}"):
+        lh.restart(state_dir, grace=5, bind=f":{held_port}")
+    with pytest.raises(UserError, match="0 to 65535"):
+        lh.restart(state_dir, grace=5, bind="127.0.0.1:70000")
+    st = lh.status(state_dir)
+    assert st.running and st.pid == info.pid and st.http_ok
+
+
+def test_host_that_does_not_resolve_is_a_user_error(state_dir: Path):
+    for bind in ("no-such-host.invalid", "no-such-host.invalid:0"):
+        with pytest.raises(UserError, match="cannot resolve"):
+            lh.start(bind=bind, state_dir=state_dir)
+    assert not kill_leftovers(str(state_dir))  # nothing was started
+
+
+def test_stop_does_not_create_a_mistyped_state_dir(tmp_path: Path):
+    typo = tmp_path / "lighthuose"
+    assert lh.stop(typo) == "not-running"
+    assert not typo.exists()
+
+
+def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path):
+    """Only a pidfile is left (the state file lost or corrupt) and its pid now belongs to an
+    unrelated program: not taken for the Lighthouse, not stopped."""
+    sleeper = runner.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state_dir.mkdir(parents=True)
+        for state in (None, "{corrupt"):
+            (state_dir / "lighthouse.pid").write_text(f"{sleeper.pid}\n")
+            if state is not None:
+                (state_dir / "lighthouse.json").write_text(state)
+            assert lh.stop(state_dir) == "stale"  # and the pidfile removed
+            (state_dir / "lighthouse.pid").write_text(f"{sleeper.pid}\n")
+            st = lh.status(state_dir)
+            assert not st.running and st.stale_pid == sleeper.pid
+            assert sleeper.poll() is None  # untouched
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+
+
 def test_port_in_use_by_another_program(state_dir: Path, held_port: int):
     with pytest.raises(lh.PortInUse) as e:
         lh.start(bind=f":{held_port}", state_dir=state_dir)
