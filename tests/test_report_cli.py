@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,42 @@ def test_user_error_not_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"Error: no logs found in {tmp_path} " \
         "(expected tft-<job>_<i>.out replica logs or a lighthouse log)"
+
+
+def test_user_mistakes_are_errors_not_silent(tmp_path):
+    """A report of nothing, a plot it cannot write, or a named file that is not there: an
+    error naming it, not an empty report with exit code 0 (nor a traceback after the text)."""
+    junk = tmp_path / "junk.out"
+    junk.write_bytes(bytes(range(256)) * 20)
+    guide = str(FIX / "guide")
+    cases = [
+        ([str(junk)], "nothing to report: no torchft, torchtitan or ftslurm launcher line in"),
+        ([guide, "--plot", str(tmp_path / "t.txt")], "the timeline is a PNG"),
+        ([guide, "--events", str(tmp_path / "nope.jsonl")], "--events"),
+        ([guide, "--lighthouse", str(tmp_path)], "a directory; give the log file"),
+    ]
+    for argv, message in cases:
+        res = CliRunner().invoke(report, argv)
+        assert isinstance(res.exception, UserError) and message in str(res.exception), argv
+        assert res.output == "", argv  # nothing printed before the error
+
+
+def test_a_pipe_is_read_like_a_file(tmp_path):
+    """`cat log | ftslurm report /dev/stdin` (and `<(...)`): the report reads each file
+    twice; a pipe is spooled to a temporary file first, and that file is removed at exit."""
+    import gzip
+
+    log = gzip.decompress((FIX / "cpu-run1" / "replica_0.log.gz").read_bytes())
+    (tmp_path / "replica_0.log").write_bytes(log)
+    named = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "report", str(tmp_path / "replica_0.log"), "--json"],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    piped = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "report", "/dev/stdin", "--json"],
+        input=log, capture_output=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    a, b = json.loads(named.stdout)["summary"], json.loads(piped.stdout)["summary"]
+    assert a == b and a["steps_committed"] > 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replica_0.log"]  # spool removed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -38,9 +39,23 @@ def report(
       ftslurm report --json > report.json
       ftslurm report outputs/torchft/tft-12 --plot tft-12.png
     """
+    from ftslurm.errors import UserError
     from ftslurm.report import build_report
 
+    if plot and not plot.lower().endswith(".png"):
+        raise UserError(f"--plot {plot}: the timeline is a PNG; name the file *.png")
+    for option, named in (("--lighthouse", lighthouse), ("--events", events)):
+        for f in map(Path, named):
+            if not f.exists() or f.is_dir():
+                what = "a directory; give the log file" if f.is_dir() else "no such file"
+                raise UserError(f"{option} {f}: {what}")
     rep = build_report(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
+    if rep.stats.events == 0:
+        names = ", ".join(Path(f).name for f in rep.stats.files) or "no readable file"
+        raise UserError(
+            f"nothing to report: no torchft, torchtitan or ftslurm launcher line in {names} "
+            "(the logs of an FT run are outputs/torchft/tft-<job>/ and the Lighthouse's log)"
+        )
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))
     else:

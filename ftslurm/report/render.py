@@ -199,7 +199,7 @@ def to_text(rep: Report) -> str:
     reps = sorted({idx(k) or "?" for k in rep.steps} | {
         idx(r) or "?" for q in rep.quorums for r in q.participants} | {
         idx(a.replica) or "?" for a in rep.attempts}, key=lambda x: (len(x), x))
-    out.append(f"Run: {len(s.files)} files ({names})")
+    out.append(f"Run: {len(s.files)} file{'' if len(s.files) == 1 else 's'} ({names})")
     out.append(
         f"     replicas {', '.join(reps) or 'none'}"
         f"{' (' + ', '.join(rep.prefixes) + ')' if rep.prefixes else ''}, "

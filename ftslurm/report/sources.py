@@ -48,7 +48,10 @@ def find_run_files(
     """
     from ftslurm import paths as P
 
-    files = RunFiles([], [Path(p) for p in lighthouse], [Path(p) for p in events])
+    # named files that are missing stay in the lists: counted in ParseStats.missing
+    lighthouse = [_spooled(p) for p in lighthouse]
+    events = [_spooled(p) for p in events]
+    files = RunFiles([], list(lighthouse), list(events))
     if not paths and not lighthouse:
         paths = [_newest_run(P.torchft_runs_dir(), files)]
     elif len(paths) == 1 and Path(paths[0]).is_dir() and _runs_in(Path(paths[0])):
@@ -64,7 +67,7 @@ def find_run_files(
                     continue
                 _classify(f, files)
         elif p.exists():
-            _classify(p, files, explicit=True)
+            _classify(_spooled(p), files, explicit=True)
         else:
             raise UserError(f"no such file or directory: {p}")
     if files.replica_logs and not files.lighthouse_logs and not _any_file(paths):
@@ -82,6 +85,27 @@ def find_run_files(
             + " (expected tft-<job>_<i>.out replica logs or a lighthouse log)"
         )
     return files
+
+
+def _spooled(path: str | Path) -> Path:
+    """A pipe (`report <(ssh node cat log)`, /dev/stdin) copied to a temporary file; any other
+    path as it is. The report reads each file twice (the clock offset, then the events), and a
+    pipe can be read only once."""
+    p = Path(path)
+    if not p.exists() or p.is_dir() or p.is_file():
+        return p
+    import atexit
+    import shutil
+    import tempfile
+
+    spool = Path(tempfile.mkdtemp(prefix="ftslurm-report-")) / (p.name or "stdin")
+    atexit.register(shutil.rmtree, spool.parent, True)
+    try:
+        with open(p, "rb") as src, open(spool, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as e:
+        raise UserError(f"{p}: cannot read it ({e.strerror})") from None
+    return spool
 
 
 def _runs_in(root: Path) -> list[Path]:
