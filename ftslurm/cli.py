@@ -137,6 +137,11 @@ def main() -> None:
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
+    except click.UsageError as e:
+        # one line (click prints three: usage, a hint, the error), naming where help is
+        where = e.ctx.command_path if e.ctx is not None else "ftslurm"
+        click.echo(f"Error: {e.format_message().rstrip('.')}; see `{where} --help`", err=True)
+        sys.exit(2)
     except click.ClickException as e:
         e.show()
         sys.exit(2 if e.exit_code in (1, 2) else e.exit_code)

@@ -15,6 +15,7 @@ Everything started is tracked by pid and stopped in a `finally`, also on Ctrl-C.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -72,6 +73,12 @@ class DemoConfig:
             raise UserError("--replicas must be at least 2 (one survivor, one to fail)")
         if self.failures < 0:
             raise UserError("--failures must be 0 or more")
+        if self.steps < 1:
+            raise UserError("--steps must be at least 1")
+        if not (math.isfinite(self.down_for) and self.down_for >= 0):
+            raise UserError("--down-for must be a number of seconds >= 0")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise UserError("--timeout must be a number of seconds > 0")
         if self.backend == "slurm" and (why := slurm_possible()):
             raise UserError(f"--backend slurm: {why}; use --backend local")
 

@@ -222,6 +222,14 @@ class FailurePlan:
     def lines(self) -> list[str]:
         return [a.line() for a in self.actions]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan for `--dry-run --json`: the target and the exact commands, in order."""
+        t = self.target
+        return {
+            "mode": self.mode, "node": t.node, "job": t.job, "replica": t.replica,
+            "down_for": self.down_for, "reason": self.reason, "commands": self.lines(),
+        }  # fmt: skip
+
 
 def default_reason(mode: str) -> str:
     return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
@@ -719,6 +727,13 @@ class ChaosSummary:
     events: list[Outcome] = field(default_factory=list)
     skipped: int = 0
     interrupted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "events": [o.to_dict() for o in self.events],
+            "skipped": self.skipped,
+            "interrupted": self.interrupted,
+        }
 
 
 def chaos_pick(

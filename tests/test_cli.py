@@ -46,15 +46,24 @@ def test_version():
 
 @pytest.mark.parametrize(
     "argv",
-    [["no-such-command"], ["cluster", "up", "--nodes", "many"], ["cluster", "--bogus"]],
+    [
+        ["no-such-command"],
+        ["cluster", "up", "--nodes", "many"],
+        ["cluster", "--bogus"],
+        ["simulate-failure", "--replica", "1", "--dry-run", "--down-for", "nan"],
+        ["simulate-failure", "--replica", "1", "--dry-run", "--down-for", "inf"],
+        ["lighthouse", "start", "--log-max-mb", "nan"],
+        ["demo", "--dry-run", "--replicas", "1"],
+        ["demo", "--dry-run", "--timeout", "nan"],
+    ],
 )
 def test_user_mistakes_exit_2_without_traceback(argv):
     out = subprocess.run(
         [sys.executable, "-m", "ftslurm", *argv], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2
-    assert "Traceback" not in out.stderr
-    assert "Error:" in out.stderr
+    assert out.stderr.startswith("Error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert "--help`" in out.stderr
 
 
 def test_every_command_module_imports():
@@ -156,3 +165,16 @@ def test_follow_stops_when_its_reader_is_gone(what, guide_run, tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_submit_names_the_missing_script(tmp_path, monkeypatch):
+    from ftslurm.commands.submit import split_submit_args
+    from ftslurm.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n")
+    assert split_submit_args(["--array=0-1", "job.sh", "x"]) == (["--array=0-1"], "job.sh", ["x"])
+    with pytest.raises(UserError, match=r"^no such script: jbo\.sh \(in "):
+        split_submit_args(["--array=0-1", "jbo.sh"])
+    with pytest.raises(UserError, match="^no script given: ftslurm submit --array=0-1 "):
+        split_submit_args(["--array=0-1"])

@@ -353,6 +353,31 @@ def test_cli_dry_run_prints_and_runs_nothing(monkeypatch, tmp_path):
     assert not (tmp_path / "ev.jsonl").exists()
 
 
+def test_cli_dry_run_json_is_the_plan_and_only_json(monkeypatch, tmp_path):
+    from ftslurm.slurm import client
+
+    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
+    monkeypatch.setattr(client, "nodes", lambda: NODES)
+    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
+    r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
+                                 "--dry-run", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    assert plan["dry_run"] is True and (plan["node"], plan["job"], plan["replica"]) == (
+        "worker-1", 12, 1)  # fmt: skip
+    assert plan["commands"][0].startswith("scontrol update NodeName=worker-1 State=DOWN")
+    assert plan["commands"][1:] == ["sleep 5", "scontrol update NodeName=worker-1 State=RESUME"]
+    chaos = CliRunner().invoke(cli, ["simulate-failure", "--chaos", "--every", "20", "--seed",
+                                     "1", "--dry-run", "--json"])  # fmt: skip
+    assert chaos.exit_code == 0, chaos.output
+    first = json.loads(chaos.stdout)
+    assert first["dry_run"] is True and first["job"] == 12
+    assert first["first"]["mode"] == "node-down" and first["first"]["commands"]
+    assert "chaos on job 12" in chaos.stderr
+    assert not (tmp_path / "ev.jsonl").exists()
+
+
 def test_cli_refuses_the_node_it_runs_on(monkeypatch):
     from ftslurm.slurm import client
 

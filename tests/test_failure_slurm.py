@@ -235,7 +235,7 @@ def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
         "--timeout", "60", "--json",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
-    result = json.loads(r.stdout.strip().splitlines()[-1])
+    result = json.loads(r.stdout)
     assert result["recovered"] is True and result["restarts"] == 1
     text = mimic.text(0)
     assert "worker exited with code 137" in text  # SIGKILL, as an OOM kill
@@ -250,8 +250,8 @@ def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
     rq = mimic.cli("simulate-failure", "--replica", "1", "--mode", "requeue",
                    "--wait-recovered", "--timeout", "60", "--json")  # fmt: skip
     assert rq.returncode == 0, rq.stdout + rq.stderr
-    assert f"requeued {mimic.job}_1" in rq.stdout
-    assert json.loads(rq.stdout.strip().splitlines()[-1])["restarts"] == 1
+    assert f"requeued {mimic.job}_1" in rq.stderr  # --json: the text goes to stderr
+    assert json.loads(rq.stdout)["restarts"] == 1
     assert "(attempt 1)" in mimic.text(1) and "worker exited" not in mimic.text(1)
     assert [e["action"] for e in mimic.events_list()] == ["kill", "requeue"]
 
@@ -268,7 +268,7 @@ def test_kill_through_srun_the_real_cluster_path(mimic: Mimic):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "through srun" in r.stderr + r.stdout
-    assert json.loads(r.stdout.strip().splitlines()[-1])["restarts"] == 1
+    assert json.loads(r.stdout)["restarts"] == 1
     assert "worker exited with code 137" in mimic.text(0)  # SIGKILL from pkill
     assert "(attempt 1)" in mimic.text(0)
     t = mimic.tasks()

@@ -158,6 +158,11 @@ def test_cli_logs_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
     r = CliRunner().invoke(cli, ["logs"])
     assert r.exit_code != 0 and "no run folder" in str(r.exception)
+    real_run(tmp_path)
+    r5 = CliRunner().invoke(cli, ["logs", "--replica", "5"])
+    assert "no log of replica 5 in" in str(r5.exception) and "(there: r0, r1)" in str(r5.exception)
+    gone = CliRunner().invoke(cli, ["logs", "--run-dir", str(tmp_path / "tft-99")])
+    assert "does not exist (wrong --run-dir?)" in str(gone.exception)
     r = CliRunner().invoke(cli, ["logs", "--job", "99"])
     assert "does not exist" in str(r.exception)
 

@@ -123,6 +123,26 @@ def test_cli_status_without_a_job(monkeypatch):
     assert r.exit_code != 0 and "pass --job ID" in str(r.exception)
 
 
+def test_cli_status_says_when_it_has_no_logs(monkeypatch, tmp_path):
+    from ftslurm.slurm import client
+
+    jobs = parse_squeue_json((FIX / "squeue_running.json").read_text())
+    monkeypatch.setattr(client, "jobs", lambda job=None: jobs)
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    typo = CliRunner().invoke(cli, ["status", "--no-lighthouse", "--log-dir", str(tmp_path / "x")])
+    assert typo.exit_code != 0 and "--log-dir" in str(typo.exception)
+    r = CliRunner().invoke(cli, ["status", "--no-lighthouse", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["tasks"]  # stdout stays JSON
+    assert f"note: no logs in {tmp_path / 'torchft' / 'tft-12'}" in r.stderr
+
+
+def test_slurm_conf_that_is_not_a_file_is_said_at_once(monkeypatch, tmp_path):
+    """Slurm's tools retry a missing SLURM_CONF for the whole timeout; we say it first."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    r = CliRunner().invoke(cli, ["status"])
+    assert f"SLURM_CONF={tmp_path / 'slurm.conf'} is not a file" in str(r.exception)
+
+
 def test_a_restarted_attempt_shows_no_step_until_it_trains():
     old = "[2026-11-23 10:00:00]  launching replica 1 (attempt 0) on w\nstep: 17  loss: 6.3\n"
     new = "[2026-11-23 10:01:00]  launching replica 1 (attempt 1) on w\nloading...\n"

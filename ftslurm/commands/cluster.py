@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ftslurm import paths
+from ftslurm.commands.params import seconds
 
 
 def _state_dir(value: str | None) -> Path:
@@ -43,10 +44,20 @@ def cluster() -> None:
 @click.option(
     "--no-install", is_flag=True, help="Fail instead of installing missing Debian packages."
 )
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for idle nodes.")
+@click.option(
+    "--timeout", type=seconds(min_open=True), default=30.0, show_default=True,
+    help="Seconds to wait for idle nodes.",
+)  # fmt: skip
 @STATE_DIR_OPT
 def up(nodes: int, no_install: bool, timeout: float, state_dir: str | None) -> None:
-    """Start the cluster (idempotent) and wait until every node is idle."""
+    """Start the cluster (idempotent) and wait until every node is idle. Installs
+    slurm-wlm and munge with apt-get when missing (unless --no-install).
+
+    \b
+    Example:
+      sudo ftslurm cluster up --nodes 3      # prints the export SLURM_CONF=... line
+      eval "$(ftslurm cluster env)"; sinfo
+    """
     from ftslurm.cluster import local
 
     t0 = time.monotonic()
@@ -64,7 +75,12 @@ def up(nodes: int, no_install: bool, timeout: float, state_dir: str | None) -> N
 @cluster.command()
 @STATE_DIR_OPT
 def down(state_dir: str | None) -> None:
-    """Stop the cluster's daemons and node namespaces, by pid (idempotent)."""
+    """Stop the cluster's daemons and node namespaces, by pid (idempotent).
+
+    \b
+    Example:
+      sudo ftslurm cluster down
+    """
     from ftslurm.cluster import local
 
     local.down(_state_dir(state_dir), progress=lambda m: click.echo(m, err=True))
@@ -74,7 +90,13 @@ def down(state_dir: str | None) -> None:
 @STATE_DIR_OPT
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(state_dir: str | None, as_json: bool) -> None:
-    """Is the cluster running, and the state of each node."""
+    """Is the cluster running, and the state of each node.
+
+    \b
+    Examples:
+      ftslurm cluster status
+      ftslurm cluster status --json | jq .nodes
+    """
     from ftslurm.cluster import local
 
     st = local.status(_state_dir(state_dir))
@@ -89,7 +111,12 @@ def status(state_dir: str | None, as_json: bool) -> None:
 @cluster.command()
 @STATE_DIR_OPT
 def env(state_dir: str | None) -> None:
-    """Print the `export SLURM_CONF=...` line (use: eval "$(ftslurm cluster env)")."""
+    """Print the `export SLURM_CONF=...` line of the running local cluster.
+
+    \b
+    Example:
+      eval "$(ftslurm cluster env)"; sinfo
+    """
     from ftslurm.cluster import local
     from ftslurm.errors import UserError
 

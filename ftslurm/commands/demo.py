@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import click
 
+from ftslurm.commands.params import seconds
+
 
 @click.command()
-@click.option("--replicas", "-n", default=2, show_default=True, help="Replicas (= nodes).")
-@click.option("--failures", "-k", default=2, show_default=True, help="Failures to inject.")
+@click.option(
+    "--replicas", "-n", type=click.IntRange(min=2), default=2, show_default=True,
+    help="Replicas (= nodes).",
+)  # fmt: skip
+@click.option(
+    "--failures", "-k", type=click.IntRange(min=0), default=2, show_default=True,
+    help="Failures to inject.",
+)  # fmt: skip
 @click.option(
     "--backend",
     type=click.Choice(["auto", "slurm", "local"]),
@@ -17,13 +25,17 @@ import click
     "ftslurm without Slurm; auto: slurm where it can run, else local.",
 )
 @click.option(
-    "--steps", default=10_000, show_default=True,
+    "--steps", type=click.IntRange(min=1), default=10_000, show_default=True,
     help="Training steps per replica (the demo stops the job itself once the story is told).",
 )  # fmt: skip
 @click.option(
-    "--down-for", default=5.0, show_default=True, help="Seconds a failed replica stays down."
-)
-@click.option("--timeout", default=300.0, show_default=True, help="Seconds for each wait.")
+    "--down-for", type=seconds(), default=5.0, show_default=True,
+    help="Seconds a failed replica stays down.",
+)  # fmt: skip
+@click.option(
+    "--timeout", type=seconds(min_open=True), default=300.0, show_default=True,
+    help="Seconds for each wait.",
+)  # fmt: skip
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
 def demo(
@@ -57,11 +69,11 @@ def demo(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
         down_for=down_for, timeout=timeout,
     )  # fmt: skip
+    cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:
         for line in plan_lines(cfg):
             click.echo(line)
         return
-    cfg.validate()
     click.echo(
         f"ftslurm demo: {replicas} replicas, {failures} failures, backend {cfg.resolved_backend()}"
     )

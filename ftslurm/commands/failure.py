@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ftslurm.commands.params import seconds
 from ftslurm.errors import UserError
 
 
@@ -31,18 +32,28 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
     return failure.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
 
 
-def _print_plan(plan, dry_run: bool) -> None:
-    click.echo(f"# target: {plan.target.describe()}, mode {plan.mode}")
+def _print_plan(plan, dry_run: bool, as_json: bool = False) -> None:
+    """The plan as text, or with --json: the text on stderr, and for a dry run the plan as
+    one JSON object on stdout (stdout then holds only JSON, for scripts)."""
+    if as_json and dry_run:
+        click.echo(json.dumps({**plan.to_dict(), "dry_run": True}))
+        return
+    click.echo(f"# target: {plan.target.describe()}, mode {plan.mode}", err=as_json)
     for line in plan.lines():
-        click.echo(line)
+        click.echo(line, err=as_json)
     if dry_run:
         click.echo("# dry run: nothing was run")
 
 
 @click.command("simulate-failure")
-@click.option("--replica", type=int, help="Array task index of the FT job to hit.")
+@click.option(
+    "--replica", type=click.IntRange(min=0), help="Array task index of the FT job to hit."
+)
 @click.option("--node", help="Node to hit (instead of --replica).")
-@click.option("--job", type=int, help="FT array job id [newest running FT array of this user].")
+@click.option(
+    "--job", type=click.IntRange(min=1),
+    help="FT array job id [newest running FT array of this user].",
+)  # fmt: skip
 @click.option(
     "--mode",
     type=click.Choice(["node-down", "kill", "requeue"]),
@@ -53,22 +64,30 @@ def _print_plan(plan, dry_run: bool) -> None:
     "the node, on the local cluster by pid unless FTSLURM_KILL_VIA=srun); requeue: "
     "scontrol requeue <job>_<task>.",
 )
-@click.option("--down-for", type=float, default=30.0, show_default=True, help="Seconds DOWN.")
+@click.option("--down-for", type=seconds(), default=30.0, show_default=True, help="Seconds DOWN.")
 @click.option("--reason", help="Reason= for the DOWN node [ftslurm simulate-failure ...].")
 @click.option("--dry-run", is_flag=True, help="Print the exact commands, run nothing.")
 @click.option("--wait-recovered", is_flag=True, help="Wait until the task runs again; time it.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="For recovery.")
+@click.option(
+    "--timeout", type=seconds(min_open=True), default=300.0, show_default=True,
+    help="For recovery.",
+)  # fmt: skip
 @click.option("--force", is_flag=True, help="Allow a node that runs no task of the job.")
 @click.option("--chaos", is_flag=True, help="Repeated failures on random running replicas.")
-@click.option("--every", type=float, help="Chaos: seconds between failures.")
-@click.option("--count", type=int, default=3, show_default=True, help="Chaos: failures.")
+@click.option("--every", type=seconds(min_open=True), help="Chaos: seconds between failures.")
+@click.option(
+    "--count", type=click.IntRange(min=1), default=3, show_default=True, help="Chaos: failures."
+)
 @click.option("--seed", type=int, help="Chaos: random seed (repeatable choice of replicas).")
 @click.option(
     "--events",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Event log (JSON lines) [$FTSLURM_EVENTS or outputs/events.jsonl].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON at the end.")
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="stdout: one JSON object (the outcome; with --dry-run the plan), text on stderr.",
+)  # fmt: skip
 @click.pass_context
 def simulate_failure(
     ctx: click.Context,
@@ -106,45 +125,42 @@ def simulate_failure(
     """
     from ftslurm import failure
 
-    if down_for < 0 or timeout <= 0:
-        raise UserError("--down-for must be >= 0 and --timeout > 0")
     if chaos:
-        _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force)
+        _chaos(
+            ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
+        )
         return
     if every is not None:
         raise UserError("--every is for --chaos")
     plan = _resolve(replica, node, job, mode, down_for, reason, force)
+    _print_plan(plan, dry_run, as_json)
     if dry_run:
-        _print_plan(plan, True)
         return
-    _print_plan(plan, False)
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
     try:
         out = failure.execute(
-            plan,
-            wait_recovered=wait_recovered,
-            timeout=timeout,
-            say=lambda s: click.echo(s),
-            events_path=events,
+            plan, wait_recovered=wait_recovered, timeout=timeout, say=say, events_path=events
         )
     except failure.Interrupted as e:
         click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)
         ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM
         return
     if out.recovered:
-        click.echo(
-            f"replica {plan.target.replica} RUNNING again on {out.new_node} "
-            f"(restart count {out.restarts})"
-        )
-        click.echo("timeline (at: since the start; took: since the previous line):")
+        say(f"replica {plan.target.replica} RUNNING again on {out.new_node} "
+            f"(restart count {out.restarts})")
+        say("timeline (at: since the start; took: since the previous line):")
         for p in out.phases:
-            click.echo(f"  at {p.at_s:6.1f} s  took {p.took_s:6.1f} s  {p.name}")
+            say(f"  at {p.at_s:6.1f} s  took {p.took_s:6.1f} s  {p.name}")
         total = out.phases[-1].at_s if out.phases else 0.0
-        click.echo(f"recovered {total:.1f} s after the failure was injected")
+        say(f"recovered {total:.1f} s after the failure was injected")
     if as_json:
         click.echo(json.dumps(out.to_dict()))
 
 
-def _live_from_logs(job: int):
+def _live_from_logs(job: int, say):
     """Replicas whose current attempt trains (has committed), read from the tails of their
     logs; None (Slurm's RUNNING only) when the logs are not where this process looks."""
     from ftslurm import paths
@@ -152,7 +168,7 @@ def _live_from_logs(job: int):
 
     run_dir = paths.torchft_runs_dir() / f"tft-{job}"
     if not run_dir.is_dir():
-        click.echo(f"note: no logs in {run_dir}: live = RUNNING in Slurm")
+        say(f"note: no logs in {run_dir}: live = RUNNING in Slurm")
         return None
 
     def live(tasks) -> set[int]:
@@ -162,25 +178,28 @@ def _live_from_logs(job: int):
     return live
 
 
-def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force):
+def _chaos(
+    ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
+):
     from ftslurm import failure
     from ftslurm.slurm import client
 
-    if every is None or every <= 0:
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)  # with --json stdout holds only the JSON
+
+    if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
-    if count < 1:
-        raise UserError("--count must be at least 1")
     if job is None:
         job = failure.newest_ft_job(client.jobs(), getpass.getuser())
         if job is None:
             raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
     if mode == "node-down" and down_for >= every:
-        click.echo(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
+        say(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
 
     def make(replica: int):
         return _resolve(replica, None, job, mode, down_for, reason, force)
 
-    click.echo(
+    say(
         f"chaos on job {job}: {count} x {mode} every {every:g} s"
         + (f", seed {seed}" if seed is not None else "")
     )
@@ -189,7 +208,11 @@ def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run
 
         pick = failure.chaos_pick(failure.SlurmOps().tasks(job), random.Random(seed))
         if pick is None:
-            click.echo("# fewer than 2 replicas running: every event would be skipped")
+            say("# fewer than 2 replicas running: every event would be skipped")
+            if as_json:
+                click.echo(json.dumps({"dry_run": True, "job": job, "first": None}))
+        elif as_json:  # the first event's plan (later ones pick again at their time)
+            click.echo(json.dumps({"dry_run": True, "job": job, "first": make(pick).to_dict()}))
         else:
             _print_plan(make(pick), True)
         return
@@ -199,11 +222,13 @@ def _chaos(ctx, job, mode, down_for, reason, every, count, seed, events, dry_run
         count=count,
         seed=seed,
         make=make,
-        say=click.echo,
+        say=say,
         events_path=events,
-        live=_live_from_logs(job),
+        live=_live_from_logs(job, say),
         wait_live=max(every, 60.0),
     )
-    click.echo(failure.chaos_summary_line(summary))
+    say(failure.chaos_summary_line(summary))
+    if as_json:
+        click.echo(json.dumps({"job": job, **summary.to_dict()}))
     if summary.interrupted:
         ctx.exit(130)

@@ -20,6 +20,7 @@ from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm import stdout_pipe
+from ftslurm.commands.params import FiniteFloat
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
 
@@ -119,12 +120,12 @@ def lighthouse() -> None:
 @click.option("--binary", default=None, envvar="FTSLURM_LIGHTHOUSE_BIN", metavar="PATH",
               help="Run this executable (e.g. torchft_lighthouse, the console script; ~3 s "
               "slower: it imports torch) instead of torchft's Lighthouse loaded directly.")
-@click.option("--log-max-mb", type=click.FloatRange(min=0), default=lh.DEFAULT_LOG_MAX_MB,
+@click.option("--log-max-mb", type=FiniteFloat(min=0), default=lh.DEFAULT_LOG_MAX_MB,
               show_default=True,
               help="A log bigger than this is renamed lighthouse.log.1 (replacing the "
               "previous .1) and a new one begun: at start, and while it runs (at a line end; "
               "with --binary only at start).")
-@click.option("--ready-timeout", type=click.FloatRange(min=0.1), default=lh.DEFAULT_READY_TIMEOUT_S,
+@click.option("--ready-timeout", type=FiniteFloat(min=0.1), default=lh.DEFAULT_READY_TIMEOUT_S,
               show_default=True, help="Seconds to wait for the HTTP port to answer.")
 @_state_dir_option
 def start(
@@ -185,7 +186,7 @@ def start(
 
 
 @lighthouse.command()
-@click.option("--grace", type=click.FloatRange(min=0), default=lh.DEFAULT_STOP_GRACE_S,
+@click.option("--grace", type=FiniteFloat(min=0), default=lh.DEFAULT_STOP_GRACE_S,
               show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @_state_dir_option
 def stop(grace: float, state_dir: Path | None) -> None:
@@ -325,7 +326,7 @@ def _follow(path: Path, interval: float = 0.25) -> None:
 
 @lighthouse.command()
 @_config_options(defaults=False)
-@click.option("--grace", type=click.FloatRange(min=0), default=lh.DEFAULT_STOP_GRACE_S,
+@click.option("--grace", type=FiniteFloat(min=0), default=lh.DEFAULT_STOP_GRACE_S,
               show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @_state_dir_option
 def restart(

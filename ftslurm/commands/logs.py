@@ -12,7 +12,10 @@ from ftslurm.errors import UserError
 
 @click.command("logs")
 @click.option("--job", help="Array job id of the run [newest tft-* folder in outputs/torchft].")
-@click.option("--replica", "replicas", type=int, multiple=True, help="Only this replica (repeat).")
+@click.option(
+    "--replica", "replicas", type=click.IntRange(min=0), multiple=True,
+    help="Only this replica (repeat).",
+)  # fmt: skip
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @click.option("-n", "lines", type=int, default=10, show_default=True, help="Last N lines each.")
 @click.option("--lighthouse", is_flag=True, help="Merge in the managed Lighthouse's log.")
@@ -55,13 +58,16 @@ def logs(
             if run_dir is None:
                 raise UserError(f"no run folder (tft-*) under {runs}: pass --job or --run-dir")
     if not run_dir.is_dir() and not follow:
-        raise UserError(f"{run_dir} does not exist (wrong --job?)")
+        hint = "wrong --run-dir?" if job is None else "wrong --job?"
+        raise UserError(f"{run_dir} does not exist ({hint})")
     selected = set(replicas) or None
     lh_log: Path | None = None
     if lighthouse:
         from ftslurm import lighthouse as lh
 
         lh_log = lh.log_path()
+        if not lh_log.exists() and not follow:
+            click.echo(f"note: no managed Lighthouse log at {lh_log}: replica logs only", err=True)
 
     def discover() -> dict[str, Path]:
         found = logtail.replica_logs(run_dir, selected)
@@ -70,6 +76,12 @@ def logs(
         return found
 
     if not follow and not discover():
+        have = sorted(logtail.replica_logs(run_dir), key=lambda k: int(k[1:]))
+        if selected and have:
+            raise UserError(
+                f"no log of replica {', '.join(map(str, sorted(selected)))} in {run_dir} "
+                f"(there: {', '.join(have)})"
+            )
         raise UserError(f"no replica logs in {run_dir}")
     use_color = sys.stdout.isatty() if color is None else color
     width = max((len(k) for k in discover()), default=2)

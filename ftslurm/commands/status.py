@@ -13,7 +13,9 @@ from ftslurm.errors import UserError
 
 
 @click.command("status")
-@click.option("--job", type=int, help="FT array job id [newest FT array of this user].")
+@click.option(
+    "--job", type=click.IntRange(min=1), help="FT array job id [newest FT array of this user]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--log-dir",
@@ -46,7 +48,11 @@ def status(job: int | None, as_json: bool, log_dir: Path | None, no_lighthouse: 
     tasks = failure.job_tasks(jobs, job)
     if not tasks:
         raise UserError(f"job {job} has no array tasks in squeue (finished long ago, or a typo?)")
+    if log_dir is not None and not log_dir.is_dir():
+        raise UserError(f"--log-dir {log_dir}: no such folder")
     run_dir = log_dir or paths.torchft_runs_dir() / f"tft-{job}"
+    if not run_dir.is_dir():
+        click.echo(f"note: no logs in {run_dir} (pass --log-dir): no steps or losses", err=True)
     logs = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out") for i in tasks}
     rows = st.build_rows(jobs, job, logs, time.time())
     quorum = None if no_lighthouse else st.lighthouse_quorum()
