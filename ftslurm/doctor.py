@@ -560,12 +560,16 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     from ftslurm.slurm import client
 
     checks: list[Check] = []
-    env = client.slurm_env()
+    env = client.slurm_env(check_conf=False)
     env.update({k: v for k, v in cfg.env.items() if k == "SLURM_CONF"})
     found = {t: shutil.which(t, path=env.get("PATH")) for t in SLURM_TOOLS}
     checks.append(check_tools(found))
     controller_ok = False
-    if found["scontrol"]:
+    conf = env.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # scontrol would retry for 30 s, then fail
+        checks.append(Check("slurm controller", FAIL, f"SLURM_CONF={conf} is not a file",
+                            "unset SLURM_CONF, or export the cluster's slurm.conf"))  # fmt: skip
+    elif found["scontrol"]:
         try:
             out = run(["scontrol", "ping"], timeout=30, env=env, check=False)
             ctl = check_controller(out.returncode, out.stdout + out.stderr, env.get("SLURM_CONF"))

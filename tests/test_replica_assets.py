@@ -4,6 +4,9 @@ tokenizer + dataset builder."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,19 @@ def test_download_fetches_the_three_files(tmp_path: Path) -> None:
     assert all(f.exists() for f in files)
 
 
+def test_cli_download_without_network_blames_the_network(tmp_path: Path) -> None:
+    """The real huggingface_hub, offline (HF_HUB_OFFLINE=1: what it does when the Hub cannot
+    be reached, without the retries): the error names the network, not the repository."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    r = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "assets", "download", "--dest", str(tmp_path / "dl"),
+         "--token", TOKEN], capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("Error: cannot download tokenizer.json from huggingface.co")
+    assert "check the network" in r.stderr and TOKEN not in r.stderr
+
+
 def test_cli_download_gated_is_one_line_without_token_echo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,3 +155,15 @@ def test_launcher_builds_missing_local_assets_once(tmp_path: Path) -> None:
     stamp = tok.stat().st_mtime_ns
     job._ensure_cpu_assets(tmp_path)  # present: not rebuilt
     assert tok.stat().st_mtime_ns == stamp
+
+
+def test_dest_that_cannot_be_a_folder_is_one_line(tmp_path: Path) -> None:
+    from ftslurm.cli import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for argv in (["make-local", "--dest", str(blocker / "sub")],
+                 ["download", "--dest", str(blocker / "sub"), "--token", TOKEN]):  # fmt: skip
+        r = CliRunner().invoke(cli, ["assets", *argv])
+        assert isinstance(r.exception, UserError), r.output
+        assert f"cannot create the folder {blocker / 'sub'}" in str(r.exception)

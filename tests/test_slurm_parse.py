@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ftslurm.errors import UserError
 from ftslurm.slurm.args import node_update_cmd, parse_sbatch_parsable, requeue_cmd
 from ftslurm.slurm.parse import (
     UNKNOWN,
@@ -130,3 +131,9 @@ def test_arg_builders():
     assert requeue_cmd("12_1") == ["scontrol", "requeue", "12_1"]
     assert parse_sbatch_parsable("42\n") == 42
     assert parse_sbatch_parsable("42;mini\n") == 42
+    # a site wrapper that talks first, or ignores --parsable
+    assert parse_sbatch_parsable("note: using account ml\n43\n") == 43
+    assert parse_sbatch_parsable("Submitted batch job 44\n") == 44
+    for garbage in ("", "sbatch: warning: odd\n", "4x2\n"):
+        with pytest.raises(UserError, match="check `squeue --me` before submitting again"):
+            parse_sbatch_parsable(garbage)

@@ -12,7 +12,13 @@ from ftslurm import paths
 
 @click.group()
 def assets() -> None:
-    """Tokenizer and dataset files the training needs."""
+    """Tokenizer and dataset files the training needs.
+
+    \b
+    Examples:
+      ftslurm assets make-local                      # CPU runs: no network, a few seconds
+      HF_TOKEN=hf_... ftslurm assets download        # GPU runs: the Llama-3.1-8B tokenizer
+    """
 
 
 @assets.command()
@@ -21,12 +27,17 @@ def assets() -> None:
 )
 @click.option(
     "--dest",
-    type=click.Path(path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Target folder (default: assets/hf/Llama-3.1-8B of the checkout).",
 )
 def download(token: str | None, dest: Path | None) -> None:
-    """Download the Llama-3.1-8B tokenizer (gated: accept the licence on huggingface.co)."""
+    """Download the Llama-3.1-8B tokenizer (gated: accept the licence on huggingface.co).
+
+    \b
+    Example:
+      HF_TOKEN=hf_... ftslurm assets download --dest /shared/assets/hf/Llama-3.1-8B
+    """
     from ftslurm.replica import assets as lib
     from ftslurm.replica.plan import hf_assets
 
@@ -39,13 +50,18 @@ def download(token: str | None, dest: Path | None) -> None:
 @assets.command("make-local")
 @click.option(
     "--dest",
-    type=click.Path(path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Target folder (default: assets/local of the checkout).",
 )
 def make_local(dest: Path | None) -> None:
     """Build a byte-level BPE tokenizer (vocab 2000) and a JSON-lines dataset from this
-    Python's standard-library sources: no network, same files every time."""
+    Python's standard-library sources: no network, same files every time.
+
+    \b
+    Example:
+      ftslurm assets make-local     # -> assets/local/{tokenizer,dataset}
+    """
     from ftslurm.replica import assets as lib
     from ftslurm.replica.plan import local_assets
 

@@ -24,9 +24,13 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
     for i, arg in enumerate(argv):
         if not arg.startswith("-") and Path(arg).is_file():
             return argv[:i], arg, argv[i + 1 :]
+    example = "ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh"
+    named = [a for a in argv if not a.startswith("-")]
+    if not named:
+        raise UserError(f"no script given: {example}")
     raise UserError(
-        "no script given (or it does not exist): "
-        "ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh"
+        f"no such script: {named[0]} (in {Path.cwd()}; sbatch options take the --opt=value "
+        f"form): {example}"
     )
 
 

@@ -48,7 +48,7 @@ def download_tokenizer(
             from huggingface_hub import hf_hub_download as hub_download
         except ImportError as e:
             raise UserError("huggingface_hub is not installed: pip install huggingface_hub") from e
-    dest.mkdir(parents=True, exist_ok=True)
+    _make_dirs(dest)
     got = []
     for name in HF_FILES:
         try:
@@ -57,6 +57,14 @@ def download_tokenizer(
             raise _hub_error(e, repo_id, name) from None
         got.append(Path(path))
     return got
+
+
+def _make_dirs(*dirs: Path) -> None:
+    for d in dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in the way, no permission, read-only file system
+            raise UserError(f"cannot create the folder {d} ({e.strerror}): choose --dest") from None
 
 
 def _hub_error(e: Exception, repo_id: str, name: str) -> Exception:
@@ -78,9 +86,12 @@ def _hub_error(e: Exception, repo_id: str, name: str) -> Exception:
             f"{repo_id} was not found or is not visible to this token: check the name and "
             f"accept the licence at {url}"
         )
-    if "EntryNotFoundError" in kinds or "RemoteEntryNotFoundError" in kinds:
+    # LocalEntryNotFoundError (a subclass of EntryNotFoundError): the Hub could not be reached
+    # and the file is not in the local cache -- no network, not a missing file
+    offline = "LocalEntryNotFoundError" in kinds
+    if not offline and ("EntryNotFoundError" in kinds or "RemoteEntryNotFoundError" in kinds):
         return UserError(f"{name} is missing from {repo_id}; check the repository revision")
-    if isinstance(e, OSError) or "ConnectError" in kinds or "TimeoutException" in kinds:
+    if offline or isinstance(e, OSError) or "ConnectError" in kinds or "TimeoutException" in kinds:
         return UserError(
             f"cannot download {name} from huggingface.co ({type(e).__name__}); check the "
             "network or a proxy (HTTPS_PROXY), or copy the files into the folder by hand"
@@ -118,8 +129,7 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
     except ImportError as e:
         raise UserError("the tokenizers package is missing: pip install 'ftslurm[cpu]'") from e
     tok_dir, data_dir = base / "tokenizer", base / "dataset"
-    tok_dir.mkdir(parents=True, exist_ok=True)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _make_dirs(tok_dir, data_dir)
     docs = list(stdlib_texts(limit_chars))
     if not docs:
         raise UserError("found no standard-library sources to build a dataset from")

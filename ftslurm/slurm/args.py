@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+from ftslurm.errors import UserError
 
 
 def sbatch_cmd(
@@ -42,6 +45,20 @@ def sinfo_nodes_cmd() -> list[str]:
     return ["sinfo", "-h", "-N", "-o", "%N %T"]
 
 
+_JOB_ID_LINE = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
+
+
 def parse_sbatch_parsable(stdout: str) -> int:
-    """`sbatch --parsable` output (`12` or `12;cluster`) -> job id."""
-    return int(stdout.strip().splitlines()[-1].split(";", 1)[0])
+    """`sbatch --parsable` output (`12` or `12;cluster`) -> job id. The last line that is one
+    counts: site wrappers and job_submit plugins may print lines before it, or ignore
+    --parsable (`Submitted batch job 12`). None there: the job may still have been submitted,
+    so the error says how to check before submitting again."""
+    for line in reversed(stdout.strip().splitlines()):
+        m = _JOB_ID_LINE.match(line)
+        if m:
+            return int(m.group(1))
+    shown = stdout.strip().replace("\n", " | ")[:200] or "nothing"
+    raise UserError(
+        f"sbatch printed no job id ({shown}); the job may have been submitted all the same: "
+        "check `squeue --me` before submitting again"
+    )

@@ -28,12 +28,20 @@ from ftslurm.slurm.parse import (
 TIMEOUT_S = 30.0
 
 
-def slurm_env() -> dict[str, str]:
+def slurm_env(check_conf: bool = True) -> dict[str, str]:
+    """The environment of Slurm's tools. `check_conf`: a SLURM_CONF that is not a file is a
+    UserError now, not after the tools retried for the whole timeout."""
     env = dict(os.environ)
     if "SLURM_CONF" not in env:
         local_conf = paths.cluster_dir() / "slurm.conf"
         if local_conf.exists():
             env["SLURM_CONF"] = str(local_conf)
+    elif check_conf and env["SLURM_CONF"] and not Path(env["SLURM_CONF"]).is_file():
+        # Slurm's tools would retry for the whole timeout before failing
+        raise UserError(
+            f"SLURM_CONF={env['SLURM_CONF']} is not a file: unset it, or point it at the "
+            "cluster's slurm.conf (the local cluster's: eval \"$(ftslurm cluster env)\")"
+        )
     return env
 
 
