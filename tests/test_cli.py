@@ -53,7 +53,7 @@ def test_version():
         ["simulate-failure", "--replica", "1", "--dry-run", "--down-for", "nan"],
         ["simulate-failure", "--replica", "1", "--dry-run", "--down-for", "inf"],
         ["lighthouse", "start", "--log-max-mb", "nan"],
-        ["demo", "--dry-run", "--replicas", "1"],
+        ["demo", "--dry-run", "--down-for", "inf"],
         ["demo", "--dry-run", "--timeout", "nan"],
     ],
 )

@@ -43,8 +43,8 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
             env=env, cwd=ROOT, capture_output=True, text=True, timeout=200,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
-        assert f"scontrol update NodeName={node} State=DOWN" in r.stdout
-        result = json.loads(r.stdout.strip().splitlines()[-1])
+        assert f"scontrol update NodeName={node} State=DOWN" in r.stderr  # --json: text there
+        result = json.loads(r.stdout)
         assert result["recovered"] and result["restarts"] == 1 and result["node"] == node
         tasks = {j.array_task_id: j for j in client.jobs(job)}
         assert tasks[1].state == "RUNNING" and tasks[1].restarts == 1

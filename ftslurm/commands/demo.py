@@ -9,11 +9,11 @@ from ftslurm.commands.params import seconds
 
 @click.command()
 @click.option(
-    "--replicas", "-n", type=click.IntRange(min=2), default=2, show_default=True,
+    "--replicas", "-n", type=int, default=2, show_default=True,
     help="Replicas (= nodes).",
 )  # fmt: skip
 @click.option(
-    "--failures", "-k", type=click.IntRange(min=0), default=2, show_default=True,
+    "--failures", "-k", type=int, default=2, show_default=True,
     help="Failures to inject.",
 )  # fmt: skip
 @click.option(
@@ -25,7 +25,7 @@ from ftslurm.commands.params import seconds
     "ftslurm without Slurm; auto: slurm where it can run, else local.",
 )
 @click.option(
-    "--steps", type=click.IntRange(min=1), default=10_000, show_default=True,
+    "--steps", type=int, default=10_000, show_default=True,
     help="Training steps per replica (the demo stops the job itself once the story is told).",
 )  # fmt: skip
 @click.option(
