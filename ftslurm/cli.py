@@ -125,13 +125,9 @@ def main() -> None:
     try:
         # standalone_mode=False returns (not raises) the code of ctx.exit(n)
         code = cli.main(standalone_mode=False) or 0
-        sys.stdout.flush()  # here, not at interpreter exit: a closed pipe is handled below
+        with _quiet_exit_if_reader_gone():
+            sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
         sys.exit(code)
-    except BrokenPipeError:
-        if not stdout_pipe.reader_gone():
-            raise
-        stdout_pipe.detach()
-        sys.exit(0)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.Abort:
