@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "simulate-failure": (
         "ftslurm.commands.failure:simulate_failure",
-        "Take a replica's node down (or kill/requeue it) and bring it back.",
+        "Break a replica (node down, kill, requeue); it heals.",
     ),
     "status": ("ftslurm.commands.status:status", "One row per replica of an FT job array."),
     "logs": ("ftslurm.commands.logs:logs", "Tail replica logs merged in time order."),
@@ -134,9 +134,14 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `ftslurm lighthouse`: its help, as click
+            e.show()
+            sys.exit(2)
         # one line (click prints three: usage, a hint, the error), naming where help is
         where = e.ctx.command_path if e.ctx is not None else "ftslurm"
-        click.echo(f"Error: {e.format_message().rstrip('.')}; see `{where} --help`", err=True)
+        msg = e.format_message()
+        sep = " " if msg.endswith((".", "?", "!")) else ". "
+        click.echo(f"Error: {msg}{sep}See `{where} --help`.", err=True)
         sys.exit(2)
     except click.ClickException as e:
         e.show()

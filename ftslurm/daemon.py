@@ -266,8 +266,11 @@ class Daemon:
     def read_state(self) -> DaemonState | None:
         """The saved state, or None (no file, or unreadable: treated as no state)."""
         try:
-            data = json.loads(self.statefile.read_text())
-            return DaemonState(**data)
+            state = DaemonState(**json.loads(self.statefile.read_text()))
+            if _well_typed(state):
+                if not state.marker:  # an identity check is never skipped
+                    state.marker = self.marker
+                return state
         except (OSError, ValueError, TypeError):
             pass
         # A pidfile without state (written by hand, or by an older version): a bare pid.
@@ -357,6 +360,18 @@ class Daemon:
         )
         self.clear()
         return outcome, st
+
+
+def _well_typed(state: DaemonState) -> bool:
+    """A state file edited by hand or cut short must not crash status/stop (`"pid": "12"`)."""
+    return (
+        type(state.pid) is int
+        and (state.start_ticks is None or type(state.start_ticks) is int)
+        and isinstance(state.started_at, (int, float))
+        and isinstance(state.marker, str)
+        and isinstance(state.cmd, list)
+        and isinstance(state.extra, dict)
+    )
 
 
 def rotate_log(path: Path, max_bytes: int) -> bool:

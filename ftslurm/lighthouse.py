@@ -577,8 +577,8 @@ class LighthouseInfo:
         return f"TORCHFT_LIGHTHOUSE={self.address}"
 
     @property
-    def uptime_s(self) -> float:
-        return max(0.0, time.time() - self.started_at)
+    def uptime_s(self) -> float | None:
+        return max(0.0, time.time() - self.started_at) if self.started_at else None
 
 
 @dataclass
@@ -604,7 +604,9 @@ class LighthouseStatus:
 
 
 def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
-    return daemon.Daemon(Path(state_dir) if state_dir else lighthouse_dir(), NAME, marker=MARKER)
+    d = Path(state_dir) if state_dir else lighthouse_dir()
+    # both launchers live in the state dir: this path in a command line is this dir's Lighthouse
+    return daemon.Daemon(d, NAME, marker=str(d / MARKER))
 
 
 @contextlib.contextmanager
@@ -725,9 +727,7 @@ def start(
 def _orphan_gone(d: daemon.Daemon, host: str, port: int, timeout: float = 5.0) -> bool:
     """After a crash of the log writer (SIGKILL), its Lighthouse child is killed by the kernel
     (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only."""
-    launcher = str(d.state_dir / MARKER)
-    owners = port_owner(port)
-    if not owners or not all(launcher in cmd for _, cmd in owners):
+    if not _held_by_this_lighthouse(d, port):
         return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -735,6 +735,13 @@ def _orphan_gone(d: daemon.Daemon, host: str, port: int, timeout: float = 5.0) -
             return True
         time.sleep(0.05)
     return False
+
+
+def _held_by_this_lighthouse(d: daemon.Daemon, port: int) -> bool:
+    """Every listener on `port` is this state dir's Lighthouse (its launcher path is in the
+    command line)."""
+    owners = port_owner(port)
+    return bool(owners) and all(d.marker in cmd for _, cmd in owners)
 
 
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
@@ -852,8 +859,9 @@ def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> Li
     st.pid = s.pid
     st.address = s.extra.get("address")
     st.bind = s.extra.get("bind")
-    st.started_at = s.started_at
-    st.uptime_s = s.uptime_s
+    if s.started_at:  # unknown (0) when only a bare pidfile was left
+        st.started_at = s.started_at
+        st.uptime_s = s.uptime_s
     st.config = s.extra.get("config")
     url = s.extra.get("probe_url")
     if url:
@@ -912,10 +920,13 @@ def _check_restartable(
         kwargs.get("advertise"),
     )
     host, port = parse_bind(cfg.bind)
-    # The port of the recorded Lighthouse (running, or crashed and its threads still exiting)
-    # frees up when stop() has run: check only the host then; start() checks the rest.
+    # A port that only the recorded Lighthouse holds (running, or crashed with its threads
+    # still exiting: then no owner is visible) frees up when stop() has run; any other
+    # visible holder makes start() fail.
     ours = prev is not None and port == prev.extra.get("port")
-    if not port_free(host, 0 if ours else port):
+    if not port_free(host, port) and not (
+        ours and all(d.marker in cmd for _, cmd in port_owner(port))
+    ):
         raise port_in_use_error(host, port)
 
 

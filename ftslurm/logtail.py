@@ -233,16 +233,19 @@ def newest_run_dir(runs_dir: Path) -> Path | None:
 
 
 def replica_logs(run_dir: Path, replicas: set[int] | None = None) -> dict[str, Path]:
-    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given."""
+    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given. In a
+    `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) every
+    `tft-*_<i>.out` there."""
     out: dict[str, Path] = {}
-    job = run_dir.name[len("tft-") :]
+    folder = run_dir.resolve().name
+    job = folder[len("tft-") :] if folder.startswith("tft-") else None
     try:
-        names = os.listdir(run_dir)
+        names = sorted(os.listdir(run_dir))
     except OSError:
         return out
     for name in names:
         m = _TASK_RE.match(name)
-        if not m or m.group(1) != job:
+        if not m or (job is not None and m.group(1) != job):
             continue
         i = int(m.group(2))
         if replicas is None or i in replicas:

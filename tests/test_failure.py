@@ -392,7 +392,11 @@ def test_console_script_errors_are_one_line(tmp_path):
     env = {**os.environ, "FTSLURM_EVENTS": str(tmp_path / "e")}
     cases = [
         (["simulate-failure", "--chaos"], "--chaos needs --every"),
-        (["simulate-failure", "--every", "3", "--replica", "1"], "--every is for --chaos"),
+        (["simulate-failure", "--every", "3", "--replica", "1"], "--every: only with --chaos"),
+        (["simulate-failure", "--count", "2", "--seed", "1", "--replica", "1"],
+         "--count --seed: only with --chaos"),
+        (["simulate-failure", "--chaos", "--every", "9", "--replica", "0"],
+         "--chaos picks the replicas itself"),
         (["simulate-failure", "--mode", "explode"], "Invalid value for '--mode'"),
     ]
     for argv, message in cases:

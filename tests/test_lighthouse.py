@@ -155,6 +155,12 @@ def test_restart_refused_before_stopping(state_dir: Path, held_port: int):
         lh.restart(state_dir, grace=5, bind=f":{held_port}")
     with pytest.raises(UserError, match="0 to 65535"):
         lh.restart(state_dir, grace=5, bind="127.0.0.1:70000")
+    # the Lighthouse's own port number, on another address that another program holds
+    with socket.socket() as other:
+        other.bind(("127.0.0.2", info.port))
+        other.listen(1)
+        with pytest.raises(lh.PortInUse, match=f"port {info.port}"):
+            lh.restart(state_dir, grace=5, bind=f"127.0.0.2:{info.port}")
     st = lh.status(state_dir)
     assert st.running and st.pid == info.pid and st.http_ok
 
@@ -172,24 +178,36 @@ def test_stop_does_not_create_a_mistyped_state_dir(tmp_path: Path):
     assert not typo.exists()
 
 
-def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path):
+def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path, tmp_path: Path):
     """Only a pidfile is left (the state file lost or corrupt) and its pid now belongs to an
     unrelated program: not taken for the Lighthouse, not stopped."""
     sleeper = runner.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = tmp_path / "other"
+    running = lh.start(bind="127.0.0.1:0", state_dir=other)  # another state dir's Lighthouse
+    fields = {"name": "lighthouse", "started_at": 0, "cmd": [], "start_ticks": None}
     try:
         state_dir.mkdir(parents=True)
-        for state in (None, "{corrupt"):
-            (state_dir / "lighthouse.pid").write_text(f"{sleeper.pid}\n")
+        for pid, state in [
+            (sleeper.pid, None),
+            (sleeper.pid, "{corrupt"),
+            (sleeper.pid, json.dumps({**fields, "pid": str(sleeper.pid), "marker": ""})),
+            (sleeper.pid, json.dumps({**fields, "pid": sleeper.pid, "marker": "", "extra": []})),
+            (sleeper.pid, json.dumps({**fields, "pid": sleeper.pid, "marker": ""})),
+            (running.pid, None),
+        ]:
+            (state_dir / "lighthouse.pid").write_text(f"{pid}\n")
             if state is not None:
                 (state_dir / "lighthouse.json").write_text(state)
-            assert lh.stop(state_dir) == "stale"  # and the pidfile removed
-            (state_dir / "lighthouse.pid").write_text(f"{sleeper.pid}\n")
+            assert lh.stop(state_dir) == "stale", state  # and the pidfile removed
+            (state_dir / "lighthouse.pid").write_text(f"{pid}\n")
             st = lh.status(state_dir)
-            assert not st.running and st.stale_pid == sleeper.pid
-            assert sleeper.poll() is None  # untouched
+            assert not st.running and st.stale_pid == pid
+            assert sleeper.poll() is None and lh.status(other).pid == running.pid  # untouched
     finally:
         sleeper.kill()
         sleeper.wait(10)
+        lh.stop(other, grace=2)
+        kill_leftovers(str(other))
 
 
 def test_port_in_use_by_another_program(state_dir: Path, held_port: int):

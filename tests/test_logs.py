@@ -163,6 +163,16 @@ def test_cli_logs_errors(tmp_path, monkeypatch):
     assert "no log of replica 5 in" in str(r5.exception) and "(there: r0, r1)" in str(r5.exception)
     gone = CliRunner().invoke(cli, ["logs", "--run-dir", str(tmp_path / "tft-99")])
     assert "does not exist (wrong --run-dir?)" in str(gone.exception)
+
+
+def test_cli_logs_in_a_renamed_run_folder_and_in_dot(tmp_path, monkeypatch):
+    run = real_run(tmp_path)
+    copy = run.rename(tmp_path / "kept-for-the-postmortem")
+    r = CliRunner().invoke(cli, ["logs", "--run-dir", str(copy), "-n", "1"])
+    assert r.exit_code == 0 and {x[:4] for x in r.output.splitlines()} == {"[r0]", "[r1]"}
+    monkeypatch.chdir(copy.rename(tmp_path / run.name))  # back to tft-<job>, read as "."
+    dot = CliRunner().invoke(cli, ["logs", "--run-dir", ".", "-n", "1"])
+    assert dot.exit_code == 0 and dot.output.splitlines() == r.output.splitlines()
     r = CliRunner().invoke(cli, ["logs", "--job", "99"])
     assert "does not exist" in str(r.exception)
 

@@ -49,10 +49,14 @@ def test_json_is_the_documented_structure():
 
 def test_plot_option(tmp_path):
     pytest.importorskip("matplotlib")
-    png = tmp_path / "out" / "run.png"
+    png = tmp_path / "run.png"
     res = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--plot", str(png)])
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # a folder that is not there is a typo to report, not a path to create
+    typo = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--plot", str(tmp_path / "x/r.png")])
+    assert isinstance(typo.exception, UserError) and "not a folder" in str(typo.exception)
+    assert typo.output == "" and not (tmp_path / "x").exists()
 
 
 def test_help_has_an_example():
@@ -110,3 +114,17 @@ def test_a_pipe_is_read_like_a_file(tmp_path):
     a, b = json.loads(named.stdout)["summary"], json.loads(piped.stdout)["summary"]
     assert a == b and a["steps_committed"] > 10
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replica_0.log"]  # spool removed
+
+
+def test_piped_input_is_not_mixed_with_the_managed_lighthouse_log(tmp_path):
+    """Named input (a pipe included) is the whole report: the managed Lighthouse's log, which
+    every run shares, is added only to a run folder's report."""
+    lh_dir = tmp_path / "lh"
+    lh_dir.mkdir()
+    (lh_dir / "lighthouse.log").write_bytes((FIX / "guide" / "lighthouse.log").read_bytes())
+    env = {**os.environ, "FTSLURM_LIGHTHOUSE_DIR": str(lh_dir), "TMPDIR": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "report", "/dev/stdin"],
+        input=b"not a log line\n" * 3, capture_output=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert r.returncode == 2 and b"nothing to report" in r.stderr, r.stdout + r.stderr

@@ -125,13 +125,17 @@ def simulate_failure(
     """
     from ftslurm import failure
 
+    if chaos and (replica is not None or node is not None):
+        raise UserError("--chaos picks the replicas itself: drop --replica / --node")
+    given = [f"--{n}" for n in ("every", "count", "seed")
+             if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT)]
+    if not chaos and given:
+        raise UserError(f"{' '.join(given)}: only with --chaos")
     if chaos:
         _chaos(
             ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
         )
         return
-    if every is not None:
-        raise UserError("--every is for --chaos")
     plan = _resolve(replica, node, job, mode, down_for, reason, force)
     _print_plan(plan, dry_run, as_json)
     if dry_run:

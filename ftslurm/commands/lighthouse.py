@@ -345,7 +345,7 @@ def restart(
     (they need quorum retries, TORCHFT_QUORUM_RETRIES, to survive the gap).
 
     \b
-    Example:
+    Examples:
       ftslurm lighthouse restart
       ftslurm lighthouse restart --min-replicas 2
     """

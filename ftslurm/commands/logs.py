@@ -57,9 +57,11 @@ def logs(
             run_dir = logtail.newest_run_dir(runs)
             if run_dir is None:
                 raise UserError(f"no run folder (tft-*) under {runs}: pass --job or --run-dir")
-    if not run_dir.is_dir() and not follow:
+    if not run_dir.is_dir():
         hint = "wrong --run-dir?" if job is None else "wrong --job?"
-        raise UserError(f"{run_dir} does not exist ({hint})")
+        if not follow:
+            raise UserError(f"{run_dir} does not exist ({hint})")
+        click.echo(f"note: {run_dir} does not exist yet ({hint}); waiting for it", err=True)
     selected = set(replicas) or None
     lh_log: Path | None = None
     if lighthouse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -42,8 +43,12 @@ def report(
     from ftslurm.errors import UserError
     from ftslurm.report import build_report
 
-    if plot and not plot.lower().endswith(".png"):
-        raise UserError(f"--plot {plot}: the timeline is a PNG; name the file *.png")
+    if plot:  # checked before anything is read or printed
+        folder = Path(plot).parent
+        if not plot.lower().endswith(".png"):
+            raise UserError(f"--plot {plot}: the timeline is a PNG; name the file *.png")
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise UserError(f"--plot {plot}: {folder} is not a folder this user can write")
     for option, named in (("--lighthouse", lighthouse), ("--events", events)):
         for f in map(Path, named):
             if not f.exists() or f.is_dir():
@@ -56,10 +61,13 @@ def report(
             f"nothing to report: no torchft, torchtitan or ftslurm launcher line in {names} "
             "(the logs of an FT run are outputs/torchft/tft-<job>/ and the Lighthouse's log)"
         )
+    if plot:  # before the text: a reader of stdout that stops early must not cost the PNG
+        try:
+            out = rep.to_plot(plot)
+        except OSError as e:
+            raise UserError(f"--plot {plot}: cannot write it ({e.strerror})") from None
+        click.echo(f"wrote {out}", err=True)
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))
     else:
         click.echo(rep.to_text(), nl=False)
-    if plot:
-        out = rep.to_plot(plot)
-        click.echo(f"wrote {out}", err=True)

@@ -129,7 +129,9 @@ def _newest_run(root: Path, files: RunFiles) -> Path:
 
 
 def _any_file(paths: Sequence[str | Path]) -> bool:
-    return any(Path(p).is_file() for p in paths)
+    """Files were named (a pipe or /dev/stdin counts): the managed Lighthouse's log, shared by
+    every run, is then not added to them by itself."""
+    return any(Path(p).exists() and not Path(p).is_dir() for p in paths)
 
 
 def _managed_lighthouse_logs() -> list[Path]:
