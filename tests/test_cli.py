@@ -178,3 +178,11 @@ def test_submit_names_the_missing_script(tmp_path, monkeypatch):
         split_submit_args(["--array=0-1", "jbo.sh"])
     with pytest.raises(UserError, match="^no script given: ftslurm submit --array=0-1 "):
         split_submit_args(["--array=0-1"])
+
+
+def test_a_group_without_sub_command_prints_its_help_not_an_error():
+    out = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "lighthouse"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and out.stderr.startswith("Usage: ")
+    assert "Error" not in out.stderr and "ftslurm lighthouse start" in out.stderr
