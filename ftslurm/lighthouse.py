@@ -724,10 +724,17 @@ def start(
         return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
 
 
-def _orphan_gone(d: daemon.Daemon, host: str, port: int, timeout: float = 5.0) -> bool:
+def _orphan_gone(
+    d: daemon.Daemon, host: str, port: int, crashed: bool, timeout: float = 5.0
+) -> bool:
     """After a crash of the log writer (SIGKILL), its Lighthouse child is killed by the kernel
-    (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only."""
-    if not _held_by_this_lighthouse(d, port):
+    (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only. While
+    it exits, the socket may be listed with no process owning it yet: after a `crashed`
+    Lighthouse of this state dir (a stale pidfile just removed), that counts as it too."""
+    owners = port_owner(port)
+    if owners and not all(d.marker in cmd for _, cmd in owners):
+        return False
+    if not owners and not crashed:
         return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -735,13 +742,6 @@ def _orphan_gone(d: daemon.Daemon, host: str, port: int, timeout: float = 5.0) -
             return True
         time.sleep(0.05)
     return False
-
-
-def _held_by_this_lighthouse(d: daemon.Daemon, port: int) -> bool:
-    """Every listener on `port` is this state dir's Lighthouse (its launcher path is in the
-    command line)."""
-    owners = port_owner(port)
-    return bool(owners) and all(d.marker in cmd for _, cmd in owners)
 
 
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
@@ -769,7 +769,7 @@ def _start_locked(
     stale_pid: int | None,
 ) -> LighthouseInfo:
     host, port = parse_bind(cfg.bind)
-    if not port_free(host, port) and not _orphan_gone(d, host, port):
+    if not port_free(host, port) and not _orphan_gone(d, host, port, stale_pid is not None):
         raise port_in_use_error(host, port)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
