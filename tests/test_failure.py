@@ -338,13 +338,19 @@ def test_run_chaos_counts_events_and_skips(tmp_path):
 # ---------------------------------------------------------------- CLI
 
 
-def test_cli_dry_run_prints_and_runs_nothing(monkeypatch, tmp_path):
+@pytest.fixture
+def dry_slurm(monkeypatch, tmp_path):
+    """The recorded squeue/sinfo of a running 2-replica job; any node update fails the test;
+    the event log in tmp_path (a dry run must not write it)."""
     from ftslurm.slurm import client
 
     monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
     monkeypatch.setattr(client, "nodes", lambda: NODES)
     monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
     monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
+
+
+def test_cli_dry_run_prints_and_runs_nothing(dry_slurm, tmp_path):
     r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
                                  "--dry-run"])  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -353,13 +359,7 @@ def test_cli_dry_run_prints_and_runs_nothing(monkeypatch, tmp_path):
     assert not (tmp_path / "ev.jsonl").exists()
 
 
-def test_cli_dry_run_json_is_the_plan_and_only_json(monkeypatch, tmp_path):
-    from ftslurm.slurm import client
-
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
-    monkeypatch.setattr(client, "nodes", lambda: NODES)
-    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
-    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
+def test_cli_dry_run_json_is_the_plan_and_only_json(dry_slurm, tmp_path):
     r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
                                  "--dry-run", "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
