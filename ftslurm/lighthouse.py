@@ -731,10 +731,7 @@ def _orphan_gone(
     (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only. While
     it exits, the socket may be listed with no process owning it yet: after a `crashed`
     Lighthouse of this state dir (a stale pidfile just removed), that counts as it too."""
-    owners = port_owner(port)
-    if owners and not all(d.marker in cmd for _, cmd in owners):
-        return False
-    if not owners and not crashed:
+    if not _held_by_this_lighthouse(d, port, ownerless=crashed):
         return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -742,6 +739,13 @@ def _orphan_gone(
             return True
         time.sleep(0.05)
     return False
+
+
+def _held_by_this_lighthouse(d: daemon.Daemon, port: int, ownerless: bool) -> bool:
+    """Every listener on `port` is this state dir's Lighthouse (its launcher path is in the
+    command line); `ownerless`: the answer when no process owns the socket (yet/any more)."""
+    owners = port_owner(port)
+    return all(d.marker in cmd for _, cmd in owners) if owners else ownerless
 
 
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
@@ -924,9 +928,7 @@ def _check_restartable(
     # still exiting: then no owner is visible) frees up when stop() has run; any other
     # visible holder makes start() fail.
     ours = prev is not None and port == prev.extra.get("port")
-    if not port_free(host, port) and not (
-        ours and all(d.marker in cmd for _, cmd in port_owner(port))
-    ):
+    if not port_free(host, port) and not (ours and _held_by_this_lighthouse(d, port, True)):
         raise port_in_use_error(host, port)
 
 
