@@ -32,6 +32,11 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
     return failure.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
 
 
+def _say_to(as_json: bool):
+    """Where the text goes: stdout, or stderr with --json (stdout then holds only JSON)."""
+    return lambda line: click.echo(line, err=as_json)
+
+
 def _print_plan(plan, dry_run: bool, as_json: bool = False) -> None:
     """The plan as text, or with --json: the text on stderr, and for a dry run the plan as
     one JSON object on stdout (stdout then holds only JSON, for scripts)."""
@@ -141,8 +146,7 @@ def simulate_failure(
     if dry_run:
         return
 
-    def say(line: str) -> None:
-        click.echo(line, err=as_json)
+    say = _say_to(as_json)
 
     try:
         out = failure.execute(
@@ -188,8 +192,7 @@ def _chaos(
     from ftslurm import failure
     from ftslurm.slurm import client
 
-    def say(line: str) -> None:
-        click.echo(line, err=as_json)  # with --json stdout holds only the JSON
+    say = _say_to(as_json)
 
     if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
