@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ftslurm import daemon
+from ftslurm import daemon, procs
 from ftslurm.errors import UserError
 from ftslurm.paths import lighthouse_dir
 
@@ -281,13 +281,17 @@ def _torchft_extension() -> Path | None:
     return None
 
 
+def _effective_binary(binary: str | None) -> str | None:
+    return binary or os.environ.get("FTSLURM_LIGHTHOUSE_BIN") or None
+
+
 def lighthouse_command(state_dir: Path, binary: str | None = None) -> list[str]:
     """The command (without Lighthouse arguments) that runs torchft's Lighthouse.
 
     `binary` (or FTSLURM_LIGHTHOUSE_BIN): an executable such as `torchft_lighthouse`. Default:
     the fast launcher (see the module docstring), else the console script on PATH.
     """
-    binary = binary or os.environ.get("FTSLURM_LIGHTHOUSE_BIN") or None
+    binary = _effective_binary(binary)
     if binary:
         path = shutil.which(binary)
         if path is None:
@@ -718,7 +722,7 @@ def start(
         found = d.lookup()
         if found.state is not None:
             info = _info(found.state, d, already_running=True)
-            info.notes = _differences(cfg, found.state)
+            info.notes = _differences(cfg, found.state, binary, log_max_mb)
             return info
         stale_pid = found.stale.pid if found.stale else None
         return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
@@ -741,14 +745,25 @@ def _orphan_gone(
     return False
 
 
-def _held_by_this_lighthouse(d: daemon.Daemon, port: int, ownerless: bool) -> bool:
-    """Every listener on `port` is this state dir's Lighthouse (its launcher path is in the
-    command line); `ownerless`: the answer when no process owns the socket (yet/any more)."""
+def _held_by_this_lighthouse(
+    d: daemon.Daemon, port: int, ownerless: bool, pid: int | None = None
+) -> bool:
+    """Every listener on `port` is this state dir's Lighthouse: its launcher path is in the
+    command line, or (a --binary has no such path) it is the running `pid` or its child.
+    `ownerless`: the answer when no process owns the socket (yet/any more)."""
     owners = port_owner(port)
-    return all(d.marker in cmd for _, cmd in owners) if owners else ownerless
+    if not owners:
+        return ownerless
+    ours = set(procs.process_tree(pid)) if pid else set()
+    return all(d.marker in cmd or p in ours for p, cmd in owners)
 
 
-def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
+def _differences(
+    cfg: LighthouseConfig,
+    state: daemon.DaemonState,
+    binary: str | None = None,
+    log_max_mb: float | None = None,
+) -> dict[str, str]:
     running = state.extra.get("config", {})
     host, port = parse_bind(cfg.bind)
     notes = {}
@@ -760,6 +775,16 @@ def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, 
     if cfg.advertise and cfg.advertise != state.extra.get("host"):
         notes["advertise"] = (
             f"requested --advertise {cfg.advertise}, running as {state.extra.get('host')}"
+        )
+    binary = _effective_binary(binary)
+    if "binary" in state.extra and binary != state.extra["binary"]:
+        notes["binary"] = (
+            f"requested --binary {binary or '(the fast launcher)'}, running "
+            f"{state.extra['binary'] or 'the fast launcher'}"
+        )
+    if log_max_mb is not None and state.extra.get("log_max_mb") not in (None, log_max_mb):
+        notes["log_max_mb"] = (
+            f"requested --log-max-mb {log_max_mb:g}, running with {state.extra['log_max_mb']:g}"
         )
     return notes
 
@@ -776,8 +801,13 @@ def _start_locked(
     if not port_free(host, port) and not _orphan_gone(d, host, port, stale_pid is not None):
         raise port_in_use_error(host, port)
     d.state_dir.mkdir(parents=True, exist_ok=True)
+    binary = _effective_binary(binary)
     cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
-    extra: dict[str, Any] = {"config": asdict(cfg), "requested_bind": cfg.bind}
+    # binary and log cap are recorded too: `restart` must bring back the same Lighthouse
+    extra: dict[str, Any] = {
+        "config": asdict(cfg), "requested_bind": cfg.bind, "binary": binary,
+        "log_max_mb": log_max_mb,
+    }  # fmt: skip
     cap = int(log_max_mb * 1024 * 1024)
     proc, state, offset = d.start(
         cmd,
@@ -889,10 +919,18 @@ def restart(
 ) -> LighthouseInfo:
     """Stop and start again with the same options and the SAME address and port (also when it
     was started on port 0), so running replicas can reconnect. `overrides` are `start`
-    keyword arguments (e.g. min_replicas=2). When nothing runs, starts with the options of the
-    last successful start (`lighthouse.last.json`), else the defaults."""
+    keyword arguments (e.g. min_replicas=2, binary=..., log_max_mb=...). When nothing runs,
+    starts with the options of the last successful start (`lighthouse.last.json`), else the
+    defaults. A Lighthouse run with `--foreground` belongs to its supervisor (systemd, tmux):
+    refused, since a detached copy started here would fight the supervisor's restart."""
     d = _daemon(state_dir)
     prev = d.read_state()
+    if prev is not None and prev.extra.get("foreground") and prev.alive():
+        raise UserError(
+            f"the Lighthouse (pid {prev.pid}) runs in the foreground under its own supervisor "
+            "(started with --foreground): restart it there (e.g. `systemctl restart <unit>`), "
+            "or stop it and run `ftslurm lighthouse start`"
+        )
     extra = prev.extra if prev is not None and prev.extra.get("config") else None
     if extra is None:
         with contextlib.suppress(OSError, ValueError):
@@ -904,6 +942,9 @@ def restart(
             host, _ = parse_bind(cfg.get("bind"))
             cfg["bind"] = format_bind(host, int(extra["port"]))
         kwargs.update(cfg)
+        for key in ("binary", "log_max_mb"):
+            if extra.get(key) is not None:
+                kwargs[key] = extra[key]
     kwargs.update(overrides)
     _check_restartable(d, kwargs, prev)
     stop(state_dir, grace)
@@ -928,7 +969,10 @@ def _check_restartable(
     # still exiting: then no owner is visible) frees up when stop() has run; any other
     # visible holder makes start() fail.
     ours = prev is not None and port == prev.extra.get("port")
-    if not port_free(host, port) and not (ours and _held_by_this_lighthouse(d, port, True)):
+    running = prev.pid if prev is not None and prev.alive() else None
+    if not port_free(host, port) and not (
+        ours and _held_by_this_lighthouse(d, port, True, running)
+    ):
         raise port_in_use_error(host, port)
 
 
@@ -983,6 +1027,7 @@ def exec_foreground(
                 "config": asdict(cfg), "requested_bind": cfg.bind, "host": adv, "port": port,
                 "bind": format_bind(host, port), "address": f"http://{adv}:{port}",
                 "probe_url": f"http://{probe_host(host)}:{port}/status", "foreground": True,
+                "binary": _effective_binary(binary),
             },
         )  # fmt: skip
         d.write_state(state)

@@ -145,6 +145,31 @@ def test_restart_after_stop_or_crash_keeps_the_port(state_dir: Path):
     assert third.port == info.port and lh.status(state_dir).running
 
 
+def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
+    """`restart` brings back the same Lighthouse: the --binary and --log-max-mb of the last
+    start, not the defaults; `start` while it runs names a different --binary."""
+    wrapper = tmp_path / "bin" / "site_torchft_lighthouse"  # a site's own wrapper script
+    wrapper.parent.mkdir()
+    wrapper.write_text(lh._LAUNCHER.format(python=sys.executable, ext=str(lh._torchft_extension())))
+    wrapper.chmod(0o755)
+    info = lh.start(bind="127.0.0.1:0", state_dir=state_dir, binary=str(wrapper), log_max_mb=0.5)
+    assert info.cmd[0] == str(wrapper)
+    again = lh.start(bind="127.0.0.1:0", state_dir=state_dir, log_max_mb=2)
+    assert again.already_running
+    assert again.notes["binary"] == f"requested --binary (the fast launcher), running {wrapper}"
+    assert again.notes["log_max_mb"] == "requested --log-max-mb 2, running with 0.5"
+    new = lh.restart(state_dir, grace=5)
+    assert new.pid != info.pid and new.cmd[0] == str(wrapper) and new.port == info.port
+    assert str(wrapper) in procs.cmdline(new.pid)
+    recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
+    assert (recorded["binary"], recorded["log_max_mb"]) == (str(wrapper), 0.5)
+    # options given to restart replace the recorded ones; "" = the default launcher
+    third = lh.restart(state_dir, grace=5, binary="", log_max_mb=1.0)
+    assert third.cmd[0] == sys.executable and third.port == info.port
+    recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
+    assert (recorded["binary"], recorded["log_max_mb"]) == (None, 1.0)
+
+
 def test_restart_refused_before_stopping(state_dir: Path, held_port: int):
     """A restart that start would refuse (a host that does not resolve, a port another program
     holds) is refused while the running Lighthouse still runs: the replicas keep it."""
@@ -402,6 +427,10 @@ def test_foreground_execs_with_same_pid(state_dir: Path):
                       timeout=30, interval=0.05, what="foreground Lighthouse")  # fmt: skip
         assert st.pid == proc.pid
         assert f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}" in log.read_text()
+        # its supervisor (systemd, tmux) restarts it; a detached copy would fight that
+        with pytest.raises(UserError, match="runs in the foreground"):
+            lh.restart(state_dir, grace=5)
+        assert lh.status(state_dir).pid == proc.pid
         assert lh.stop(state_dir, grace=5) == "terminated"
         proc.wait(10)
     finally:

@@ -76,9 +76,10 @@ def test_cli_flow(state_dir: Path):
     r = cli("logs", "-n", "1")
     assert r.exit_code == 0 and "Quorum status" in r.stdout and len(r.stdout.splitlines()) == 1
 
-    r = cli("restart")
+    r = cli("restart", "--log-max-mb", "3")
     assert r.exit_code == 0 and r.stdout == f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}\n"
     assert json.loads(cli("status", "--json").stdout)["pid"] != pid
+    assert json.loads((state_dir / "lighthouse.json").read_text())["extra"]["log_max_mb"] == 3
 
     r = cli("stop")
     assert r.exit_code == 0 and "stopped" in r.stderr

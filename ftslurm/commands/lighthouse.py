@@ -326,6 +326,10 @@ def _follow(path: Path, interval: float = 0.25) -> None:
 
 @lighthouse.command()
 @_config_options(defaults=False)
+@click.option("--binary", default=None, metavar="PATH",
+              help="Run this executable instead  [default: what the last start ran]")
+@click.option("--log-max-mb", type=FiniteFloat(min=0), default=None,
+              help="Log size cap  [default: the last start's]")
 @click.option("--grace", type=FiniteFloat(min=0), default=lh.DEFAULT_STOP_GRACE_S,
               show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @_state_dir_option
@@ -336,13 +340,17 @@ def restart(
     join_timeout_ms: int | None,
     heartbeat_timeout_ms: int | None,
     advertise: str | None,
+    binary: str | None,
+    log_max_mb: float | None,
     grace: float,
     state_dir: Path | None,
 ) -> None:
     """Stop and start again: same options, same address and port (also after `--bind :0`).
 
-    Options given here replace the recorded ones. Replicas reconnect to the same address
-    (they need quorum retries, TORCHFT_QUORUM_RETRIES, to survive the gap).
+    Options given here replace the recorded ones (--binary and --log-max-mb included).
+    Replicas reconnect to the same address (they need quorum retries,
+    TORCHFT_QUORUM_RETRIES, to survive the gap). A Lighthouse started with --foreground is
+    left to its supervisor (systemd, tmux).
 
     \b
     Examples:
@@ -353,7 +361,7 @@ def restart(
         k: v for k, v in dict(
             bind=bind, min_replicas=min_replicas, quorum_tick_ms=quorum_tick_ms,
             join_timeout_ms=join_timeout_ms, heartbeat_timeout_ms=heartbeat_timeout_ms,
-            advertise=advertise,
+            advertise=advertise, binary=binary, log_max_mb=log_max_mb,
         ).items() if v is not None
     }  # fmt: skip
     t0 = time.monotonic()
