@@ -718,14 +718,31 @@ def start(
         bind, min_replicas, quorum_tick_ms, join_timeout_ms, heartbeat_timeout_ms, advertise
     )
     d = _daemon(state_dir)
-    with _locked(d):
-        found = d.lookup()
-        if found.state is not None:
-            info = _info(found.state, d, already_running=True)
-            info.notes = _differences(cfg, found.state, binary, log_max_mb)
-            return info
-        stale_pid = found.stale.pid if found.stale else None
-        return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
+    created = not d.state_dir.exists()
+    try:
+        with _locked(d):
+            found = d.lookup()
+            if found.state is not None:
+                info = _info(found.state, d, already_running=True)
+                info.notes = _differences(cfg, found.state, binary, log_max_mb)
+                return info
+            stale_pid = found.stale.pid if found.stale else None
+            return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
+    except BaseException:
+        if created:
+            _remove_if_unused(d)
+        raise
+
+
+def _remove_if_unused(d: daemon.Daemon) -> None:
+    """A start that failed before anything ran (port taken, bad --bind) does not leave behind
+    the state dir it created, e.g. a mistyped --state-dir; a log it wrote is kept (the error
+    names it)."""
+    for path in (d.lockfile, d.state_dir / MARKER):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        d.state_dir.rmdir()  # only when empty
 
 
 def _orphan_gone(

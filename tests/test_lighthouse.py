@@ -203,6 +203,20 @@ def test_stop_does_not_create_a_mistyped_state_dir(tmp_path: Path):
     assert not typo.exists()
 
 
+def test_failed_start_does_not_leave_a_new_state_dir(tmp_path: Path, held_port: int):
+    """A start refused before anything ran (the port is taken) removes the state dir it
+    created; an existing one is left as it was."""
+    typo = tmp_path / "lighthuose"
+    with pytest.raises(lh.PortInUse):
+        lh.start(bind=f"127.0.0.1:{held_port}", state_dir=typo)
+    assert not typo.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(lh.PortInUse):
+        lh.start(bind=f"127.0.0.1:{held_port}", state_dir=existing)
+    assert existing.is_dir()
+
+
 def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path, tmp_path: Path):
     """Only a pidfile is left (the state file lost or corrupt) and its pid now belongs to an
     unrelated program: not taken for the Lighthouse, not stopped."""
