@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,12 +138,27 @@ def test_cli_up_twice_down_twice(tmp_path):
         assert procs.read_pidfile(Path(state, "run", "node-worker-0.pid")) == holder
         env = runner.invoke(cli, ["cluster", "env", "--state-dir", state])
         assert env.output.strip() == f"export SLURM_CONF={spec.conf_path}"
+        up = runner.invoke(cli, ["cluster", "status", "--state-dir", state])
+        assert up.exit_code == 0 and "cluster: running" in up.output, up.output
     finally:
         d1 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
     assert d1.exit_code == 0
     assert not procs.pid_alive(holder)
     d2 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
     assert d2.exit_code == 0 and "not running" in d2.output
+    down = runner.invoke(cli, ["cluster", "status", "--state-dir", state])
+    assert down.exit_code == 3 and "cluster: not running" in down.output
+
+
+def test_status_of_no_cluster_exits_3(tmp_path):
+    """Like `lighthouse status`: 3 = not running, in text and JSON; nothing is created."""
+    runner = CliRunner()
+    state = tmp_path / "none"
+    r = runner.invoke(cli, ["cluster", "status", "--state-dir", str(state)])
+    assert r.exit_code == 3 and r.output.startswith("cluster: not running"), r.output
+    r = runner.invoke(cli, ["cluster", "status", "--json", "--state-dir", str(state)])
+    assert r.exit_code == 3 and json.loads(r.output)["running"] is False
+    assert not state.exists()
 
 
 def test_not_root_is_a_clear_error(tmp_path, monkeypatch, capsys):

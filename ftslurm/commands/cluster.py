@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -90,22 +91,26 @@ def down(state_dir: str | None) -> None:
 @STATE_DIR_OPT
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(state_dir: str | None, as_json: bool) -> None:
-    """Is the cluster running, and the state of each node.
+    """Is the cluster running, and the state of each node. Exit code 3 when it is not
+    running (as `ftslurm lighthouse status`), so scripts can test it.
 
     \b
     Examples:
       ftslurm cluster status
       ftslurm cluster status --json | jq .nodes
+      ftslurm cluster status >/dev/null || sudo ftslurm cluster up
     """
     from ftslurm.cluster import local
 
     st = local.status(_state_dir(state_dir))
     if as_json:
         click.echo(json.dumps(st.__dict__, indent=2))
-        return
-    click.echo(f"cluster: {'running' if st.running else 'not running'} ({st.state_dir})")
-    for node, state in st.nodes.items():
-        click.echo(f"  {node:<12} {state}")
+    else:
+        click.echo(f"cluster: {'running' if st.running else 'not running'} ({st.state_dir})")
+        for node, state in st.nodes.items():
+            click.echo(f"  {node:<12} {state}")
+    if not st.running:
+        sys.exit(3)  # not click.Exit: cli.main (standalone_mode=False) drops its code
 
 
 @cluster.command()
