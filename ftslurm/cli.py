@@ -89,7 +89,7 @@ def _quiet_exit_if_reader_gone() -> Iterator[None]:
         if not stdout_pipe.reader_gone():
             raise
         stdout_pipe.detach()
-        raise click.exceptions.Exit(0) from None
+        raise click.exceptions.Exit(stdout_pipe.code_if_cut()) from None
 
 
 def _listing_help(ctx: click.Context) -> bool:

@@ -1,9 +1,11 @@
 """stdout piped into a reader that stopped early (`ftslurm logs | head`, `... | grep -m1`).
 
 The CLI then stops quietly with exit code 0: the reader chose to stop reading, and a script's
-`set -o pipefail` around `ftslurm logs -f | grep -m1 healed` must not fail. click alone exits 1
-and Python prints `Exception ignored ... BrokenPipeError` when it flushes at exit. A broken pipe
-anywhere else (a socket) stays an error.
+`set -o pipefail` around `ftslurm logs -f | grep -m1 healed` must not fail. click alone exits
+1 and Python prints `Exception ignored ... BrokenPipeError` when it flushes at exit. A broken
+pipe anywhere else (a socket) stays an error. Commands whose exit code is their answer
+(`status` ones: 3 = not running; `doctor`: 1 = a check failed) say so first with
+`exit_code_if_cut`, so `ftslurm lighthouse status | head -1` keeps it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,18 @@ from __future__ import annotations
 import os
 import select
 import sys
+
+_code_if_cut = 0
+
+
+def exit_code_if_cut(code: int) -> None:
+    """The exit code this command ends with if its output is cut short by the reader."""
+    global _code_if_cut
+    _code_if_cut = code
+
+
+def code_if_cut() -> int:
+    return _code_if_cut
 
 
 def reader_gone() -> bool:

@@ -131,6 +131,15 @@ def test_reader_that_stops_early_is_not_an_error(argv, guide_run):
     assert (out.returncode, out.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("group", ["lighthouse", "cluster"])
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_closed_stdout_keeps_the_answer_of_a_status(group, fmt, tmp_path):
+    """`ftslurm lighthouse status | head -1` under `set -o pipefail`: 3 = not running, as
+    without the pipe (cut short, the command still answers with its exit code)."""
+    out = _run_into_closed_pipe(group, "status", *fmt, "--state-dir", str(tmp_path / "none"))
+    assert (out.returncode, out.stderr) == (3, "")
+
+
 def test_closed_stdout_does_not_hide_a_user_error(tmp_path):
     out = _run_into_closed_pipe("report", str(tmp_path / "missing"))
     assert out.returncode == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ftslurm import paths
+from ftslurm import paths, stdout_pipe
 from ftslurm.commands.params import seconds
 
 
@@ -103,6 +103,8 @@ def status(state_dir: str | None, as_json: bool) -> None:
     from ftslurm.cluster import local
 
     st = local.status(_state_dir(state_dir))
+    if not st.running:
+        stdout_pipe.exit_code_if_cut(3)
     if as_json:
         click.echo(json.dumps(st.__dict__, indent=2))
     else:

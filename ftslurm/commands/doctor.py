@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from ftslurm import stdout_pipe
+
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
@@ -66,6 +68,8 @@ def doctor(
 
         raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
     checks = doc.run_checks(cfg)
+    if not doc.ok(checks):
+        stdout_pipe.exit_code_if_cut(1)
     if as_json:
         click.echo(json.dumps(doc.to_json(checks, cfg), indent=2))
     else:

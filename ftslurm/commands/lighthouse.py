@@ -219,6 +219,8 @@ def status(as_json: bool, state_dir: Path | None) -> None:
       ftslurm lighthouse status --json | jq .quorum.members
     """
     st = lh.status(state_dir)
+    if not st.running:
+        stdout_pipe.exit_code_if_cut(3)
     if as_json:
         click.echo(json.dumps(st.to_dict(), indent=2))
     else:
