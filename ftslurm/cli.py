@@ -92,6 +92,22 @@ def _quiet_exit_if_reader_gone() -> Iterator[None]:
         raise click.exceptions.Exit(stdout_pipe.code_if_cut()) from None
 
 
+def _command_path(args: list[str]) -> str:
+    """`ftslurm lighthouse start` for `ftslurm lighthouse start --bind`: click raises "Option
+    '--bind' requires an argument" without a context, so the help to name is found here."""
+    cmd: click.Command = cli
+    path = [click.utils._detect_program_name()]  # as click names it: `python -m ftslurm`
+    for arg in args:
+        if not isinstance(cmd, click.Group) or arg.startswith("-"):
+            break
+        sub = cmd.get_command(click.Context(cmd), arg)
+        if sub is None:
+            break
+        cmd = sub
+        path.append(arg)
+    return " ".join(path)
+
+
 def _listing_help(ctx: click.Context) -> bool:
     args = sys.argv[1:]
     return bool(args) and args[0] in ("--help", "-h")
@@ -138,7 +154,7 @@ def main() -> None:
             e.show()
             sys.exit(2)
         # one line (click prints three: usage, a hint, the error), naming where help is
-        where = e.ctx.command_path if e.ctx is not None else "ftslurm"
+        where = e.ctx.command_path if e.ctx is not None else _command_path(sys.argv[1:])
         msg = e.format_message()
         sep = " " if msg.endswith((".", "?", "!")) else ". "
         click.echo(f"Error: {msg}{sep}See `{where} --help`.", err=True)

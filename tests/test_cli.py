@@ -66,6 +66,25 @@ def test_user_mistakes_exit_2_without_traceback(argv):
     assert "--help`" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["lighthouse", "start", "--bind"], "ftslurm lighthouse start"),
+        (["status", "--job"], "ftslurm status"),
+        (["lighthouse", "--bogus"], "ftslurm lighthouse"),
+        (["no-such-command", "--job"], "ftslurm"),
+    ],
+)
+def test_usage_error_names_the_help_of_the_command_used(argv, where):
+    """click raises "Option '--bind' requires an argument" without a context: the help named
+    must still be the sub-command's, not `ftslurm --help`."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ftslurm", *argv], capture_output=True, text=True, timeout=60
+    )
+    where = where.replace("ftslurm", "python -m ftslurm")  # click's name for `-m ftslurm`
+    assert out.returncode == 2 and out.stderr.endswith(f"See `{where} --help`.\n"), out.stderr
+
+
 def test_every_command_module_imports():
     import importlib
 
