@@ -97,6 +97,27 @@ def test_cli_download_without_network_blames_the_network(tmp_path: Path) -> None
     assert "check the network" in r.stderr and TOKEN not in r.stderr
 
 
+def test_download_fails_at_once_when_the_hub_does_not_resolve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No DNS for the Hub: one line at once, instead of huggingface_hub's five retries (~24 s);
+    behind a proxy the name is the proxy's business and the download is tried."""
+    import huggingface_hub
+
+    fake = _raiser(_hub_error("GatedRepoError", 403))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
+    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
+    for var in (*assets._PROXY_VARS, "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(UserError, match=r"cannot resolve no-such-host\.invalid .*HTTPS_PROXY"):
+        assets.download_tokenizer(tmp_path / "dl", TOKEN)
+    assert not fake.calls
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    with pytest.raises(UserError, match="gated"):
+        assets.download_tokenizer(tmp_path / "dl", TOKEN)
+    assert fake.calls
+
+
 def test_cli_download_gated_is_one_line_without_token_echo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -106,9 +127,10 @@ def test_cli_download_gated_is_one_line_without_token_echo(
 
     fake = _raiser(_hub_error("GatedRepoError", 403))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
-    result = CliRunner().invoke(
-        group, ["download", "--dest", str(tmp_path)], env={"HF_TOKEN": TOKEN}
-    )
+    result = CliRunner().invoke(  # localhost: the name resolves on any machine
+        group, ["download", "--dest", str(tmp_path)],
+        env={"HF_TOKEN": TOKEN, "HF_ENDPOINT": "https://localhost"},
+    )  # fmt: skip
     assert isinstance(result.exception, UserError)
     assert "gated" in str(result.exception) and TOKEN not in str(result.exception)
     assert TOKEN not in result.output

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ftslurm.errors import UserError
 
@@ -43,12 +45,15 @@ def download_tokenizer(
             f"no Hugging Face token: set HF_TOKEN or pass --token (and accept the licence at "
             f"https://huggingface.co/{repo_id} with that account first)"
         )
+    real_hub = hub_download is None
     if hub_download is None:
         try:
             from huggingface_hub import hf_hub_download as hub_download
         except ImportError as e:
             raise UserError("huggingface_hub is not installed: pip install huggingface_hub") from e
     _make_dirs(dest)
+    if real_hub:
+        _check_hub_resolves(os.environ, dest)
     got = []
     for name in HF_FILES:
         try:
@@ -57,6 +62,27 @@ def download_tokenizer(
             raise _hub_error(e, repo_id, name) from None
         got.append(Path(path))
     return got
+
+
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _check_hub_resolves(env: Mapping[str, str], dest: Path) -> None:
+    """Fail in a moment when the Hub's name does not resolve: huggingface_hub retries any
+    connection error 5 times ('Retrying in 8s [Retry 4/5]', ~24 s) before giving up. Behind a
+    proxy the proxy resolves names, and HF_HUB_OFFLINE reads the cache only: nothing to check."""
+    if any(env.get(v) for v in _PROXY_VARS) or env.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        return
+    host = urlsplit(env.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(
+            f"cannot resolve {host} ({e.strerror}): no network or DNS on this machine; set "
+            f"HTTPS_PROXY if it needs a proxy, or copy the tokenizer files into {dest} by hand"
+        ) from None
 
 
 def _make_dirs(*dirs: Path) -> None:
