@@ -306,3 +306,27 @@ def test_bulk_counting_equals_line_by_line(name, tmp_path, monkeypatch):
         assert fast == slow
     evs, stats = _scan_all(path, lighthouse=name.endswith("lighthouse.log.gz"))
     assert evs and stats["matched"] > len(evs)  # markers counted in bulk, not only events
+
+
+def test_gzip_is_known_by_its_bytes_not_only_its_name(tmp_path):
+    """`gzip tft-12_0.out` renamed back, or an archive without .gz: still read; the Lighthouse
+    log's clock offset is found in a gzipped log too."""
+    from ftslurm.report.sources import clock_offset
+
+    gz = FIX / "cpu-run1" / "replica_0.log.gz"
+    plain = tmp_path / "replica_0.log"
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    renamed = tmp_path / "replica_0.out"
+    renamed.write_bytes(gz.read_bytes())
+    want = [(e.kind, e.time) for e in R.iter_file_events(plain, R.ParseStats())]
+    st = R.ParseStats()
+    assert [(e.kind, e.time) for e in R.iter_file_events(renamed, st)] == want and want
+    assert st.read_errors == 0 and st.missing == []
+    # the recorded Lighthouse log with its clock an hour ahead of UTC (as on a UTC+1 host)
+    text = gzip.decompress((FIX / "cpu-run1" / "lighthouse.log.gz").read_bytes()).decode()
+    ahead = "\n".join("2026-11-23T09" + ln[13:] if ln.startswith("2026-11-23T08") else ln
+                      for ln in text.splitlines())  # fmt: skip
+    lh_plain, lh_gz = tmp_path / "lighthouse.log", tmp_path / "lighthouse-archived"
+    lh_plain.write_text(ahead)
+    lh_gz.write_bytes(gzip.compress(ahead.encode()))
+    assert clock_offset([lh_plain]) == clock_offset([lh_gz]) == 3600.0

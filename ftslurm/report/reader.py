@@ -574,9 +574,17 @@ def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:
         rest = filled - cut
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def open_log(path: Path):
-    """A log opened for binary reading; `.gz` files (archived logs, fixtures) decompressed."""
-    if path.suffix == ".gz":
+    """A log opened for binary reading; gzip files (archived logs, fixtures) decompressed,
+    known by their first two bytes (also `tft-12_0.out` gzipped in place) or a `.gz` name
+    (one that is not gzip raises OSError: a corrupt archive). Pipes were spooled into files
+    before (sources._spooled), so reading the first bytes twice is safe."""
+    with open(path, "rb") as probe:
+        gzipped = probe.read(2) == _GZIP_MAGIC
+    if gzipped or path.suffix == ".gz":
         import gzip
 
         fh = gzip.open(path, "rb")

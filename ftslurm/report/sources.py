@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +172,7 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
     pat = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
     for path in lighthouse_logs:
         try:
-            with open(path, "rb") as fh:
+            with R.open_log(path) as fh:
                 for i, line in enumerate(fh):
                     if i > max_lines:
                         break
@@ -182,7 +183,7 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
                     if m and t is not None:
                         created = int(m.group(1)) + int(m.group(2)) / 1e9
                         return round((t - created) / 900.0) * 900.0
-        except OSError:
+        except (OSError, EOFError, zlib.error):  # unreadable, or a corrupt gzip
             continue
     return 0.0
 
