@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -198,11 +199,31 @@ def test_replica_and_attempt_precedence() -> None:
             {"FT_MODE": "async", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
             "FT_MODE=diloco",
         ),
+        (
+            {"FTSLURM_EXTRA_ARGS": "--job.description 'no end", "FTSLURM_REPLICA_ID": "0",
+             "FTSLURM_GROUP_SIZE": "1"},
+            "does not parse (No closing quotation): quote it as for a shell",
+        ),
     ],
 )
 def test_bad_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:
-    with pytest.raises(UserError, match=fix.replace("[", r"\[").replace("<", "<")):
+    with pytest.raises(UserError, match=re.escape(fix)):
         planlib.build_ft_plan(env, ROOT)
+
+
+@pytest.mark.parametrize(
+    "env, fix",
+    [
+        ({"FTSLURM_PRESET": "llama3_8b_ft"}, "is for the torchft script"),
+        ({"FTSLURM_PRESET": "llama3_8b_diloco"}, "is for the torchft script"),
+        ({"FTSLURM_EXTRA_ARGS": "--x \\"}, "does not parse"),
+    ],
+)
+def test_bad_classic_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:
+    """An FT preset would run the classic job with fault tolerance enabled in its TOML."""
+    with pytest.raises(UserError, match=fix):
+        planlib.build_classic_plan({"SLURM_NNODES": "2", "SLURM_JOB_ID": "7", **env}, ROOT,
+                                   head_node="worker-0")  # fmt: skip
 
 
 def test_requeue_decision() -> None:

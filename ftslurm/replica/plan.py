@@ -147,12 +147,27 @@ def resolve_preset(env: Mapping[str, str], classic: bool = False) -> tuple[str, 
             f"preset {name} is for DEVICE={preset.device}, not DEVICE={device}; "
             f"unset FTSLURM_PRESET (DEVICE=cpu picks debug_cpu) or pick a {device} preset"
         )
+    if classic and preset.ft_mode is not None and preset.device == "cuda":
+        raise UserError(
+            f"preset {name} is for the torchft script (llama3.1-8b-pretraining-torchft.sh); "
+            "the classic script runs llama3_8b (unset FTSLURM_PRESET)"
+        )
     if not classic and preset.ft_mode is None:
         raise UserError(
             f"preset {name} is for the classic script; use llama3_8b_ft or "
             "llama3_8b_diloco with the torchft script"
         )
     return name, preset, device
+
+
+def _extra_args(env: Mapping[str, str]) -> list[str]:
+    try:
+        return shlex.split(env.get("FTSLURM_EXTRA_ARGS", ""))
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise UserError(
+            f"FTSLURM_EXTRA_ARGS={env['FTSLURM_EXTRA_ARGS']!r} does not parse ({e}): quote "
+            "it as for a shell, e.g. FTSLURM_EXTRA_ARGS='--training.steps=50'"
+        ) from None
 
 
 def _run_id(env: Mapping[str, str]) -> str:
@@ -263,7 +278,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             tt.append("--metrics.enable_wandb")
         else:
             notes.append("W&B logs on replica 0 only")
-    tt += shlex.split(env.get("FTSLURM_EXTRA_ARGS", ""))
+    tt += _extra_args(env)
 
     argv = list(torchrun or [env.get("FTSLURM_TORCHRUN") or "torchrun"])
     argv += [
@@ -337,7 +352,7 @@ def build_classic_plan(
             "--parallelism.data_parallel_shard_degree=1",
             "--fault_tolerance.no-enable",
         ]
-    tt += shlex.split(env.get("FTSLURM_EXTRA_ARGS", ""))
+    tt += _extra_args(env)
     if env.get("WANDB_API_KEY"):
         tt.append("--metrics.enable_wandb")
     srun = [
