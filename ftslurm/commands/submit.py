@@ -11,11 +11,29 @@ import click
 from ftslurm.errors import UserError
 
 
-def device_overrides(env: dict[str, str]) -> list[str]:
-    """sbatch options implied by DEVICE (the one variable that moves a job to CPU nodes)."""
-    from ftslurm.replica.plan import sbatch_device_options
+def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
+    """sbatch options implied by the device (DEVICE, or FTSLURM_PRESET=debug_cpu) that moves a
+    job to CPU nodes. For this project's two scripts DEVICE and the preset are checked here
+    as the launcher would on every node: a typo fails now, not after the queue wait."""
+    from ftslurm import paths
+    from ftslurm.replica.plan import resolve_preset, sbatch_device_options
 
-    return sbatch_device_options(env.get("DEVICE", "").strip().lower())
+    name = Path(script).name
+    if name in (paths.FT_SCRIPT, paths.CLASSIC_SCRIPT):
+        _, _, device = resolve_preset(env, classic=name == paths.CLASSIC_SCRIPT)
+    else:
+        device = env.get("DEVICE", "").strip().lower()
+    return sbatch_device_options(device)
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file in the way, no permission, read-only file system
+        raise UserError(
+            f"cannot create the log folder {path} ({e.strerror}): submit from a folder you "
+            "can write to, or set FTSLURM_OUTPUTS"
+        ) from None
 
 
 def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
@@ -44,7 +62,10 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
 
     Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
     create output directories, and a job whose output path is missing fails without requeue;
-    this makes sure the scripts' log folder exists in the submit directory.
+    this makes sure the scripts' log folder exists in the submit directory. The job gets
+    FTSLURM_OUTPUTS (the outputs folder `ftslurm logs`/`status` read), so the replica logs
+    land there from any submit directory. DEVICE=cpu (or FTSLURM_PRESET=debug_cpu) adds the
+    sbatch options of a CPU node; DEVICE and FTSLURM_PRESET are checked before submitting.
 
     \b
     Examples:
@@ -57,11 +78,14 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     options, script, script_args = split_submit_args(list(argv))
     from ftslurm import paths
 
+    overrides = device_overrides(dict(os.environ), script)
     # the scripts' Slurm --output folder (relative to the submit dir) and the run folders
-    (Path.cwd() / "outputs" / "torchft").mkdir(parents=True, exist_ok=True)
+    _make_dir(Path.cwd() / "outputs" / "torchft")
     runs = paths.torchft_runs_dir()
-    runs.mkdir(parents=True, exist_ok=True)
-    job_id = client.sbatch(script, [*device_overrides(dict(os.environ)), *options], script_args)
+    _make_dir(runs)
+    # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir
+    outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir())}
+    job_id = client.sbatch(script, [*overrides, *options], script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options)
     log_dir = runs / f"tft-{job_id}" if is_array else None
     if as_json:

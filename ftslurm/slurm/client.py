@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ftslurm import paths
@@ -45,14 +45,19 @@ def slurm_env(check_conf: bool = True) -> dict[str, str]:
     return env
 
 
-def _slurm(cmd: Sequence[str], timeout: float = TIMEOUT_S, check: bool = True):
+def _slurm(
+    cmd: Sequence[str],
+    timeout: float = TIMEOUT_S,
+    check: bool = True,
+    extra_env: Mapping[str, str] | None = None,
+):
     if shutil.which(cmd[0]) is None:
         raise UserError(
             f"`{cmd[0]}` not found: run on a Slurm login node, or start the local cluster "
             "with `sudo ftslurm cluster up`"
         )
     try:
-        return run(cmd, timeout=timeout, env=slurm_env(), check=check)
+        return run(cmd, timeout=timeout, env={**slurm_env(), **(extra_env or {})}, check=check)
     except CommandError as e:
         text = e.stderr.lower()
         if "access/permission denied" in text or "permission denied" in text:
@@ -76,12 +81,14 @@ def sbatch(
     sbatch_options: Sequence[str] = (),
     script_args: Sequence[str] = (),
     cwd: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> int:
+    """Submit; `extra_env` is added to sbatch's environment (which the job inherits)."""
     cmd = args.sbatch_cmd(str(script), sbatch_options, script_args)
     if cwd is not None:
-        out = run(cmd, timeout=TIMEOUT_S, env=slurm_env(), cwd=cwd)
+        out = run(cmd, timeout=TIMEOUT_S, env={**slurm_env(), **(extra_env or {})}, cwd=cwd)
     else:
-        out = _slurm(cmd)
+        out = _slurm(cmd, extra_env=extra_env)
     return args.parse_sbatch_parsable(out.stdout)
 
 

@@ -1,0 +1,102 @@
+"""`ftslurm submit` before sbatch runs: the env and options the job gets, and the checks.
+
+sbatch here is a stand-in that records what it was given (its answer, `42`, is the shape
+`sbatch --parsable` prints, tests/test_slurm_parse.py); the real script on the real local
+Slurm is submitted the same way in tests/ftjob.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ftslurm import paths
+from ftslurm.commands.submit import submit
+
+FT = Path(__file__).resolve().parent.parent / paths.FT_SCRIPT
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `sbatch` on PATH that writes its arguments and FTSLURM_OUTPUTS to a file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "sbatch.json"
+    script = bin_dir / "sbatch"
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps("
+        "{'argv': sys.argv[1:], 'outputs': os.environ.get('FTSLURM_OUTPUTS')}))\n"
+        "print(42)\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for var in ("FTSLURM_OUTPUTS", "FTSLURM_PRESET", "DEVICE", "SLURM_CONF"):
+        monkeypatch.delenv(var, raising=False)
+    return record
+
+
+def _submit(cwd: Path, *argv: str, **env: str):
+    cwd.mkdir(parents=True, exist_ok=True)
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(submit, ["--json", *argv], env=env)
+    finally:
+        os.chdir(old)
+
+
+def test_the_job_writes_its_logs_where_ftslurm_reads_them(tmp_path: Path, fake_sbatch: Path):
+    """Submitted from any folder, the job gets the absolute outputs folder that `ftslurm
+    logs/status` read (the script's default, `outputs` of the submit folder, would differ)."""
+    project = tmp_path / "checkout"
+    r = _submit(tmp_path / "elsewhere", "--array=0-1", str(FT), FTSLURM_PROJECT=str(project))
+    assert r.exit_code == 0, r.output
+    got = json.loads(fake_sbatch.read_text())
+    assert got["outputs"] == str(project / "outputs")
+    assert json.loads(r.stdout)["log_dir"] == str(project / "outputs" / "torchft" / "tft-42")
+    assert (tmp_path / "elsewhere" / "outputs" / "torchft").is_dir()  # Slurm's --output folder
+    # a relative FTSLURM_OUTPUTS means the submit folder's, for the job as for ftslurm
+    r = _submit(tmp_path / "sub", "--array=0-1", str(FT), FTSLURM_OUTPUTS="outs")
+    assert r.exit_code == 0, r.output
+    assert json.loads(fake_sbatch.read_text())["outputs"] == str(tmp_path / "sub" / "outs")
+
+
+def test_cpu_preset_alone_asks_for_a_cpu_node(tmp_path: Path, fake_sbatch: Path):
+    r = _submit(tmp_path / "s", "--array=0-1", str(FT), FTSLURM_PRESET="debug_cpu",
+                FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    argv = json.loads(fake_sbatch.read_text())["argv"]
+    assert {"--gpus-per-task=0", "--cpus-per-task=1", "--export=ALL,DEVICE=cpu"} <= set(argv)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"DEVICE": "gpu"}, "DEVICE='gpu' is not supported"),
+        ({"FTSLURM_PRESET": "llama3_8b"}, "preset llama3_8b is for the classic script"),
+        ({"FTSLURM_PRESET": "debug"}, "FTSLURM_PRESET='debug' is unknown"),
+    ],
+)
+def test_bad_device_or_preset_is_refused_before_sbatch(
+    tmp_path: Path, fake_sbatch: Path, env: dict[str, str], message: str
+):
+    """Every task would fail on its node after the queue wait: refused here instead."""
+    r = _submit(tmp_path / "s", "--array=0-1", str(FT), FTSLURM_OUTPUTS=str(tmp_path / "o"), **env)
+    assert r.exit_code != 0 and message in str(r.exception)
+    assert not fake_sbatch.exists()
+
+
+def test_outputs_folder_that_cannot_be_made_is_one_line(tmp_path: Path, fake_sbatch: Path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "outputs").write_text("a file in the way")
+    r = _submit(tmp_path / "s", "--array=0-1", str(FT), FTSLURM_OUTPUTS=str(tmp_path / "o"))
+    assert "cannot create the log folder" in str(r.exception) and "Not a directory" in str(
+        r.exception
+    )
+    assert not fake_sbatch.exists()
