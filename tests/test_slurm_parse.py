@@ -8,6 +8,7 @@ from ftslurm.errors import UserError
 from ftslurm.slurm.args import node_update_cmd, parse_sbatch_parsable, requeue_cmd
 from ftslurm.slurm.parse import (
     UNKNOWN,
+    expand_array_tasks,
     job_from_scontrol,
     normalize_job_state,
     parse_node_state,
@@ -56,6 +57,28 @@ def test_squeue_text_odd_states(fixtures_dir):
     hold = by_key(parse_squeue_text(read(fixtures_dir, "squeue_requeue_hold.txt")))
     assert hold["4_0"].state == "PENDING"
     assert hold["4_0"].reason == "job requeued in held state"
+
+
+def test_pending_array_tasks_are_one_row_each(fixtures_dir):
+    """Recorded on the local Slurm 22.05: `sbatch --array=0-3` on 2 nodes, tasks 2-3 pending.
+    squeue --json and squeue without -r list them as one record (`21_[2-3]`, task string
+    "2-3"); every replica must still get its row."""
+    want = {"21_0": "RUNNING", "21_1": "RUNNING", "21_2": "PENDING", "21_3": "PENDING"}
+    for name, parse in (("squeue_array_pending.json", parse_squeue_json),
+                        ("squeue_array_pending.txt", parse_squeue_text),
+                        ("squeue_array_pending_r.txt", parse_squeue_text)):  # fmt: skip
+        jobs = by_key(parse(read(fixtures_dir, name)))
+        assert {k: j.state for k, j in jobs.items()} == want, name
+        assert jobs["21_3"].reason == "Resources" and jobs["21_3"].array_job_id == 21, name
+
+
+@pytest.mark.parametrize(
+    "spec, tasks",
+    [("2-3", [2, 3]), ("[0,4-8:2]", [0, 4, 6, 8]), ("0-3%2", [0, 1, 2, 3]), ("7", [7]),
+     ("x", []), ("3-1", []), ("0-99999999", [])],
+)  # fmt: skip
+def test_expand_array_tasks(spec, tasks):
+    assert expand_array_tasks(spec) == tasks
 
 
 def test_squeue_json_completing_and_node_fail(fixtures_dir):

@@ -38,7 +38,8 @@ def squeue_json_cmd() -> list[str]:
 
 
 def squeue_text_cmd(fmt: str, jobs: str | None = None) -> list[str]:
-    return ["squeue", "-h", "-t", "all", "-o", fmt, *(["-j", jobs] if jobs else [])]
+    # -r: one line per array task (without it pending tasks come as one `21_[2-3]` line)
+    return ["squeue", "-r", "-h", "-t", "all", "-o", fmt, *(["-j", jobs] if jobs else [])]
 
 
 def sinfo_nodes_cmd() -> list[str]:

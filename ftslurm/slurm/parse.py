@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 JOB_STATES = {
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED",
@@ -144,6 +144,40 @@ def _int_or_none(v) -> int | None:
         return None
 
 
+_NO_VAL = 0xFFFFFFFE  # Slurm's "no value" in 32-bit fields (NO_VAL); INFINITE is 0xFFFFFFFF
+_MAX_EXPANDED = 100_000
+
+
+def expand_array_tasks(spec: str) -> list[int]:
+    """Slurm's task string of the pending tasks of an array (`2-3`, `0,4-9:2`, `[2-3]`,
+    `0-99%4`) -> the task ids. squeue lists a pending array's tasks as one record with such a
+    string (`21_[2-3]`; `squeue --json` on 22.05: array_task_id null, array_task_string
+    "2-3"). Anything that does not parse gives [] (the record is then kept as one)."""
+    spec = spec.strip().strip("[]").split("%", 1)[0]
+    out: list[int] = []
+    for part in filter(None, spec.split(",")):
+        rng, _, step_s = part.partition(":")
+        lo_s, dash, hi_s = rng.partition("-")
+        try:
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
+            step = int(step_s) if step_s else 1
+        except ValueError:
+            return []
+        if lo < 0 or hi < lo or step < 1 or len(out) + (hi - lo) // step + 1 > _MAX_EXPANDED:
+            return []
+        out.extend(range(lo, hi + 1, step))
+    return out
+
+
+def _per_task(job: JobInfo, spec: str) -> list[JobInfo]:
+    """One JobInfo per pending task of a collapsed array record, else the record itself."""
+    tasks = expand_array_tasks(spec) if job.array_job_id and spec else []
+    if not tasks:
+        return [job]
+    return [replace(job, array_task_id=t) for t in tasks]
+
+
 def parse_squeue_json(text: str) -> list[JobInfo]:
     """`squeue --json` (openapi v0.0.38 on 22.05; tolerant of newer shapes) -> jobs.
 
@@ -159,7 +193,9 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
             state = state[0] if state else None
         array_job = _int_or_none(j.get("array_job_id"))
         task = _int_or_none(j.get("array_task_id"))
-        jobs.append(
+        if task is not None and task >= _NO_VAL:
+            task = None
+        jobs += _per_task(
             JobInfo(
                 job_id=_int_or_none(j.get("job_id")) or 0,
                 array_job_id=array_job if array_job else None,
@@ -173,7 +209,8 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
                 submit_time=_int_or_none(j.get("submit_time")),
                 start_time=_int_or_none(j.get("start_time")),
                 stdout=str(j.get("standard_output") or ""),
-            )
+            ),
+            str(j.get("array_task_string") or "") if task is None else "",
         )
     return jobs
 
@@ -192,17 +229,20 @@ def parse_squeue_text(text: str) -> list[JobInfo]:
         jid, array_job, task, state, reason, node, name, user = parts[:8]
         base = jid.split("_", 1)[0]
         task_id = _int_or_none(task) if task not in ("N/A", "") else None
-        jobs.append(
+        # a pending array collapsed to one line (`21_[2-3]|21|2-3|PENDING`, squeue without -r)
+        collapsed = task if task_id is None and "_[" in jid else ""
+        jobs += _per_task(
             JobInfo(
                 job_id=_int_or_none(base) or 0,
-                array_job_id=_int_or_none(array_job) if task_id is not None else None,
+                array_job_id=_int_or_none(array_job) if task_id is not None or collapsed else None,
                 array_task_id=task_id,
                 state=normalize_job_state(state),
                 reason="" if reason in ("None", "(null)") else reason,
                 node=node,
                 name=name,
                 user=user,
-            )
+            ),
+            collapsed,
         )
     return jobs
 
