@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     """The Python API (`ftslurm.submit_ft_array`, ...) is imported on first use only."""
-    if name in ("submit_ft_array", "submit_classic", "FTArray", "ReplicaHandle"):
+    if name in ("submit_ft_array", "submit_classic", "FTArray", "ReplicaHandle", "ReplicaEnded"):
         from ftslurm import api
 
         return getattr(api, name)

@@ -56,6 +56,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,11 @@ def _output_appended_to(path: Path) -> Iterator[None]:
 # Handles
 
 
+class ReplicaEnded(RuntimeError):
+    """`FTArray.wait_until`: a replica finished (FAILED, CANCELLED, ...), so the state waited
+    for will not come."""
+
+
 @dataclass
 class ReplicaHandle:
     """One replica (array task) of an FT run, or the classic job (`kind == "classic"`).
@@ -236,7 +242,9 @@ class ReplicaHandle:
         _scancel(self.job_id)
 
     def wait(self, timeout: float = 3600, interval: float = 2.0) -> str:
-        """Wait until Slurm says this job finished; return its final state."""
+        """Wait until Slurm says this job finished; return its final state (UNKNOWN when
+        Slurm has forgotten the job and submitit has no result). Raises
+        `ftslurm.wait.WaitTimeout` after `timeout` s."""
         from ftslurm.wait import wait_for
 
         return wait_for(lambda: (s := self.state) in (*FINISHED_STATES, "UNKNOWN") and s,
@@ -263,15 +271,39 @@ class FTArray:
         return {r.replica_id: by_task.get(r.replica_id) or r._state_from_submitit()
                 for r in self.replicas}  # fmt: skip
 
-    def wait_until(self, state: str = "RUNNING", timeout: float = 300) -> dict[int, str]:
-        """Wait until every replica is in `state`; return the states."""
+    def wait_until(
+        self,
+        state: str = "RUNNING",
+        timeout: float = 300,
+        interval: float = 1.0,
+        ended_grace: float = 10.0,
+    ) -> dict[int, str]:
+        """Wait until every replica is in `state` (a Slurm job state, any case); return the
+        states. Raises `ReplicaEnded` as soon as a replica has stayed in a final state other
+        than `state` (FAILED, CANCELLED, ...) for `ended_grace` s -- a requeue passes through
+        such states briefly -- and `ftslurm.wait.WaitTimeout` after `timeout` s."""
+        from ftslurm.slurm.parse import JOB_STATES
         from ftslurm.wait import wait_for
+
+        want = state.strip().upper()
+        if want not in JOB_STATES:
+            raise UserError(f"{state!r} is not a Slurm job state; e.g. RUNNING, COMPLETED")
+        ended_since: dict[int, float] = {}
 
         def reached() -> dict[int, str] | None:
             states = self.states()
-            return states if all(v == state for v in states.values()) else None
+            now = time.monotonic()
+            for rid, s in states.items():
+                if s in FINISHED_STATES and s != want:
+                    if now - ended_since.setdefault(rid, now) >= ended_grace:
+                        raise ReplicaEnded(
+                            f"replica {rid} of job {self.job_id} is {s}: it will not be {want}"
+                        )
+                else:
+                    ended_since.pop(rid, None)
+            return states if all(v == want for v in states.values()) else None
 
-        return wait_for(reached, timeout, interval=1.0, what=f"all replicas {state}")
+        return wait_for(reached, timeout, interval=interval, what=f"all replicas {want}")
 
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""

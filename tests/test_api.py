@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,36 @@ def test_bad_knobs_and_addresses_are_user_errors_before_submission(tmp_path):
         api.submit_ft_array(2, {"DEVICE": "cpu"}, "login-0:29510", outputs=tmp_path)
     with pytest.raises(UserError, match="replicas=0"):
         api.submit_ft_array(0, {"DEVICE": "cpu"})
+
+
+def _array_with_states(tmp_path, *sequence: dict[int, str]) -> api.FTArray:
+    """An FTArray whose squeue answers are `sequence`, one per poll (the last one repeats)."""
+    run = api.FTArray(job_id=7, replicas=[], log_dir=tmp_path, lighthouse="",
+                      submitit_folder=tmp_path)  # fmt: skip
+    answers = list(sequence)
+    run.states = lambda: answers.pop(0) if len(answers) > 1 else answers[0]  # type: ignore[method-assign]
+    return run
+
+
+@pytest.mark.timeout(30)
+def test_wait_until_stops_when_a_replica_has_ended(tmp_path):
+    """A FAILED replica will never be RUNNING: said at once (after the requeue grace), not
+    after the whole timeout; a final state seen only briefly (a requeue) is waited through."""
+    run = _array_with_states(tmp_path, {0: "FAILED", 1: "RUNNING"})
+    t0 = time.monotonic()
+    with pytest.raises(ftslurm.ReplicaEnded, match="replica 0 of job 7 is FAILED"):
+        run.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
+    assert time.monotonic() - t0 < 5
+    requeued = _array_with_states(
+        tmp_path, {0: "NODE_FAIL", 1: "RUNNING"}, {0: "PENDING", 1: "RUNNING"},
+        {0: "RUNNING", 1: "RUNNING"},
+    )  # fmt: skip
+    assert requeued.wait_until("running", timeout=5, interval=0.01, ended_grace=1) == {
+        0: "RUNNING", 1: "RUNNING"}  # fmt: skip
+    done = _array_with_states(tmp_path, {0: "COMPLETED", 1: "COMPLETED"})
+    assert done.wait_until("completed", timeout=5, interval=0.01)[1] == "COMPLETED"
+    with pytest.raises(UserError, match="'RUNING' is not a Slurm job state"):
+        done.wait_until("RUNING")
 
 
 def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):
