@@ -8,6 +8,7 @@ tested on recorded output; only `collect` touches Slurm and the files.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -198,9 +199,15 @@ def render_quorum(q: Quorum) -> str:
 
 
 def to_json(job: int, rows: list[Row], quorum: Quorum | None) -> dict[str, Any]:
+    """Strict JSON: a diverged loss (nan, inf in the log) is null (json.dumps would write the
+    NaN / Infinity that strict parsers refuse); the text table shows it as logged."""
+    tasks = [asdict(r) for r in rows]
+    for t in tasks:
+        if t["last_loss"] is not None and not math.isfinite(t["last_loss"]):
+            t["last_loss"] = None
     return {
         "job": job,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "tasks": [asdict(r) for r in rows],
+        "tasks": tasks,
         "lighthouse": asdict(quorum) if quorum is not None else None,
     }

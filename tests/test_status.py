@@ -115,6 +115,32 @@ def test_cli_status_with_recorded_squeue(monkeypatch, tmp_path, as_json):
         assert "job 12: 2 array task(s)" in r.output and "3.1416" in r.output
 
 
+def test_cli_status_json_is_strict_when_the_loss_diverged(monkeypatch, tmp_path):
+    """A run whose loss is nan is when a script reads `status --json`: no NaN in the JSON."""
+    from ftslurm.slurm import client
+
+    jobs = parse_squeue_json((FIX / "squeue_running.json").read_text())
+    monkeypatch.setattr(client, "jobs", lambda job=None: jobs)
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    run = tmp_path / "torchft" / "tft-12"
+    run.mkdir(parents=True)
+    for i, loss in ((0, "nan"), (1, "inf")):
+        (run / f"tft-12_{i}.out").write_text(
+            f"[2026-11-23 10:00:00]  launching replica {i} (attempt 0) on worker-{i}\n"
+            f"[titan] 2026-11-23 10:00:05,000 - root - INFO - step: 9  loss:     {loss}\n"
+        )
+    r = CliRunner().invoke(cli, ["status", "--no-lighthouse", "--json"])
+    assert r.exit_code == 0, r.output
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    tasks = json.loads(r.output, parse_constant=refuse)["tasks"]
+    assert [(t["last_step"], t["last_loss"]) for t in tasks] == [(9, None), (9, None)]
+    text = CliRunner().invoke(cli, ["status", "--no-lighthouse"]).output
+    assert "nan" in text and "inf" in text
+
+
 def test_cli_status_without_a_job(monkeypatch):
     from ftslurm.slurm import client
 

@@ -57,6 +57,6 @@ def status(job: int | None, as_json: bool, log_dir: Path | None, no_lighthouse: 
     rows = st.build_rows(jobs, job, logs, time.time())
     quorum = None if no_lighthouse else st.lighthouse_quorum()
     if as_json:
-        click.echo(json.dumps(st.to_json(job, rows, quorum), indent=2))
+        click.echo(json.dumps(st.to_json(job, rows, quorum), indent=2, allow_nan=False))
     else:
         click.echo(st.render_table(job, rows, quorum))
