@@ -345,10 +345,13 @@ def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
     if lighthouse is None:
         return env.get("TORCHFT_LIGHTHOUSE") or planlib.DEFAULT_LIGHTHOUSE
     address = getattr(lighthouse, "address", lighthouse)
-    if not isinstance(address, str) or not address.startswith(("http://", "https://")):
+    problem = (
+        planlib.lighthouse_address_problem(address) if isinstance(address, str) else "not text"
+    )
+    if problem:
         raise UserError(
-            f"lighthouse={lighthouse!r}: give the address replicas use (http://HOST:PORT) "
-            "or what ftslurm.lighthouse.start() returned"
+            f"lighthouse={lighthouse!r}: {problem}; give the address replicas use "
+            "(http://HOST:PORT) or what ftslurm.lighthouse.start() returned"
         )
     return address
 

@@ -14,6 +14,7 @@ Secrets (WANDB_API_KEY, HF_TOKEN) are only ever reported as "set" / "not set".
 
 from __future__ import annotations
 
+import http.client
 import importlib.metadata
 import os
 import re
@@ -81,7 +82,9 @@ class NodeRow:
 
     @property
     def idle(self) -> bool:
-        return self.state.rstrip("*~#!%$@^").lower() == "idle"
+        """Idle and usable now: `idle*` (not responding), `idle~` (powered down), `idle#`,
+        `idle%`, `idle@`, ... would make a probe fail or wait, and blame the wrong thing."""
+        return self.state.lower() == "idle"
 
     @property
     def responding(self) -> bool:
@@ -272,6 +275,14 @@ def check_gpus(device: str, rows: Sequence[NodeRow], wanted: int | None, script:
     return Check(name, PASS, f"{seen}; the FT script asks for --gpus-per-task={wanted}")
 
 
+def probe_node(rows: Sequence[NodeRow], partitions: Mapping[str, str]) -> NodeRow | None:
+    """The node the srun probes run on: idle and responding, in a partition that is up. Any
+    other (`idle*`, a down partition) would make the probes fail and blame the Lighthouse
+    address or the filesystem instead."""
+    up = {p for p, avail in partitions.items() if avail == "up"}
+    return next((r for r in rows if r.idle and r.partition.rstrip("*") in up), None)
+
+
 def check_lighthouse(
     address: str,
     from_env: bool,
@@ -288,6 +299,13 @@ def check_lighthouse(
         "start it on the login node: ftslurm lighthouse start --advertise <login host>, then "
         "export the TORCHFT_LIGHTHOUSE=... line it prints"
     )
+    shape = planlib.lighthouse_address_problem(address)
+    if shape:
+        return Check(
+            name, FAIL, f"{where}: {shape}",
+            "export TORCHFT_LIGHTHOUSE=http://<login host>:<port> (what `ftslurm lighthouse "
+            "start` prints)",
+        )  # fmt: skip
     if managed_address and managed_address != address:
         start_fix = (
             f"ftslurm's managed Lighthouse runs at {managed_address}: "
@@ -528,7 +546,7 @@ def _login_probe(address: str) -> Probe:
 
     try:
         code, _ = lighthouse.http_get(address, timeout=3)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, http.client.HTTPException) as e:  # InvalidURL: a bad port
         reason = getattr(e, "reason", e)
         return Probe(False, f"{type(e).__name__}: {reason}", "login node")
     return Probe(code == 200, f"HTTP {code}", "login node")
@@ -582,6 +600,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
                             "fix `slurm client tools` first"))  # fmt: skip
 
     rows: list[NodeRow] = []
+    parts: dict[str, str] = {}
     idle_node: NodeRow | None = None
     skipped = "the Slurm controller is not answering"
     if controller_ok:
@@ -596,8 +615,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         except CommandError as e:
             checks.append(Check("partitions and idle nodes", FAIL, e.one_line(),
                                 "check the controller's log (slurmctld.log)"))  # fmt: skip
-        up = {r.partition for r in rows}
-        idle_node = next((r for r in rows if r.idle and r.partition in up), None)
+        idle_node = probe_node(rows, parts)
         try:
             script_text = cfg.script.read_text()
         except OSError:

@@ -4,6 +4,7 @@ pass / warn / fail with the fix. No Slurm needed."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from ftslurm import doctor as d
+from ftslurm.errors import UserError
+from ftslurm.replica import plan as planlib
 from tests.ftjob import ROOT
 
 SINFO_LOCAL = (
@@ -56,6 +59,34 @@ def test_partitions_and_idle_nodes():
     assert c.status == d.FAIL and "State=RESUME" in c.fix
     few = d.check_partitions({"main": "up"}, d.parse_sinfo_rows("w|main|idle|(null)\n"), 2)
     assert few.status == d.WARN and "--array=0-0" in few.fix
+
+
+def test_probes_run_only_on_a_usable_idle_node():
+    """sinfo -N rows: `idle*` (not responding) and `idle~` (powered down) are not idle, and a
+    node of a partition that is down is not used either."""
+    rows = d.parse_sinfo_rows(
+        "worker-0|main*|idle*|(null)\nworker-1|main*|idle~|(null)\n"
+        "worker-2|old|idle|(null)\nworker-3|main*|idle|(null)\n"
+    )
+    assert [r.idle for r in rows] == [False, False, True, True]
+    assert d.probe_node(rows, {"main": "up", "old": "down"}).name == "worker-3"
+    assert d.probe_node(rows[:3], {"main": "up", "old": "down"}) is None
+    assert d.probe_node(rows[:3], {"main": "up", "old": "up"}).name == "worker-2"
+
+
+def test_lighthouse_address_of_the_wrong_shape_says_so():
+    """A typo in TORCHFT_LIGHTHOUSE is named as such (not "start the Lighthouse"), and the
+    launcher refuses it before starting torchrun."""
+    bad = d.Probe(False, "InvalidURL: nonnumeric port", "login node")
+    cases = (("http://login-0:2951O", "not an address"), ("login-0:29510", "http://<host>:"),
+             ("http://login-0", "no port"))
+    for addr, said in cases:
+        c = d.check_lighthouse(addr, True, None, bad)
+        assert c.status == d.FAIL and said in c.detail and "TORCHFT_LIGHTHOUSE=http://" in c.fix
+        with pytest.raises(UserError, match=re.escape(said)):
+            planlib.build_ft_plan({"TORCHFT_LIGHTHOUSE": addr, "FTSLURM_REPLICA_ID": "0",
+                                   "FTSLURM_GROUP_SIZE": "1"}, ROOT)  # fmt: skip
+    assert d.check_lighthouse("http://login-0:1", True, None, bad).fix.startswith("start it")
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,7 @@ Knobs (environment variables; defaults in brackets):
 from __future__ import annotations
 
 import shlex
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +171,21 @@ def _extra_args(env: Mapping[str, str]) -> list[str]:
         ) from None
 
 
+def lighthouse_address_problem(address: str) -> str | None:
+    """What is wrong with the shape of a Lighthouse address (replicas would fail on it after
+    the queue wait), or None. Shared by the launcher, `ftslurm doctor` and the API."""
+    try:
+        u = urllib.parse.urlsplit(address)
+        port = u.port
+    except ValueError as e:  # "Port could not be cast to integer value as 'x'"
+        return f"not an address ({e})"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return "not an address: it needs the form http://<host>:<port>"
+    if port is None:
+        return "no port: it needs the form http://<host>:<port>"
+    return None
+
+
 def _run_id(env: Mapping[str, str]) -> str:
     return env.get("SLURM_ARRAY_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
 
@@ -280,6 +296,13 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             notes.append("W&B logs on replica 0 only")
     tt += _extra_args(env)
 
+    lighthouse = env.get("TORCHFT_LIGHTHOUSE") or DEFAULT_LIGHTHOUSE
+    problem = lighthouse_address_problem(lighthouse)
+    if problem:
+        raise UserError(
+            f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
+            "lighthouse start` prints"
+        )
     argv = list(torchrun or [env.get("FTSLURM_TORCHRUN") or "torchrun"])
     argv += [
         "--nnodes=1",
@@ -292,7 +315,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         *tt,
     ]
     child_env = {
-        "TORCHFT_LIGHTHOUSE": env.get("TORCHFT_LIGHTHOUSE") or DEFAULT_LIGHTHOUSE,
+        "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": env.get("TORCHFT_QUORUM_RETRIES") or str(DEFAULT_QUORUM_RETRIES),
         "FTSLURM_DEVICE": device,
         "FTSLURM_FT_MODE": ft_mode,
