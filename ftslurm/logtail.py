@@ -232,25 +232,49 @@ def newest_run_dir(runs_dir: Path) -> Path | None:
     return max(dirs, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def replica_logs(run_dir: Path, replicas: set[int] | None = None) -> dict[str, Path]:
-    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given. In a
-    `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) every
-    `tft-*_<i>.out` there."""
-    out: dict[str, Path] = {}
+def job_logs(run_dir: Path) -> dict[str, dict[int, Path]]:
+    """job id -> {replica: `tft-<job>_<i>.out`} of the logs in `run_dir`; in a `tft-<job>`
+    folder only that job's."""
     folder = run_dir.resolve().name
-    job = folder[len("tft-") :] if folder.startswith("tft-") else None
+    only = folder[len("tft-") :] if folder.startswith("tft-") else None
     try:
         names = sorted(os.listdir(run_dir))
     except OSError:
-        return out
+        return {}
+    jobs: dict[str, dict[int, Path]] = {}
     for name in names:
         m = _TASK_RE.match(name)
-        if not m or (job is not None and m.group(1) != job):
-            continue
-        i = int(m.group(2))
-        if replicas is None or i in replicas:
-            out[f"r{i}"] = run_dir / name
-    return out
+        if m and (only is None or m.group(1) == only):
+            jobs.setdefault(m.group(1), {})[int(m.group(2))] = run_dir / name
+    return jobs
+
+
+def newest_job(jobs: dict[str, dict[int, Path]]) -> str | None:
+    """The job whose logs changed last (a folder holding several jobs' logs: `.`, a copy)."""
+
+    def mtime(job: str) -> float:
+        return max((_mtime(p) for p in jobs[job].values()), default=0.0)
+
+    return max(jobs, key=mtime, default=None)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def replica_logs(run_dir: Path, replicas: set[int] | None = None) -> dict[str, Path]:
+    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given. In a
+    `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) the
+    `tft-*_<i>.out` there, of the newest job when several jobs' logs are there (two replica
+    0s cannot share one prefix)."""
+    jobs = job_logs(run_dir)
+    job = newest_job(jobs)
+    if job is None:
+        return {}
+    return {f"r{i}": p for i, p in sorted(jobs[job].items()) if replicas is None or i in replicas}
 
 
 COLORS = ("36", "33", "35", "32", "34", "31", "96", "93")

@@ -177,6 +177,23 @@ def test_cli_logs_in_a_renamed_run_folder_and_in_dot(tmp_path, monkeypatch):
     assert "does not exist" in str(r.exception)
 
 
+def test_cli_logs_in_a_folder_with_several_jobs(tmp_path, monkeypatch):
+    """Two jobs' logs in one folder (a postmortem copy): replica 0 of one job was silently
+    replaced by the other's; now the newest job is shown and the others are named."""
+    mixed = tmp_path / "mixed"
+    old_run, new_run = real_run(tmp_path, "11"), real_run(tmp_path / "b", "13")
+    mixed.mkdir()
+    for run, when in ((old_run, 1_000_000), (new_run, 2_000_000)):
+        for log in run.iterdir():
+            os.utime(log.rename(mixed / log.name), (when, when))
+    r = CliRunner().invoke(cli, ["logs", "--run-dir", str(mixed), "-n", "1"])
+    assert r.exit_code == 0, r.output
+    assert "showing job 13, the newest (also there: 11;" in r.stderr
+    assert sorted(x[:4] for x in r.stdout.splitlines()) == ["[r0]", "[r1]"]
+    assert logtail.replica_logs(mixed) == {
+        "r0": mixed / "tft-13_0.out", "r1": mixed / "tft-13_1.out"}  # fmt: skip
+
+
 def test_follower_growth_new_files_new_attempts_truncation(tmp_path):
     run = tmp_path / "tft-5"
     run.mkdir()

@@ -22,7 +22,8 @@ from ftslurm.errors import UserError
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="A run folder (tft-<job>) instead of --job.",
+    help="A run folder (tft-<job>) instead of --job; another folder: the newest job's logs "
+    "in it.",
 )
 @click.option("--color/--no-color", default=None, help="Colour prefixes [on a terminal].")
 def logs(
@@ -63,6 +64,12 @@ def logs(
             raise UserError(f"{run_dir} does not exist ({hint})")
         click.echo(f"note: {run_dir} does not exist yet ({hint}); waiting for it", err=True)
     selected = set(replicas) or None
+    several = logtail.job_logs(run_dir) if run_dir.is_dir() else {}
+    if len(several) > 1:
+        shown = logtail.newest_job(several)
+        others = ", ".join(sorted(j for j in several if j != shown))
+        click.echo(f"note: logs of several jobs in {run_dir}: showing job {shown}, the newest "
+                   f"(also there: {others}; pass its tft-<job> folder or --job)", err=True)
     lh_log: Path | None = None
     if lighthouse:
         from ftslurm import lighthouse as lh
