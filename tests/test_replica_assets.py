@@ -189,3 +189,26 @@ def test_dest_that_cannot_be_a_folder_is_one_line(tmp_path: Path) -> None:
         r = CliRunner().invoke(cli, ["assets", *argv])
         assert isinstance(r.exception, UserError), r.output
         assert f"cannot create the folder {blocker / 'sub'}" in str(r.exception)
+
+
+def test_gpu_launcher_without_the_tokenizer_stops_before_torchrun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DEVICE=cuda and no downloaded tokenizer: one line naming the download, exit 2 (not a
+    crash that every FT requeue repeats); a folder given in FTSLURM_EXTRA_ARGS wins."""
+    from ftslurm.replica import job
+    from ftslurm.replica import plan as planlib
+
+    monkeypatch.setenv("FTSLURM_PROJECT", str(tmp_path))
+    env = {"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1", "FTSLURM_TORCHRUN": "false"}
+    with pytest.raises(UserError, match=r"tokenizer missing: .*/assets/hf/Llama-3\.1-8B/"
+                       r"tokenizer\.json.*ftslurm assets download"):  # fmt: skip
+        job.main(["job"], env)
+    mine = tmp_path / "my-tokenizer"
+    mine.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (mine / name).write_text("{}")
+    plan = planlib.build_ft_plan(
+        {**env, "FTSLURM_EXTRA_ARGS": f"--model.hf_assets_path={mine}"}, tmp_path
+    )
+    job._check_tokenizer(plan)  # present: nothing said

@@ -105,7 +105,26 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         return 0
     if plan.device == "cpu":
         _ensure_cpu_assets(root)
+    else:
+        _check_tokenizer(plan)
     return _run_attempt(plan, env)
+
+
+def _check_tokenizer(plan: planlib.Plan) -> None:
+    """The gated tokenizer is downloaded by hand on the login node: without it torchtitan
+    fails after torchrun and the imports, and every FT requeue fails the same way. Said once,
+    before anything starts (exit 2: a user mistake, not requeued)."""
+    given = [a.split("=", 1)[1] for a in plan.argv if a.startswith("--model.hf_assets_path=")]
+    if not given:
+        return
+    folder = Path(given[-1])
+    missing = [n for n in ("tokenizer.json", "tokenizer_config.json") if not (folder / n).is_file()]
+    if missing:
+        raise UserError(
+            f"tokenizer missing: {', '.join(str(folder / n) for n in missing)}; on the login "
+            "node: export HF_TOKEN=hf_... && ftslurm assets download (into a folder the nodes "
+            "share), or point --model.hf_assets_path at one"
+        )
 
 
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
