@@ -199,6 +199,10 @@ def test_replica_and_attempt_precedence() -> None:
             {"FT_MODE": "async", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
             "FT_MODE=diloco",
         ),
+        ({"STEPS": "-5", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+         "STEPS=-5 must be at least 1"),
+        ({"FT_MODE": "diloco", "SYNC_STEPS": "0", "FTSLURM_REPLICA_ID": "0",
+          "FTSLURM_GROUP_SIZE": "1"}, "SYNC_STEPS=0 must be at least 1"),
         (
             {"FTSLURM_EXTRA_ARGS": "--job.description 'no end", "FTSLURM_REPLICA_ID": "0",
              "FTSLURM_GROUP_SIZE": "1"},

@@ -112,16 +112,25 @@ class Plan:
         return "\n".join(lines + [f"# {n}" for n in self.notes])
 
 
-def _int(env: Mapping[str, str], names: Sequence[str], default: int | None, what: str) -> int:
+def _int(
+    env: Mapping[str, str],
+    names: Sequence[str],
+    default: int | None,
+    what: str,
+    minimum: int | None = None,
+) -> int:
     for name in names:
         raw = env.get(name, "").strip()
         if raw:
             try:
-                return int(raw)
+                value = int(raw)
             except ValueError:
                 raise UserError(
                     f"{name}={raw!r} is not an integer; set {what} as a whole number"
                 ) from None
+            if minimum is not None and value < minimum:
+                raise UserError(f"{name}={value} must be at least {minimum}")
+            return value
     if default is None:
         raise UserError(
             f"{what} is unknown: run inside a Slurm job array or set {' / '.join(names)}"
@@ -217,7 +226,7 @@ def _common_tt_args(
         args += [f"--model.hf_assets_path={tok}", f"--training.dataset_path={data}"]
     else:
         args.append(f"--model.hf_assets_path={hf_assets(root)}")
-    args.append(f"--training.steps={_int(env, ['STEPS'], preset.steps, 'STEPS')}")
+    args.append(f"--training.steps={_int(env, ['STEPS'], preset.steps, 'STEPS', 1)}")
     if env.get("CHECKPOINT_FOLDER"):
         args.append(f"--checkpoint.folder={env['CHECKPOINT_FOLDER']}")
     return args
@@ -254,7 +263,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             f"replica id {replica_id} is outside 0..{group_size - 1}; "
             "submit with --array=0-<N-1> or fix FTSLURM_REPLICA_ID / FTSLURM_GROUP_SIZE"
         )
-    attempt = _int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
+    attempt = _int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt", 0)
     gpus = _gpus(env, device)
     run_id = _run_id(env)
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / "torchft" / f"tft-{run_id}")
@@ -262,7 +271,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
     ft_mode = (env.get("FT_MODE") or preset.ft_mode or "per-step").strip().lower()
     if ft_mode not in FT_MODES:
         raise UserError(f"FT_MODE={ft_mode!r} is unknown; use FT_MODE=per-step or FT_MODE=diloco")
-    pg = env.get("PROCESS_GROUP") or ("nccl" if device == "cuda" else "gloo")
+    pg = (env.get("PROCESS_GROUP") or ("nccl" if device == "cuda" else "gloo")).strip().lower()
     if pg not in ("nccl", "gloo"):
         raise UserError(f"PROCESS_GROUP={pg!r} is unknown; use nccl (GPU) or gloo (CPU)")
 
@@ -281,12 +290,13 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         )
     if ft_mode == "diloco":
         if env.get("SYNC_STEPS"):
-            tt.append(f"--fault_tolerance.sync_steps={_int(env, ['SYNC_STEPS'], 0, 'SYNC_STEPS')}")
+            sync = _int(env, ["SYNC_STEPS"], 0, "SYNC_STEPS", 1)
+            tt.append(f"--fault_tolerance.sync_steps={sync}")
         if env.get("NUM_FRAGMENTS"):
-            n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS")
+            n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
             tt.append(f"--fault_tolerance.num_fragments={n}")
     if env.get("PG_TIMEOUT_S"):
-        ms = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S") * 1000
+        ms = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1) * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
     notes = []
     if env.get("WANDB_API_KEY"):
@@ -337,7 +347,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         run_id=run_id,
         dump_folder=dump,
         ft_mode=ft_mode,
-        max_requeues=_int(env, ["FT_MAX_REQUEUES"], DEFAULT_MAX_REQUEUES, "FT_MAX_REQUEUES"),
+        max_requeues=_int(env, ["FT_MAX_REQUEUES"], DEFAULT_MAX_REQUEUES, "FT_MAX_REQUEUES", 0),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
         notes=notes,
     )
@@ -365,7 +375,7 @@ def build_classic_plan(
     gpus = _gpus(env, device)
     run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
-    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT")
+    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1)
     tt = _common_tt_args(env, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
