@@ -100,3 +100,17 @@ def test_outputs_folder_that_cannot_be_made_is_one_line(tmp_path: Path, fake_sba
         r.exception
     )
     assert not fake_sbatch.exists()
+
+
+def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):
+    """`#SBATCH --array` inside the script still gets the log folder hint; --chdir moves the
+    folder Slurm's --output needs to the job's working directory."""
+    script = tmp_path / "my-ft.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --array=0-3\n#SBATCH --output=outputs/torchft/x\n")
+    job_dir = tmp_path / "jobdir"
+    r = _submit(tmp_path / "s", f"--chdir={job_dir}", str(script),
+                FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["log_dir"] == str(tmp_path / "o" / "torchft" / "tft-42")
+    assert (job_dir / "outputs" / "torchft").is_dir()
+    assert not (tmp_path / "s" / "outputs").exists()

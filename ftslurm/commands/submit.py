@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import click
@@ -24,6 +25,23 @@ def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
     else:
         device = env.get("DEVICE", "").strip().lower()
     return sbatch_device_options(device)
+
+
+def _job_dir(options: list[str]) -> Path:
+    """The job's working directory: --chdir if given, else this one (sbatch's default)."""
+    for o in reversed(options):
+        if o.startswith("--chdir="):
+            return Path(o.split("=", 1)[1]).expanduser()
+    return Path.cwd()
+
+
+def _array_in(script: str) -> bool:
+    """An `#SBATCH --array=` line in the script itself (then no --array on the command line)."""
+    try:
+        text = Path(script).read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(r"(?m)^#SBATCH\s+(--array[=\s]|-a\s)", text) is not None
 
 
 def _make_dir(path: Path) -> None:
@@ -79,14 +97,14 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     from ftslurm import paths
 
     overrides = device_overrides(dict(os.environ), script)
-    # the scripts' Slurm --output folder (relative to the submit dir) and the run folders
-    _make_dir(Path.cwd() / "outputs" / "torchft")
+    # the scripts' Slurm --output folder (relative to the job's working dir) and the runs
+    _make_dir(_job_dir(options) / "outputs" / "torchft")
     runs = paths.torchft_runs_dir()
     _make_dir(runs)
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir())}
     job_id = client.sbatch(script, [*overrides, *options], script_args, extra_env=outputs)
-    is_array = any(o.startswith(("--array", "-a")) for o in options)
+    is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
     log_dir = runs / f"tft-{job_id}" if is_array else None
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "log_dir": str(log_dir) if log_dir else None}))
