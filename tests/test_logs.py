@@ -137,6 +137,10 @@ def test_cli_logs_merges_real_logs_in_time_order(tmp_path, monkeypatch):
         "[r1] not requeueing: stopped by a signal from Slurm or the user; Slurm decides what is"
         " next",
     ]
+    # the task id as squeue shows it: job 8, replica 1
+    assert CliRunner().invoke(cli, ["logs", "-n", "2", "--job", "8_1"]).output == only1.output
+    bad = CliRunner().invoke(cli, ["logs", "--job", "8_x"])
+    assert bad.exit_code == 2 and "is not a job id (42, or 42_1" in bad.output
     colour = CliRunner().invoke(cli, ["logs", "-n", "1", "--replica", "0", "--color"])
     assert colour.output.startswith("\x1b[36m[r0]")
 

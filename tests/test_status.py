@@ -105,7 +105,7 @@ def test_cli_status_with_recorded_squeue(monkeypatch, tmp_path, as_json):
         "[2026-11-23 10:00:00]  launching replica 1 (attempt 2) on worker-1\n"
         "[titan] 2026-11-23 10:00:05,000 - root - INFO - step: 9  loss:  3.14159\n"
     )
-    args = ["status", "--no-lighthouse"] + (["--json"] if as_json else [])
+    args = ["status", "--no-lighthouse", "--job", "12_1"] + (["--json"] if as_json else [])
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     if as_json:

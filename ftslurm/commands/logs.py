@@ -7,11 +7,16 @@ from pathlib import Path
 
 import click
 
+from ftslurm.commands.params import ArrayJobId
 from ftslurm.errors import UserError
 
 
 @click.command("logs")
-@click.option("--job", help="Array job id of the run [newest tft-* folder in outputs/torchft].")
+@click.option(
+    "--job", "job_task", type=ArrayJobId(),
+    help="Array job id of the run (42_1: replica 1 of job 42, as squeue shows it) [newest "
+    "tft-* folder in outputs/torchft].",
+)
 @click.option(
     "--replica", "replicas", type=click.IntRange(min=0), multiple=True,
     help="Only this replica (repeat).",
@@ -27,7 +32,7 @@ from ftslurm.errors import UserError
 )
 @click.option("--color/--no-color", default=None, help="Colour prefixes [on a terminal].")
 def logs(
-    job: str | None,
+    job_task: tuple[int, int | None] | None,
     replicas: tuple[int, ...],
     follow: bool,
     lines: int,
@@ -50,6 +55,9 @@ def logs(
 
     if lines < 0:
         raise UserError("-n must be >= 0")
+    job = job_task[0] if job_task else None
+    if job_task and job_task[1] is not None:
+        replicas = (*replicas, job_task[1])
     runs = paths.torchft_runs_dir()
     if run_dir is None:
         if job is not None:

@@ -28,3 +28,19 @@ class FiniteFloat(click.FloatRange):
 def seconds(min_open: bool = False, max_s: float | None = DAY_S) -> FiniteFloat:
     """Seconds >= 0 (> 0 with `min_open`), at most a day unless `max_s` says otherwise."""
     return FiniteFloat(min=0.0, min_open=min_open, max=max_s)
+
+
+class ArrayJobId(click.ParamType):
+    """An array job id: `42`, or `42_1` as squeue shows one task (the job is 42; commands that
+    can show one replica take the `_1` as the replica)."""
+
+    name = "JOB"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        job, _, task = text.partition("_")
+        if job.isdigit() and int(job) >= 1 and (not task or task.isdigit()):
+            return int(job), (int(task) if task else None)
+        self.fail(f"{value!r} is not a job id (42, or 42_1 as squeue shows a task).", param, ctx)

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import click
 
+from ftslurm.commands.params import ArrayJobId
 from ftslurm.errors import UserError
 
 
 @click.command("status")
 @click.option(
-    "--job", type=click.IntRange(min=1), help="FT array job id [newest FT array of this user]."
+    "--job", "job_task", type=ArrayJobId(),
+    help="FT array job id (42, or 42_1 as squeue shows a task) [newest FT array of this user].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
@@ -23,7 +25,10 @@ from ftslurm.errors import UserError
     help="Folder of the replica logs [outputs/torchft/tft-<job>].",
 )
 @click.option("--no-lighthouse", is_flag=True, help="Do not ask the managed Lighthouse.")
-def status(job: int | None, as_json: bool, log_dir: Path | None, no_lighthouse: bool) -> None:
+def status(
+    job_task: tuple[int, int | None] | None, as_json: bool, log_dir: Path | None,
+    no_lighthouse: bool,
+) -> None:
     """One row per array task: replica, Slurm state and reason, node, restart count, the
     attempt, last step and loss in its log, and how long ago the log last changed; then the
     managed Lighthouse's current quorum when it runs.
@@ -37,6 +42,7 @@ def status(job: int | None, as_json: bool, log_dir: Path | None, no_lighthouse: 
     from ftslurm import status as st
     from ftslurm.slurm import client
 
+    job = job_task[0] if job_task else None
     jobs = client.jobs()
     if job is None:
         job = failure.newest_ft_job(jobs, getpass.getuser())
