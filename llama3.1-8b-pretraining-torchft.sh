@@ -19,7 +19,8 @@
 #   FTSLURM_PYTHON=python3          interpreter of the environment with ftslurm installed
 #   FTSLURM_DRY_RUN=1               print the exact command, run nothing
 #
-# Logs: outputs/torchft/tft-<array job>/tft-<array job>_<task>.out, appended by every attempt.
+# Logs: outputs/torchft/tft-<array job>/tft-<array job>_<task>.out, appended by every attempt;
+# outputs/ is $FTSLURM_OUTPUTS (`ftslurm submit` passes the checkout's), else the submit folder's.
 # Slurm's own --output below only gets Slurm's messages; its folder is committed to git,
 # because Slurm does not create output folders and a job with a missing one fails unrequeued.
 #
