@@ -359,6 +359,20 @@ def test_cli_dry_run_prints_and_runs_nothing(dry_slurm, tmp_path):
     assert not (tmp_path / "ev.jsonl").exists()
 
 
+def test_cli_job_as_squeue_shows_a_task(dry_slurm, tmp_path):
+    """`--job 12_1` (pasted from squeue) is replica 1 of job 12; click's int() read it as
+    job 121 (underscores are digit separators to Python) and would hit another job."""
+    r = CliRunner().invoke(cli, ["simulate-failure", "--job", "12_1", "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["job"], json.loads(r.stdout)["replica"]) == (12, 1)
+    both = CliRunner().invoke(cli, ["simulate-failure", "--job", "12_1", "--replica", "0",
+                                    "--dry-run"])  # fmt: skip
+    assert "names replica 1: drop --replica" in str(both.exception)
+    for bad in ("1_2_3", "²", "12_"):
+        r = CliRunner().invoke(cli, ["simulate-failure", "--job", bad, "--dry-run"])
+        assert r.exit_code == 2 and "is not a job id" in r.output, (bad, r.output)
+
+
 def test_cli_dry_run_json_is_the_plan_and_only_json(dry_slurm, tmp_path):
     r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
                                  "--dry-run", "--json"])  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ftslurm.commands.params import seconds
+from ftslurm.commands.params import ArrayJobId, seconds
 from ftslurm.errors import UserError
 
 
@@ -56,8 +56,9 @@ def _print_plan(plan, dry_run: bool, as_json: bool = False) -> None:
 )
 @click.option("--node", help="Node to hit (instead of --replica).")
 @click.option(
-    "--job", type=click.IntRange(min=1),
-    help="FT array job id [newest running FT array of this user].",
+    "--job", "job_task", type=ArrayJobId(),
+    help="FT array job id; 42_1 as squeue shows a task = --job 42 --replica 1 [newest "
+    "running FT array of this user].",
 )  # fmt: skip
 @click.option(
     "--mode",
@@ -98,7 +99,7 @@ def simulate_failure(
     ctx: click.Context,
     replica: int | None,
     node: str | None,
-    job: int | None,
+    job_task: tuple[int, int | None] | None,
     mode: str,
     down_for: float,
     reason: str | None,
@@ -130,6 +131,12 @@ def simulate_failure(
     """
     from ftslurm import failure
 
+    job, task = job_task if job_task else (None, None)
+    if task is not None:
+        if node is not None or (replica is not None and replica != task) or chaos:
+            raise UserError(f"--job {job}_{task} names replica {task}: drop --replica / "
+                            f"--node / --chaos, or pass --job {job}")
+        replica = task
     if chaos and (replica is not None or node is not None):
         raise UserError("--chaos picks the replicas itself: drop --replica / --node")
     given = [f"--{n}" for n in ("every", "count", "seed")

@@ -8,6 +8,7 @@ node DOWN for good. Durations and sizes here are finite.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import click
@@ -30,6 +31,9 @@ def seconds(min_open: bool = False, max_s: float | None = DAY_S) -> FiniteFloat:
     return FiniteFloat(min=0.0, min_open=min_open, max=max_s)
 
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() is true for "²", int() fails
+
+
 class ArrayJobId(click.ParamType):
     """An array job id: `42`, or `42_1` as squeue shows one task (the job is 42; commands that
     can show one replica take the `_1` as the replica)."""
@@ -40,7 +44,7 @@ class ArrayJobId(click.ParamType):
         if isinstance(value, tuple):
             return value
         text = str(value).strip()
-        job, _, task = text.partition("_")
-        if job.isdigit() and int(job) >= 1 and (not task or task.isdigit()):
+        job, sep, task = text.partition("_")
+        if _DIGITS.fullmatch(job) and int(job) >= 1 and (not sep or _DIGITS.fullmatch(task)):
             return int(job), (int(task) if task else None)
         self.fail(f"{value!r} is not a job id (42, or 42_1 as squeue shows a task).", param, ctx)
