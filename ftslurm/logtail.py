@@ -265,14 +265,16 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def replica_logs(run_dir: Path, replicas: set[int] | None = None) -> dict[str, Path]:
+def replica_logs(
+    run_dir: Path, replicas: set[int] | None = None, job: str | None = None
+) -> dict[str, Path]:
     """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given. In a
     `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) the
-    `tft-*_<i>.out` there, of the newest job when several jobs' logs are there (two replica
-    0s cannot share one prefix)."""
+    `tft-*_<i>.out` there of `job`, else of the newest job (two replica 0s cannot share one
+    prefix)."""
     jobs = job_logs(run_dir)
-    job = newest_job(jobs)
-    if job is None:
+    job = job if job is not None else newest_job(jobs)
+    if job is None or job not in jobs:
         return {}
     return {f"r{i}": p for i, p in sorted(jobs[job].items()) if replicas is None or i in replicas}
 

@@ -251,6 +251,45 @@ def test_logs_follow_through_the_console_script(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in err
 
 
+@pytest.mark.timeout(60)
+def test_follow_in_a_folder_of_several_jobs_stays_with_one_job(tmp_path):
+    """Following `.` with two jobs' logs: the newer job's lines only, also when the older
+    job's log grows later (it would then become the newest), and --job picks the other."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for job, when in (("5", 1_000_000), ("7", 2_000_000)):
+        log = mixed / f"tft-{job}_0.out"
+        log.write_text(f"[2026-11-23 10:00:0{job}]  launching replica 0 (attempt 0) on w-{job}\n")
+        os.utime(log, (when, when))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ftslurm", "logs", "-f", "-n", "1", "--run-dir", str(mixed)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "on w-7" in proc.stdout.readline()
+        with open(mixed / "tft-5_0.out", "a") as fh:  # job 5 now the newest: not shown
+            fh.write("[2026-11-23 10:00:20]  job 5 goes on\n")
+        time.sleep(1.0)  # several polls of the follower (0.25 s)
+        with open(mixed / "tft-7_0.out", "a") as fh:
+            fh.write("[2026-11-23 10:00:21]  job 7 goes on\n")
+        assert "job 7 goes on" in proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    assert "showing job 7" in err and "choose with --job" in err
+    five = CliRunner().invoke(cli, ["logs", "--run-dir", str(mixed), "--job", "5", "-n", "5"])
+    assert five.exit_code == 0 and "job 5 goes on" in five.stdout and "w-7" not in five.stdout
+    none = CliRunner().invoke(cli, ["logs", "--run-dir", str(mixed), "--job", "6"])
+    assert "no logs of job 6 in" in str(none.exception) and "(there: job 5, 7)" in str(
+        none.exception
+    )
+
+
 def test_newest_run_dir(tmp_path):
     assert logtail.newest_run_dir(tmp_path / "none") is None
     old, new = tmp_path / "tft-1", tmp_path / "tft-2"

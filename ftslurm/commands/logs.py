@@ -27,8 +27,8 @@ from ftslurm.errors import UserError
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="A run folder (tft-<job>) instead of --job; another folder: the newest job's logs "
-    "in it.",
+    help="A run folder (tft-<job>) instead of --job; another folder: the logs of --job in "
+    "it, else of the newest job there.",
 )
 @click.option("--color/--no-color", default=None, help="Colour prefixes [on a terminal].")
 def logs(
@@ -72,12 +72,15 @@ def logs(
             raise UserError(f"{run_dir} does not exist ({hint})")
         click.echo(f"note: {run_dir} does not exist yet ({hint}); waiting for it", err=True)
     selected = set(replicas) or None
+    # one job for the whole run of the command: a folder may hold several jobs' logs (`.`, a
+    # postmortem copy), and following must not switch jobs when another one's log grows
+    chosen: list[str | None] = [str(job) if job is not None else None]
     several = logtail.job_logs(run_dir) if run_dir.is_dir() else {}
-    if len(several) > 1:
-        shown = logtail.newest_job(several)
-        others = ", ".join(sorted(j for j in several if j != shown))
-        click.echo(f"note: logs of several jobs in {run_dir}: showing job {shown}, the newest "
-                   f"(also there: {others}; pass its tft-<job> folder or --job)", err=True)
+    if chosen[0] is None and len(several) > 1:
+        chosen[0] = logtail.newest_job(several)
+        others = ", ".join(sorted(j for j in several if j != chosen[0]))
+        click.echo(f"note: logs of several jobs in {run_dir}: showing job {chosen[0]}, the "
+                   f"newest (also there: {others}; choose with --job)", err=True)
     lh_log: Path | None = None
     if lighthouse:
         from ftslurm import lighthouse as lh
@@ -87,13 +90,19 @@ def logs(
             click.echo(f"note: no managed Lighthouse log at {lh_log}: replica logs only", err=True)
 
     def discover() -> dict[str, Path]:
-        found = logtail.replica_logs(run_dir, selected)
+        if chosen[0] is None:  # the first job whose logs appear
+            chosen[0] = logtail.newest_job(logtail.job_logs(run_dir))
+        found = logtail.replica_logs(run_dir, selected, chosen[0]) if chosen[0] else {}
         if lh_log is not None and lh_log.exists():
             found["lh"] = lh_log
         return found
 
     if not follow and not discover():
-        have = sorted(logtail.replica_logs(run_dir), key=lambda k: int(k[1:]))
+        jobs = logtail.job_logs(run_dir)
+        if chosen[0] is not None and chosen[0] not in jobs and jobs:
+            raise UserError(f"no logs of job {chosen[0]} in {run_dir} (there: job "
+                            f"{', '.join(sorted(jobs))})")
+        have = sorted(logtail.replica_logs(run_dir, None, chosen[0]), key=lambda k: int(k[1:]))
         if selected and have:
             raise UserError(
                 f"no log of replica {', '.join(map(str, sorted(selected)))} in {run_dir} "
