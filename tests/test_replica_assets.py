@@ -208,7 +208,8 @@ def test_gpu_launcher_without_the_tokenizer_stops_before_torchrun(
     mine.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (mine / name).write_text("{}")
-    plan = planlib.build_ft_plan(
-        {**env, "FTSLURM_EXTRA_ARGS": f"--model.hf_assets_path={mine}"}, tmp_path
-    )
-    job._check_tokenizer(plan)  # present: nothing said
+    for given in (f"--model.hf_assets_path={mine}", f"--model.hf-assets-path={mine}",
+                  f"--model.hf_assets_path {mine}"):  # fmt: skip
+        plan = planlib.build_ft_plan({**env, "FTSLURM_EXTRA_ARGS": given}, tmp_path)
+        job._check_tokenizer(plan)  # present: nothing said, in every form tyro takes
+    assert job._flag_values(["--model.hf_assets_path"], "--model.hf_assets_path") == []

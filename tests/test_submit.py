@@ -81,6 +81,10 @@ def test_cpu_preset_alone_asks_for_a_cpu_node(tmp_path: Path, fake_sbatch: Path)
         ({"DEVICE": "gpu"}, "DEVICE='gpu' is not supported"),
         ({"FTSLURM_PRESET": "llama3_8b"}, "preset llama3_8b is for the classic script"),
         ({"FTSLURM_PRESET": "debug"}, "FTSLURM_PRESET='debug' is unknown"),
+        ({"TORCHFT_LIGHTHOUSE": "http://login-0"}, "no port"),
+        ({"STEPS": "-5"}, "STEPS=-5 must be at least 1"),
+        ({"FTSLURM_EXTRA_ARGS": "'unclosed"}, "does not parse"),
+        ({"PROCESS_GROUP": "mpi"}, "PROCESS_GROUP='mpi' is unknown"),
     ],
 )
 def test_bad_device_or_preset_is_refused_before_sbatch(

@@ -14,17 +14,23 @@ from ftslurm.errors import UserError
 
 def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
     """sbatch options implied by the device (DEVICE, or FTSLURM_PRESET=debug_cpu) that moves a
-    job to CPU nodes. For this project's two scripts DEVICE and the preset are checked here
-    as the launcher would on every node: a typo fails now, not after the queue wait."""
+    job to CPU nodes. For this project's two scripts every knob is checked here as the
+    launcher will check it on each node (the API does the same): a typo fails now, not after
+    the queue wait."""
     from ftslurm import paths
-    from ftslurm.replica.plan import resolve_preset, sbatch_device_options
+    from ftslurm.replica import plan as planlib
 
     name = Path(script).name
-    if name in (paths.FT_SCRIPT, paths.CLASSIC_SCRIPT):
-        _, _, device = resolve_preset(env, classic=name == paths.CLASSIC_SCRIPT)
+    if name == paths.FT_SCRIPT:
+        # one replica of a 1-replica array stands for all: the knobs are the same for each
+        probe = {**env, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}
+        device = planlib.build_ft_plan(probe, paths.project_root()).device
+    elif name == paths.CLASSIC_SCRIPT:
+        probe = {**env, "SLURM_NNODES": "1"}
+        device = planlib.build_classic_plan(probe, paths.project_root(), "localhost").device
     else:
         device = env.get("DEVICE", "").strip().lower()
-    return sbatch_device_options(device)
+    return planlib.sbatch_device_options(device)
 
 
 def _job_dir(options: list[str]) -> Path:
@@ -83,7 +89,8 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     this makes sure the scripts' log folder exists in the submit directory. The job gets
     FTSLURM_OUTPUTS (the outputs folder `ftslurm logs`/`status` read), so the replica logs
     land there from any submit directory. DEVICE=cpu (or FTSLURM_PRESET=debug_cpu) adds the
-    sbatch options of a CPU node; DEVICE and FTSLURM_PRESET are checked before submitting.
+    sbatch options of a CPU node; the knobs (DEVICE, FTSLURM_PRESET, STEPS, TORCHFT_LIGHTHOUSE,
+    ...) are checked before submitting.
 
     \b
     Examples:

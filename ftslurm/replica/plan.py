@@ -289,13 +289,13 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             "--fault_tolerance.semi_sync_method=" + ("diloco" if ft_mode == "diloco" else "None")
         )
     if ft_mode == "diloco":
-        if env.get("SYNC_STEPS"):
+        if env.get("SYNC_STEPS", "").strip():
             sync = _int(env, ["SYNC_STEPS"], 0, "SYNC_STEPS", 1)
             tt.append(f"--fault_tolerance.sync_steps={sync}")
-        if env.get("NUM_FRAGMENTS"):
+        if env.get("NUM_FRAGMENTS", "").strip():
             n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
             tt.append(f"--fault_tolerance.num_fragments={n}")
-    if env.get("PG_TIMEOUT_S"):
+    if env.get("PG_TIMEOUT_S", "").strip():
         ms = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1) * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
     notes = []
