@@ -280,12 +280,13 @@ class FTArray:
     ) -> dict[int, str]:
         """Wait until every replica is in `state` (a Slurm job state, any case); return the
         states. Raises `ReplicaEnded` as soon as a replica has stayed in a final state other
-        than `state` (FAILED, CANCELLED, ...) for `ended_grace` s -- a requeue passes through
-        such states briefly -- and `ftslurm.wait.WaitTimeout` after `timeout` s."""
+        than `state` (FAILED, CANCELLED, ..., or UNKNOWN: forgotten by Slurm) for
+        `ended_grace` s -- a requeue passes through such states briefly -- and
+        `ftslurm.wait.WaitTimeout` after `timeout` s."""
         from ftslurm.slurm.parse import JOB_STATES
         from ftslurm.wait import wait_for
 
-        want = state.strip().upper()
+        want = state.strip().upper() if isinstance(state, str) else ""
         if want not in JOB_STATES:
             raise UserError(f"{state!r} is not a Slurm job state; e.g. RUNNING, COMPLETED")
         ended_since: dict[int, float] = {}
@@ -294,7 +295,8 @@ class FTArray:
             states = self.states()
             now = time.monotonic()
             for rid, s in states.items():
-                if s in FINISHED_STATES and s != want:
+                # UNKNOWN: Slurm has forgotten the job (and submitit has no result): gone too
+                if s in (*FINISHED_STATES, "UNKNOWN") and s != want:
                     if now - ended_since.setdefault(rid, now) >= ended_grace:
                         raise ReplicaEnded(
                             f"replica {rid} of job {self.job_id} is {s}: it will not be {want}"

@@ -718,7 +718,7 @@ def start(
         bind, min_replicas, quorum_tick_ms, join_timeout_ms, heartbeat_timeout_ms, advertise
     )
     d = _daemon(state_dir)
-    created = not d.state_dir.exists()
+    created = _first_missing(d.state_dir)
     try:
         with _locked(d):
             found = d.lookup()
@@ -729,20 +729,35 @@ def start(
             stale_pid = found.stale.pid if found.stale else None
             return _start_locked(d, cfg, binary, log_max_mb, ready_timeout, stale_pid)
     except BaseException:
-        if created:
-            _remove_if_unused(d)
+        if created is not None:
+            _remove_if_unused(d, created)
         raise
 
 
-def _remove_if_unused(d: daemon.Daemon) -> None:
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what a start would create)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_if_unused(d: daemon.Daemon, created: Path) -> None:
     """A start that failed before anything ran (port taken, bad --bind) does not leave behind
-    the state dir it created, e.g. a mistyped --state-dir; a log it wrote is kept (the error
+    the folders it created, e.g. a mistyped --state-dir; a log it wrote is kept (the error
     names it)."""
     for path in (d.lockfile, d.state_dir / MARKER):
         with contextlib.suppress(OSError):
             path.unlink()
-    with contextlib.suppress(OSError):
-        d.state_dir.rmdir()  # only when empty
+    for folder in (d.state_dir, *d.state_dir.parents):
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            return
+        if folder == created:
+            return
 
 
 def _orphan_gone(

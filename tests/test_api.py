@@ -117,6 +117,11 @@ def test_wait_until_stops_when_a_replica_has_ended(tmp_path):
     assert done.wait_until("completed", timeout=5, interval=0.01)[1] == "COMPLETED"
     with pytest.raises(UserError, match="'RUNING' is not a Slurm job state"):
         done.wait_until("RUNING")
+    with pytest.raises(UserError, match="None is not a Slurm job state"):
+        done.wait_until(None)  # type: ignore[arg-type]
+    forgotten = _array_with_states(tmp_path, {0: "UNKNOWN", 1: "RUNNING"})
+    with pytest.raises(ftslurm.ReplicaEnded, match="replica 0 of job 7 is UNKNOWN"):
+        forgotten.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
 
 
 def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):

@@ -210,6 +210,9 @@ def test_failed_start_does_not_leave_a_new_state_dir(tmp_path: Path, held_port: 
     with pytest.raises(lh.PortInUse):
         lh.start(bind=f"127.0.0.1:{held_port}", state_dir=typo)
     assert not typo.exists()
+    with pytest.raises(lh.PortInUse):
+        lh.start(bind=f"127.0.0.1:{held_port}", state_dir=typo / "a" / "b")
+    assert not typo.exists()  # every folder it made
     existing = tmp_path / "existing"
     existing.mkdir()
     with pytest.raises(lh.PortInUse):

@@ -116,6 +116,9 @@ def test_download_fails_at_once_when_the_hub_does_not_resolve(
     with pytest.raises(UserError, match="gated"):
         assets.download_tokenizer(tmp_path / "dl", TOKEN)
     assert fake.calls
+    monkeypatch.setenv("HF_ENDPOINT", "not a url")
+    with pytest.raises(UserError, match="HF_ENDPOINT='not a url' is not a URL"):
+        assets.download_tokenizer(tmp_path / "dl", TOKEN)
 
 
 def test_cli_download_gated_is_one_line_without_token_echo(

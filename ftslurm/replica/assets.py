@@ -64,18 +64,21 @@ def download_tokenizer(
     return got
 
 
-_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def _check_hub_resolves(env: Mapping[str, str], dest: Path) -> None:
     """Fail in a moment when the Hub's name does not resolve: huggingface_hub retries any
     connection error 5 times ('Retrying in 8s [Retry 4/5]', ~24 s) before giving up. Behind a
     proxy the proxy resolves names, and HF_HUB_OFFLINE reads the cache only: nothing to check."""
+    endpoint = env.get("HF_ENDPOINT") or "https://huggingface.co"
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"HF_ENDPOINT={endpoint!r} is not a URL: unset it, or give "
+                        "https://<host> of your Hub mirror")
     if any(env.get(v) for v in _PROXY_VARS) or env.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         return
-    host = urlsplit(env.get("HF_ENDPOINT") or "https://huggingface.co").hostname
-    if not host:
-        return
+    host = parts.hostname
     try:
         socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
