@@ -82,8 +82,14 @@ class NodeRow:
 
     @property
     def idle(self) -> bool:
-        """Idle and usable now: `idle*` (not responding), `idle~` (powered down), `idle#`,
-        `idle%`, `idle@`, ... would make a probe fail or wait, and blame the wrong thing."""
+        """Idle capacity, power-saving states included (`idle~`: Slurm powers it up)."""
+        return self.state.rstrip("*~#!%$@^").lower() == "idle"
+
+    @property
+    def ready(self) -> bool:
+        """Idle and usable this minute, for the srun probes: `idle*` (not responding), `idle~`
+        (powered down), `idle#`, `idle%`, `idle@`, ... would make a probe fail or wait past
+        its --immediate, and blame the Lighthouse address or the filesystem."""
         return self.state.lower() == "idle"
 
     @property
@@ -280,7 +286,7 @@ def probe_node(rows: Sequence[NodeRow], partitions: Mapping[str, str]) -> NodeRo
     other (`idle*`, a down partition) would make the probes fail and blame the Lighthouse
     address or the filesystem instead."""
     up = {p for p, avail in partitions.items() if avail == "up"}
-    return next((r for r in rows if r.idle and r.partition.rstrip("*") in up), None)
+    return next((r for r in rows if r.ready and r.partition.rstrip("*") in up), None)
 
 
 def check_lighthouse(

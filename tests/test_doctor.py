@@ -62,13 +62,15 @@ def test_partitions_and_idle_nodes():
 
 
 def test_probes_run_only_on_a_usable_idle_node():
-    """sinfo -N rows: `idle*` (not responding) and `idle~` (powered down) are not idle, and a
-    node of a partition that is down is not used either."""
+    """sinfo -N rows: `idle*` (not responding) and `idle~` (powered down) are not ready for a
+    probe (idle~ still counts as capacity), and a node of a partition that is down is not
+    used either."""
     rows = d.parse_sinfo_rows(
         "worker-0|main*|idle*|(null)\nworker-1|main*|idle~|(null)\n"
         "worker-2|old|idle|(null)\nworker-3|main*|idle|(null)\n"
     )
-    assert [r.idle for r in rows] == [False, False, True, True]
+    assert [r.ready for r in rows] == [False, False, True, True]
+    assert [r.idle for r in rows] == [True, True, True, True]  # capacity: idle~ powers up
     assert d.probe_node(rows, {"main": "up", "old": "down"}).name == "worker-3"
     assert d.probe_node(rows[:3], {"main": "up", "old": "down"}) is None
     assert d.probe_node(rows[:3], {"main": "up", "old": "up"}).name == "worker-2"

@@ -108,11 +108,13 @@ def test_cli_status_with_recorded_squeue(monkeypatch, tmp_path, as_json):
     args = ["status", "--no-lighthouse", "--job", "12_1"] + (["--json"] if as_json else [])
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
-    if as_json:
-        t = json.loads(r.output)["tasks"][1]
-        assert (t["attempt"], t["last_step"], t["last_loss"]) == (2, 9, 3.14159)
+    if as_json:  # --job 12_1: that replica's row only
+        [t] = json.loads(r.output)["tasks"]
+        assert (t["replica"], t["attempt"], t["last_step"], t["last_loss"]) == (1, 2, 9, 3.14159)
     else:
-        assert "job 12: 2 array task(s)" in r.output and "3.1416" in r.output
+        assert "job 12: 1 array task(s)" in r.output and "3.1416" in r.output
+    missing = CliRunner().invoke(cli, ["status", "--no-lighthouse", "--job", "12_5"])
+    assert "job 12 has no array task 5 in squeue (tasks: 0, 1)" in str(missing.exception)
 
 
 def test_cli_status_json_is_strict_when_the_loss_diverged(monkeypatch, tmp_path):

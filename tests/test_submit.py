@@ -118,3 +118,17 @@ def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):
     assert json.loads(r.stdout)["log_dir"] == str(tmp_path / "o" / "torchft" / "tft-42")
     assert (job_dir / "outputs" / "torchft").is_dir()
     assert not (tmp_path / "s" / "outputs").exists()
+
+
+def test_array_and_chdir_in_their_other_forms(tmp_path: Path, fake_sbatch: Path):
+    script = tmp_path / "short.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -a0-1\nsrun true\n#SBATCH --array=0-3\n")
+    for chdir in (["-D", str(tmp_path / "d1")], ["--chdir", str(tmp_path / "d2")]):
+        r = _submit(tmp_path / "s", *chdir, str(script), FTSLURM_OUTPUTS=str(tmp_path / "o"))
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["log_dir"], "the -a0-1 line is an array"
+        assert (Path(chdir[1]) / "outputs" / "torchft").is_dir()
+    late = tmp_path / "late.sh"  # an #SBATCH line after a command is ignored by sbatch
+    late.write_text("#!/bin/bash\nsrun true\n#SBATCH --array=0-3\n")
+    r = _submit(tmp_path / "s", str(late), FTSLURM_OUTPUTS=str(tmp_path / "o"))
+    assert r.exit_code == 0 and json.loads(r.stdout)["log_dir"] is None

@@ -329,7 +329,8 @@ def _follow(path: Path, interval: float = 0.25) -> None:
 @lighthouse.command()
 @_config_options(defaults=False)
 @click.option("--binary", default=None, metavar="PATH",
-              help="Run this executable instead  [default: what the last start ran]")
+              help="Run this executable instead; '' = torchft's Lighthouse loaded directly  "
+              "[default: what the last start ran]")
 @click.option("--log-max-mb", type=FiniteFloat(min=0), default=None,
               help="Log size cap  [default: the last start's]")
 @click.option("--grace", type=FiniteFloat(min=0), default=lh.DEFAULT_STOP_GRACE_S,

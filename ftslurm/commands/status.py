@@ -54,13 +54,19 @@ def status(
     tasks = failure.job_tasks(jobs, job)
     if not tasks:
         raise UserError(f"job {job} has no array tasks in squeue (finished long ago, or a typo?)")
+    only = job_task[1] if job_task else None
+    if only is not None:  # --job 42_1: that replica's row
+        if only not in tasks:
+            raise UserError(f"job {job} has no array task {only} in squeue (tasks: "
+                            f"{', '.join(map(str, sorted(tasks)))})")
+        tasks = {only: tasks[only]}
     if log_dir is not None and not log_dir.is_dir():
         raise UserError(f"--log-dir {log_dir}: no such folder")
     run_dir = log_dir or paths.torchft_runs_dir() / f"tft-{job}"
     if not run_dir.is_dir():
         click.echo(f"note: no logs in {run_dir} (pass --log-dir): no steps or losses", err=True)
     logs = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out") for i in tasks}
-    rows = st.build_rows(jobs, job, logs, time.time())
+    rows = [r for r in st.build_rows(jobs, job, logs, time.time()) if r.replica in tasks]
     quorum = None if no_lighthouse else st.lighthouse_quorum()
     if as_json:
         click.echo(json.dumps(st.to_json(job, rows, quorum), indent=2, allow_nan=False))

@@ -34,20 +34,31 @@ def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
 
 
 def _job_dir(options: list[str]) -> Path:
-    """The job's working directory: --chdir if given, else this one (sbatch's default)."""
-    for o in reversed(options):
+    """The job's working directory: --chdir / -D if given, else this one (sbatch's default)."""
+    found = None
+    for i, o in enumerate(options):
         if o.startswith("--chdir="):
-            return Path(o.split("=", 1)[1]).expanduser()
-    return Path.cwd()
+            found = o.split("=", 1)[1]
+        elif o in ("--chdir", "-D") and i + 1 < len(options):
+            found = options[i + 1]
+        elif o.startswith("-D") and len(o) > 2:
+            found = o[2:].lstrip("=")
+    return Path(found).expanduser() if found else Path.cwd()
 
 
 def _array_in(script: str) -> bool:
-    """An `#SBATCH --array=` line in the script itself (then no --array on the command line)."""
+    """An `#SBATCH --array` / `-a` line in the script's header (sbatch reads #SBATCH lines
+    only before the first command), when the command line has none."""
     try:
-        text = Path(script).read_text(errors="replace")
+        lines = Path(script).read_text(errors="replace").splitlines()
     except OSError:
         return False
-    return re.search(r"(?m)^#SBATCH\s+(--array[=\s]|-a\s)", text) is not None
+    for line in lines[1:]:
+        if line.strip() and not line.lstrip().startswith("#"):
+            return False  # the first command: sbatch stops reading directives here
+        if re.match(r"#SBATCH\s+(--array\b|-a)", line):
+            return True
+    return False
 
 
 def _make_dir(path: Path) -> None:

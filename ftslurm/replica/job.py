@@ -139,7 +139,7 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
         raise UserError(
             f"tokenizer missing: {', '.join(str(folder / n) for n in missing)}; on the login "
             "node: export HF_TOKEN=hf_... && ftslurm assets download (into a folder the nodes "
-            "share), or point --model.hf_assets_path at one"
+            "share), or point FTSLURM_EXTRA_ARGS=--model.hf_assets_path=<folder> at one"
         )
 
 

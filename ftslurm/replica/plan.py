@@ -192,6 +192,8 @@ def lighthouse_address_problem(address: str) -> str | None:
         return "not an address: it needs the form http://<host>:<port>"
     if port is None:
         return "no port: it needs the form http://<host>:<port>"
+    if port == 0:
+        return "port 0 is not a port to connect to: use the one the Lighthouse listens on"
     return None
 
 
@@ -376,6 +378,8 @@ def build_classic_plan(
     run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
     port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1)
+    if port > 65535:
+        raise UserError(f"RDZV_PORT={port} is not a port (1 to 65535)")
     tt = _common_tt_args(env, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
