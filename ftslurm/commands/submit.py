@@ -97,7 +97,8 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
 
     Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
     create output directories, and a job whose output path is missing fails without requeue;
-    this makes sure the scripts' log folder exists in the submit directory. The job gets
+    this makes sure the scripts' log folder exists in the job's working directory (this one,
+    or --chdir). The job gets
     FTSLURM_OUTPUTS (the outputs folder `ftslurm logs`/`status` read), so the replica logs
     land there from any submit directory. DEVICE=cpu (or FTSLURM_PRESET=debug_cpu) adds the
     sbatch options of a CPU node; the knobs (DEVICE, FTSLURM_PRESET, STEPS, TORCHFT_LIGHTHOUSE,
