@@ -42,7 +42,7 @@ class Mimic:
         return p.read_text(errors="replace") if p.exists() else ""
 
     def steps(self, task: int) -> int:
-        return self.text(task).count("step:")
+        return self.text(task).count(" loss: ")
 
     def env(self) -> dict[str, str]:
         return {

@@ -32,7 +32,7 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
         logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]
 
         def steps(i: int) -> int:
-            return logs[i].read_text(errors="replace").count("step:") if logs[i].exists() else 0
+            return logs[i].read_text(errors="replace").count(" loss: ") if logs[i].exists() else 0
 
         wait_for(lambda: min(steps(0), steps(1)) >= 3, 240, 1, "both replicas training")
         node = {j.array_task_id: j for j in client.jobs(job)}[1].node
@@ -55,15 +55,24 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
         ]  # fmt: skip
         text = lambda: logs[1].read_text(errors="replace")  # noqa: E731
         assert "(attempt 1)" in text()
-        wait_for(lambda: "step:" in text().split("(attempt 1)", 1)[1], 180, 1, "training again")
-        status = subprocess.run(
-            [sys.executable, "-m", "ftslurm", "status", "--job", str(job), "--json",
-             "--no-lighthouse"],
-            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        wait_for(lambda: "loss:" in text().split("(attempt 1)", 1)[1], 180, 1, "training again")
+
+        def status_rows() -> list[dict]:
+            out = subprocess.run(
+                [sys.executable, "-m", "ftslurm", "status", "--job", str(job), "--json",
+                 "--no-lighthouse"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            return json.loads(out.stdout)["tasks"]
+
+        # (torchft's quorum lines hold "step: N" too: the training step lines hold "loss:")
+        seen: list[list[dict]] = []
+        rows = wait_for(
+            lambda: (seen.append(r := status_rows()) or all(t["last_step"] is not None for t in r))
+            and r, 60, 1, "status to show both replicas' steps",
         )  # fmt: skip
-        rows = json.loads(status.stdout)["tasks"]
-        assert [(t["restarts"], t["attempt"]) for t in rows] == [(0, 0), (1, 1)]
-        assert all(t["last_step"] is not None for t in rows)
+        assert [(t["restarts"], t["attempt"]) for t in rows] == [(0, 0), (1, 1)], seen[-1]
     finally:
         if job:
             cancel(job)

@@ -7,8 +7,9 @@ Order matters, and is the reason this module exists instead of calling torchtita
    sys.argv[1:])` as a default argument when torchtitan is first imported;
 3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
    import time), see cpu.py;
-4. the healing fixes (fixes.py) and the parameter checksum (checksum.py) patch torchtitan /
-   torchft classes before the trainer is built;
+4. the healing fixes (fixes.py), the parameter checksum (checksum.py) and a restarted
+   replica's early first sync (early_sync.py) patch torchtitan / torchft classes before the
+   trainer is built;
 5. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`).
 The only module of the launcher that imports torch.
@@ -38,12 +39,14 @@ def main() -> None:
     if device == "cpu":
         cpu.prepare()
 
-    from ftslurm.replica import checksum, fixes
+    from ftslurm.replica import checksum, early_sync, fixes
 
     if fault_tolerant:
         for line in fixes.apply():
             print(line, flush=True)
         checksum.install()
+        if (line := early_sync.install()) is not None:
+            print(line, flush=True)
 
     from torchtitan.train import Trainer
     from torchtitan.train import main as torchtitan_main

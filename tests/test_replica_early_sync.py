@@ -1,0 +1,53 @@
+"""early_sync.py: a restarted DiLoCo replica's first quorum after one inner step.
+
+The patch is checked here on torchft's real DiLoCo (a stub manager: no quorum is formed); that
+healing with it stays bit-identical is checked by the training tests, which heal restarted
+replicas and compare parameter checksums (tests/test_replica_training.py, tests/test_demo.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ftslurm.replica import early_sync
+
+
+def test_first_local_step_is_one_step_before_the_sync_point():
+    assert early_sync.first_local_step(3, 0) == 2  # the CPU preset: H = 6 / 2
+    assert early_sync.first_local_step(10, 2) == 7  # prepares after one step, syncs 2 later
+    assert early_sync.first_local_step(1, 0) == 0
+
+
+@pytest.mark.timeout(120)
+def test_patch_on_torchfts_diloco_only_for_restarted_attempts():
+    """In a fresh interpreter (the patch is global): attempt 0 and the switch leave DiLoCo as
+    upstream; attempt 1 starts its counter so that the first inner step prepares and syncs."""
+    code = r"""
+import torch
+from torchft import local_sgd
+from ftslurm.replica import early_sync
+
+class Manager:  # what DiLoCo's constructor touches
+    _use_async_quorum = False
+    def register_state_dict_fn(self, *a, **k): pass
+
+def diloco():
+    parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    inner = torch.optim.AdamW([p for m in parts for p in m.parameters()])
+    outer = [torch.optim.SGD(m.parameters(), lr=0.7) for m in parts]
+    return local_sgd.DiLoCo(Manager(), parts, inner, outer, sync_every=6)
+
+assert early_sync.install({"FTSLURM_ATTEMPT": "0"}) is None
+assert diloco()._local_step == 0
+assert "OFF" in early_sync.install({"FTSLURM_ATTEMPT": "1", "FTSLURM_EARLY_FIRST_SYNC": "0"})
+assert diloco()._local_step == 0
+assert "ON" in early_sync.install({"FTSLURM_ATTEMPT": "2"})
+d = diloco()
+assert (d._local_step, d._sync_every) == (2, 3), (d._local_step, d._sync_every)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
