@@ -748,6 +748,8 @@ def _remove_if_unused(d: daemon.Daemon, created: Path) -> None:
     """A start that failed before anything ran (port taken, bad --bind) does not leave behind
     the folders it created, e.g. a mistyped --state-dir; a log it wrote is kept (the error
     names it)."""
+    if d.pidfile.exists() or d.statefile.exists():
+        return  # something was started (Ctrl-C while waiting for it): its files stay
     for path in (d.lockfile, d.state_dir / MARKER):
         with contextlib.suppress(OSError):
             path.unlink()
