@@ -527,8 +527,7 @@ def submit_ft_array(
     view = {**view, **knobs}
     for name in _REPLICA_OVERRIDES:
         view.pop(name, None)
-    check = {**view, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": str(replicas)}
-    plan = planlib.build_ft_plan(check, paths.project_root())
+    plan = planlib.preflight_ft(view, paths.project_root(), replicas)
     knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
     gpus = _nproc(plan)
     slurm_options.setdefault("job_name", FT_JOB_NAME)
@@ -569,8 +568,7 @@ def submit_classic(
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
     knobs["FTSLURM_OUTPUTS"] = str(out)
-    view = {**os.environ, **knobs, "SLURM_NNODES": str(nodes)}
-    plan = planlib.build_classic_plan(view, paths.project_root(), "head")
+    plan = planlib.preflight_classic({**os.environ, **knobs}, paths.project_root(), nodes)
     knobs["DEVICE"] = plan.device
     gpus = _nproc(plan)
     slurm_options.setdefault("job_name", CLASSIC_JOB_NAME)

@@ -22,12 +22,9 @@ def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
 
     name = Path(script).name
     if name == paths.FT_SCRIPT:
-        # one replica of a 1-replica array stands for all: the knobs are the same for each
-        probe = {**env, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}
-        device = planlib.build_ft_plan(probe, paths.project_root()).device
+        device = planlib.preflight_ft(env, paths.project_root()).device
     elif name == paths.CLASSIC_SCRIPT:
-        probe = {**env, "SLURM_NNODES": "1"}
-        device = planlib.build_classic_plan(probe, paths.project_root(), "localhost").device
+        device = planlib.preflight_classic(env, paths.project_root()).device
     else:
         device = env.get("DEVICE", "").strip().lower()
     return planlib.sbatch_device_options(device)

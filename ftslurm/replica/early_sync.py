@@ -21,12 +21,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ftslurm.replica import fixes
+
 SWITCH = "FTSLURM_EARLY_FIRST_SYNC"
-
-
-def enabled(env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return env.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def first_local_step(sync_every: int, sync_delay: int) -> int:
@@ -40,7 +37,7 @@ def install(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
     if int(env.get("FTSLURM_ATTEMPT", "0") or 0) <= 0:
         return None
-    if not enabled(env):
+    if not fixes.switch_on(SWITCH, env):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"
     from torchft import local_sgd
 

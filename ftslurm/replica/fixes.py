@@ -49,11 +49,15 @@ class Fix:
     apply: Callable[[], None]
 
 
+def switch_on(variable: str, env: Mapping[str, str] | None = None) -> bool:
+    """A launcher switch (a fix, the early first sync) is on unless it is 0/false/off/no."""
+    env = os.environ if env is None else env
+    return env.get(variable, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
 def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
     """A fix is on unless its switch is 0/false/off/no."""
-    env = os.environ if env is None else env
-    value = env.get(SWITCHES[name], "1").strip().lower()
-    return value not in ("0", "false", "off", "no")
+    return switch_on(SWITCHES[name], env)
 
 
 def fix_async_quorum() -> None:

@@ -360,6 +360,18 @@ def single_node(env: Mapping[str, str]) -> bool:
     return env.get("FTSLURM_SINGLE_NODE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def preflight_ft(env: Mapping[str, str], root: Path, group_size: int = 1) -> Plan:
+    """The plan replica 0 of a `group_size` array would build, before submitting: every knob
+    checked on the login node as each node's launcher will (`ftslurm submit`, the API)."""
+    probe = {**env, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": str(group_size)}
+    return build_ft_plan(probe, root)
+
+
+def preflight_classic(env: Mapping[str, str], root: Path, nodes: int = 1) -> Plan:
+    """The classic job's plan before submitting (see preflight_ft)."""
+    return build_classic_plan({**env, "SLURM_NNODES": str(nodes)}, root, "head")
+
+
 def build_classic_plan(
     env: Mapping[str, str], root: Path, head_node: str, torchrun: Sequence[str] = ()
 ) -> Plan:
