@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import runner
+from ftslurm import procs, runner
 from ftslurm.procs import ProcStat, proc_cmdline, proc_stat  # noqa: F401 (re-exported)
 
 
@@ -94,6 +94,12 @@ def exiting(pid: int) -> bool:
         if raw.rpartition(")")[2].split()[:1] not in (["Z"], ["X"], ["x"]):
             return True
     return False
+
+
+def _session_busy(sid: int) -> bool:
+    """Some process of session `sid` (a detached daemon and its children) is still running or
+    running its exit. Only asked once the leader `sid` is dead, so the id is not reused."""
+    return any(procs.pid_alive(p) or exiting(p) for p in procs.session_pids(sid))
 
 
 def _reap(pid: int) -> None:
@@ -302,9 +308,10 @@ class Daemon:
             return Lookup(state)
         if clean_stale:
             st = proc_stat(state.pid)
-            if st is not None and st.state == "Z" and st.start_ticks == state.start_ticks:
-                # our process, dead or dying: let its threads finish so its port is free
-                _wait_gone(lambda: exiting(state.pid), 5.0)
+            if st is None or (st.state == "Z" and st.start_ticks == state.start_ticks):
+                # our process, dead or dying: let its threads and the children it started
+                # (killed with it: PR_SET_PDEATHSIG) finish, so its port is free
+                _wait_gone(lambda: _session_busy(state.pid), 5.0)
             self.clear()
         return Lookup(None, stale=state)
 

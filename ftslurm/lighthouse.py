@@ -419,8 +419,10 @@ def port_in_use_error(host: str, port: int) -> PortInUse:
         else:
             hint = "; choose another port with --bind HOST:PORT"
         return PortInUse(f"port {port} ({where}) is already in use by {who}{hint}")
+    why = ("no process holds it now: one may be exiting, try again in a few seconds"
+           if os.geteuid() == 0 else "not visible to this user")
     return PortInUse(
-        f"port {port} ({where}) is already in use (owner unknown: not visible to this user); "
+        f"port {port} ({where}) is already in use (owner unknown: {why}); "
         "choose another port with --bind HOST:PORT"
     )
 

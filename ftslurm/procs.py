@@ -112,6 +112,23 @@ def children_map() -> dict[int, list[int]]:
     return out
 
 
+def session_pids(sid: int) -> list[int]:
+    """Every process (zombies too) whose session id is `sid`: a detached daemon is the leader
+    of its own session, so these are it and the children it started (unless they setsid)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 3 and fields[3] == str(sid):
+            out.append(int(entry))
+    return out
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and all its live descendants, parents first. Unlike a process group this also
     finds torchrun's worker, which torchrun starts in a session of its own."""

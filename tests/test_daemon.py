@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import daemon, runner
+from ftslurm.procs import pid_alive
 from ftslurm.wait import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -140,6 +141,40 @@ def test_daemon_lifecycle_and_stale_state(tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+# Starts a child in its own session that outlives it by a second (as a Lighthouse killed by
+# PR_SET_PDEATHSIG still closes its port after its parent, the log writer, is gone).
+LEADER_WITH_CHILD = [
+    sys.executable,
+    "-c",
+    "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import os, time; "
+    "p = os.getppid()\\nwhile os.getppid() == p: time.sleep(0.01)\\ntime.sleep(1)']); "
+    "print('CHILD', c.pid, flush=True); import time; time.sleep(120)  # ftslurm-test-leader",
+]
+
+
+def test_stale_lookup_waits_for_the_daemons_children(tmp_path):
+    """A killed daemon is stale only once the processes of its session are gone too: until
+    then its children may still hold its port, and a new start would find it taken."""
+    d = daemon.Daemon(tmp_path, "leader")
+    proc, state, _ = d.start(LEADER_WITH_CHILD, marker="ftslurm-test-leader")
+    child = None
+    try:
+        wait_for(lambda: "CHILD" in d.logfile.read_text(), timeout=20, what="child started")
+        child = int(d.logfile.read_text().split()[1])
+        os.kill(proc.pid, signal.SIGKILL)
+        wait_for(lambda: not state.alive(), timeout=10, interval=0.01, what="death")
+        assert pid_alive(child)  # outlives its parent for a second
+        found = d.lookup()
+        assert found.stale is not None and not d.pidfile.exists()
+        assert not pid_alive(child)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if child and pid_alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_stale_pid_reused_by_another_program(tmp_path, procs):
