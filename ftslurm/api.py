@@ -327,6 +327,14 @@ def _scancel(job: str) -> None:
 # Submission
 
 
+def _count(name: str, value: Any) -> None:
+    """A whole number >= 1, else a UserError (`"2"` or `2.0` would fail later, deep inside)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{name}={value!r}: need a whole number (an int), at least 1")
+    if value < 1:
+        raise UserError(f"{name}={value}: need at least 1")
+
+
 def _knobs(config: str | Mapping[str, str] | None) -> dict[str, str]:
     """`config`: a preset name (FTSLURM_PRESET) or a mapping of plan.py env knobs."""
     if config is None:
@@ -517,8 +525,7 @@ def submit_ft_array(
     The knobs are checked here (a bad DEVICE or preset is a UserError before anything is
     submitted). Returns once sbatch accepted the array.
     """
-    if replicas < 1:
-        raise UserError(f"replicas={replicas}: need at least 1")
+    _count("replicas", replicas)
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
     view = {**os.environ, **knobs}
@@ -563,8 +570,7 @@ def submit_classic(
     No `--requeue` (as in the script): any node failure ends the torchrun group; that is the
     baseline the FT array improves on. Returns a `ReplicaHandle` (kind "classic", replica 0).
     """
-    if nodes < 1:
-        raise UserError(f"nodes={nodes}: need at least 1")
+    _count("nodes", nodes)
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
     knobs["FTSLURM_OUTPUTS"] = str(out)

@@ -87,6 +87,10 @@ def test_bad_knobs_and_addresses_are_user_errors_before_submission(tmp_path):
         api.submit_ft_array(2, {"DEVICE": "cpu"}, "login-0:29510", outputs=tmp_path)
     with pytest.raises(UserError, match="replicas=0"):
         api.submit_ft_array(0, {"DEVICE": "cpu"})
+    with pytest.raises(UserError, match=r"replicas='2': need a whole number"):
+        api.submit_ft_array("2", {"DEVICE": "cpu"})
+    with pytest.raises(UserError, match="nodes=True: need a whole number"):
+        api.submit_classic(True, {"DEVICE": "cpu"})
 
 
 def _array_with_states(tmp_path, *sequence: dict[int, str]) -> api.FTArray:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from ftslurm import paths
-from ftslurm.commands.submit import submit
+from ftslurm.commands.submit import export_also, submit
 
 FT = Path(__file__).resolve().parent.parent / paths.FT_SCRIPT
 
@@ -103,7 +103,39 @@ def test_outputs_folder_that_cannot_be_made_is_one_line(tmp_path: Path, fake_sba
     assert "cannot create the log folder" in str(r.exception) and "Not a directory" in str(
         r.exception
     )
+    assert "--chdir" in str(r.exception)
     assert not fake_sbatch.exists()
+    # the outputs folder itself: the fix names the variable's value, not "set it"
+    (tmp_path / "f").write_text("a file")
+    r = _submit(tmp_path / "s2", "--array=0-1", str(FT), FTSLURM_OUTPUTS=str(tmp_path / "f" / "o"))
+    assert f"FTSLURM_OUTPUTS={tmp_path / 'f' / 'o'} is set" in str(r.exception)
+    assert not fake_sbatch.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        ("--export=NONE", "--export=FTSLURM_OUTPUTS"),
+        ("--export=none", "--export=FTSLURM_OUTPUTS"),
+        ("--export=EDITOR,A=1", "--export=EDITOR,A=1,FTSLURM_OUTPUTS"),
+        ("--export=FTSLURM_OUTPUTS=/x", "--export=FTSLURM_OUTPUTS=/x"),
+        ("--export=ALL", "--export=ALL"),
+        ("--export=ALL,A=1", "--export=ALL,A=1"),
+        ("--partition=cpu", "--partition=cpu"),
+    ],
+)
+def test_a_restricting_export_still_passes_the_outputs_folder(given: str, sent: str):
+    """sbatch --export=NONE (or a list) passes the job only what it names: FTSLURM_OUTPUTS
+    is added by name (its value from sbatch's environment), or the logs go elsewhere."""
+    assert export_also([given], ["FTSLURM_OUTPUTS"]) == [sent]
+
+
+def test_export_none_reaches_sbatch_with_the_outputs_folder(tmp_path: Path, fake_sbatch: Path):
+    r = _submit(tmp_path / "s", "--array=0-1", "--export=NONE", str(FT),
+                FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = json.loads(fake_sbatch.read_text())
+    assert "--export=FTSLURM_OUTPUTS" in got["argv"] and got["outputs"] == str(tmp_path / "o")
 
 
 def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):

@@ -30,6 +30,22 @@ def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
     return planlib.sbatch_device_options(device)
 
 
+def export_also(options: list[str], names: list[str]) -> list[str]:
+    """`options` with `names` added to a restricting `--export=` (NONE, or a list without ALL):
+    sbatch passes the job only the variables listed there, and the job needs ours (their
+    values come from sbatch's environment). `--export=ALL[,...]` or none: unchanged."""
+    out = []
+    for o in options:
+        if o.startswith("--export="):
+            items = [v for v in o.split("=", 1)[1].split(",") if v]
+            if "ALL" not in (v.upper() for v in items):
+                kept = [v for v in items if v.upper() != "NONE"]
+                listed = {v.split("=", 1)[0] for v in kept}
+                o = "--export=" + ",".join([*kept, *(n for n in names if n not in listed)])
+        out.append(o)
+    return out
+
+
 def _job_dir(options: list[str]) -> Path:
     """The job's working directory: --chdir / -D if given, else this one (sbatch's default)."""
     found = None
@@ -58,14 +74,19 @@ def _array_in(script: str) -> bool:
     return False
 
 
-def _make_dir(path: Path) -> None:
+def _make_dir(path: Path, fix: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a file in the way, no permission, read-only file system
-        raise UserError(
-            f"cannot create the log folder {path} ({e.strerror}): submit from a folder you "
-            "can write to, or set FTSLURM_OUTPUTS"
-        ) from None
+        raise UserError(f"cannot create the log folder {path} ({e.strerror}): {fix}") from None
+
+
+def _outputs_fix() -> str:
+    """What to change when the outputs folder cannot be made: the variable, or its value."""
+    set_to = os.environ.get("FTSLURM_OUTPUTS")
+    if set_to:
+        return f"FTSLURM_OUTPUTS={set_to} is set; point it at a folder you can write to"
+    return "set FTSLURM_OUTPUTS to a folder you can write to"
 
 
 def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
@@ -114,11 +135,13 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
 
     overrides = device_overrides(dict(os.environ), script)
     # the scripts' Slurm --output folder (relative to the job's working dir) and the runs
-    _make_dir(_job_dir(options) / "outputs" / "torchft")
+    _make_dir(_job_dir(options) / "outputs" / "torchft",
+              "submit from a folder you can write to, or give one with --chdir")
     runs = paths.torchft_runs_dir()
-    _make_dir(runs)
+    _make_dir(runs, _outputs_fix())
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir())}
+    options = export_also(options, list(outputs))
     job_id = client.sbatch(script, [*overrides, *options], script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
     log_dir = runs / f"tft-{job_id}" if is_array else None
