@@ -81,6 +81,9 @@ _REPLICA_OVERRIDES = (
 )
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
+# Slurm keeps these jobs until someone releases them (`scontrol release`): not final, but a
+# wait for RUNNING would only end at its timeout.
+HELD_STATES = ("REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD")
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +283,8 @@ class FTArray:
     ) -> dict[int, str]:
         """Wait until every replica is in `state` (a Slurm job state, any case); return the
         states. Raises `ReplicaEnded` as soon as a replica has stayed in a final state other
-        than `state` (FAILED, CANCELLED, ..., or UNKNOWN: forgotten by Slurm) for
+        than `state` (FAILED, CANCELLED, ..., or UNKNOWN: forgotten by Slurm) or a held one
+        (REQUEUE_HOLD, SPECIAL_EXIT: until someone runs `scontrol release`) for
         `ended_grace` s -- a requeue passes through such states briefly -- and
         `ftslurm.wait.WaitTimeout` after `timeout` s."""
         from ftslurm.slurm.parse import JOB_STATES
@@ -296,10 +300,13 @@ class FTArray:
             now = time.monotonic()
             for rid, s in states.items():
                 # UNKNOWN: Slurm has forgotten the job (and submitit has no result): gone too
-                if s in (*FINISHED_STATES, "UNKNOWN") and s != want:
+                if s in (*FINISHED_STATES, "UNKNOWN", *HELD_STATES) and s != want:
                     if now - ended_since.setdefault(rid, now) >= ended_grace:
+                        held = (f" until released (scontrol release {self.job_id}_{rid})"
+                                if s in HELD_STATES else "")  # fmt: skip
                         raise ReplicaEnded(
-                            f"replica {rid} of job {self.job_id} is {s}: it will not be {want}"
+                            f"replica {rid} of job {self.job_id} is {s}: it will not be "
+                            f"{want}{held}"
                         )
                 else:
                     ended_since.pop(rid, None)

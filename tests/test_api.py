@@ -126,6 +126,10 @@ def test_wait_until_stops_when_a_replica_has_ended(tmp_path):
     forgotten = _array_with_states(tmp_path, {0: "UNKNOWN", 1: "RUNNING"})
     with pytest.raises(ftslurm.ReplicaEnded, match="replica 0 of job 7 is UNKNOWN"):
         forgotten.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
+    held = _array_with_states(tmp_path, {0: "RUNNING", 1: "REQUEUE_HOLD"})
+    with pytest.raises(ftslurm.ReplicaEnded, match=r"replica 1 of job 7 is REQUEUE_HOLD: it "
+                       r"will not be RUNNING until released \(scontrol release 7_1\)"):
+        held.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
 
 
 def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):
