@@ -203,6 +203,8 @@ def test_replica_and_attempt_precedence() -> None:
          "STEPS=-5 must be at least 1"),
         ({"FT_MODE": "diloco", "SYNC_STEPS": "0", "FTSLURM_REPLICA_ID": "0",
           "FTSLURM_GROUP_SIZE": "1"}, "SYNC_STEPS=0 must be at least 1"),
+        ({"PG_TIMEOUT_S": "120000", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+         "PG_TIMEOUT_S=120000 is more than a day (86400 s); it is in seconds"),
         (
             {"FTSLURM_EXTRA_ARGS": "--job.description 'no end", "FTSLURM_REPLICA_ID": "0",
              "FTSLURM_GROUP_SIZE": "1"},

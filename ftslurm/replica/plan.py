@@ -15,7 +15,7 @@ Knobs (environment variables; defaults in brackets):
     FT_MODE                 per-step | diloco [from the preset: 8B ft = per-step, others diloco]
     SYNC_STEPS              DiLoCo inner steps between outer syncs [from the TOML]
     NUM_FRAGMENTS           DiLoCo model fragments [from the TOML]
-    PG_TIMEOUT_S            cross-replica process-group timeout in seconds [from the TOML]
+    PG_TIMEOUT_S            cross-replica process-group timeout in seconds, 1..86400 [TOML]
     CHECKPOINT_FOLDER       torchtitan checkpoint folder [<dump folder>/checkpoint]
     TORCHFT_LIGHTHOUSE      Lighthouse address [http://login-0:29510]
     TORCHFT_QUORUM_RETRIES  quorum retries before a replica crashes, so replicas survive a
@@ -110,6 +110,9 @@ class Plan:
         lines = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         lines.append(self.command_line())
         return "\n".join(lines + [f"# {n}" for n in self.notes])
+
+
+MAX_PG_TIMEOUT_S = 86400
 
 
 def _int(
@@ -298,7 +301,11 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
             tt.append(f"--fault_tolerance.num_fragments={n}")
     if env.get("PG_TIMEOUT_S", "").strip():
-        ms = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1) * 1000
+        secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1)
+        if secs > MAX_PG_TIMEOUT_S:  # a typo (ms for s) would make a hung peer hang for days
+            raise UserError(f"PG_TIMEOUT_S={secs} is more than a day ({MAX_PG_TIMEOUT_S} s); "
+                            "it is in seconds (e.g. PG_TIMEOUT_S=120)")  # fmt: skip
+        ms = secs * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
     notes = []
     if env.get("WANDB_API_KEY"):
