@@ -96,6 +96,13 @@ def exiting(pid: int) -> bool:
     return False
 
 
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
 def _session_busy(sid: int) -> bool:
     """Some process of session `sid` (a detached daemon and its children) is still running or
     running its exit. Only asked once the leader `sid` is dead, so the id is not reused."""
@@ -362,9 +369,12 @@ class Daemon:
         if found.state is None:
             return ("stale" if found.stale else "not-running"), found.stale
         st = found.state
+        leader = _session_of(st.pid) == st.pid
         outcome = stop(
             st.pid, grace, expected_cmdline_substring=st.marker or None, start_ticks=st.start_ticks
         )
+        if leader:  # as in lookup: its children (the Lighthouse) may still hold the port
+            _wait_gone(lambda: _session_busy(st.pid), 5.0)
         self.clear()
         return outcome, st
 

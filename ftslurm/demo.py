@@ -378,6 +378,9 @@ class LocalBackend(Backend):
             os.waitpid(pid, 0)  # our child: reap it
         except ChildProcessError:
             pass
+        # torchrun's worker is in a session of its own and is not our child: a killed process
+        # freeing a few GiB stays "alive" ~0.1 s; the demo ends with nothing of it left
+        procs.wait_all_gone(tree, timeout=10.0)
         (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
         return tree
 

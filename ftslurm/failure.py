@@ -662,6 +662,8 @@ def execute(
                     end = time.monotonic() + a.seconds
                     while (left := end - time.monotonic()) > 0:
                         time.sleep(min(left, 0.5))
+                        if end - time.monotonic() <= 0:
+                            break  # time's up: an squeue now would only delay the RESUME
                         if wait_recovered and t.replica is not None and running_again is None:
                             if cur := back():  # back on a spare node while this one is DOWN
                                 note_back(cur)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +141,16 @@ def process_tree(pid: int) -> list[int]:
             order.append(p)
         todo.extend(kids.get(p, []))
     return order
+
+
+def wait_all_gone(pids: list[int], timeout: float) -> bool:
+    """Wait until none of `pids` is alive (call it after killing them); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:

@@ -143,33 +143,42 @@ def test_daemon_lifecycle_and_stale_state(tmp_path):
         proc.wait(timeout=10)
 
 
-# Starts a child in its own session that outlives it by a second (as a Lighthouse killed by
-# PR_SET_PDEATHSIG still closes its port after its parent, the log writer, is gone).
-LEADER_WITH_CHILD = [
-    sys.executable,
-    "-c",
-    "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import os, time; "
-    "p = os.getppid()\\nwhile os.getppid() == p: time.sleep(0.01)\\ntime.sleep(1)']); "
-    "print('CHILD', c.pid, flush=True); import time; time.sleep(120)  # ftslurm-test-leader",
-]
+def _leader_with_child(flag: Path) -> list[str]:
+    """A daemon whose child (in its session) outlives it until `flag` exists, as a Lighthouse
+    killed by PR_SET_PDEATHSIG still closes its port after its parent, the log writer."""
+    child = (f"import os, time; p = os.getppid()\nwhile os.getppid() == p or not "
+             f"os.path.exists({str(flag)!r}): time.sleep(0.01)")  # fmt: skip
+    return [sys.executable, "-c",
+            f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            f"{child!r}]); print('CHILD', c.pid, flush=True); time.sleep(120)"
+            "  # ftslurm-test-leader"]  # fmt: skip
 
 
-def test_stale_lookup_waits_for_the_daemons_children(tmp_path):
-    """A killed daemon is stale only once the processes of its session are gone too: until
-    then its children may still hold its port, and a new start would find it taken."""
-    d = daemon.Daemon(tmp_path, "leader")
-    proc, state, _ = d.start(LEADER_WITH_CHILD, marker="ftslurm-test-leader")
+@pytest.mark.parametrize("how", ["lookup", "stop"])
+def test_stale_lookup_and_stop_wait_for_the_daemons_children(tmp_path, how):
+    """A killed daemon is stale, or stopped, only once the processes of its session are gone
+    too: until then its children may still hold its port, and a new start would find it
+    taken."""
+    flag = tmp_path / f"release-{how}"
+    d = daemon.Daemon(tmp_path / how, "leader")
+    proc, state, _ = d.start(_leader_with_child(flag), marker="ftslurm-test-leader")
     child = None
     try:
         wait_for(lambda: "CHILD" in d.logfile.read_text(), timeout=20, what="child started")
         child = int(d.logfile.read_text().split()[1])
-        os.kill(proc.pid, signal.SIGKILL)
-        wait_for(lambda: not state.alive(), timeout=10, interval=0.01, what="death")
-        assert pid_alive(child)  # outlives its parent for a second
-        found = d.lookup()
-        assert found.stale is not None and not d.pidfile.exists()
+        if how == "lookup":
+            os.kill(proc.pid, signal.SIGKILL)
+            wait_for(lambda: not state.alive(), timeout=10, interval=0.01, what="death")
+        assert pid_alive(child)
+        threading.Timer(0.3, flag.touch).start()  # the child may exit from now on
+        if how == "lookup":
+            found = d.lookup()
+            assert found.stale is not None and not d.pidfile.exists()
+        else:
+            assert d.stop(grace=5)[0] == "terminated"
         assert not pid_alive(child)
     finally:
+        flag.touch()
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)

@@ -87,7 +87,9 @@ def test_lifecycle(state_dir: Path):
     assert saved["pid"] == info.pid and saved["extra"]["address"] == info.address
     assert "--min_replicas" in saved["cmd"] and saved["started_at"] > 0
     assert (state_dir / "lighthouse.pid").read_text().strip() == str(info.pid)
-    assert "Lighthouse listening on" in (state_dir / "lighthouse.log").read_text()
+    # a separate log-writer process copies the line: it may land just after HTTP answers
+    wait_for(lambda: "Lighthouse listening on" in (state_dir / "lighthouse.log").read_text(),
+             timeout=10, what="the listening line in the log")  # fmt: skip
 
     again = lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
     assert again.already_running and again.pid == info.pid and again.address == info.address

@@ -337,6 +337,10 @@ def test_replicas_survive_a_lighthouse_restart(make_run) -> None:
         ],
         log_path=run.tmp / "lighthouse.restarted.log",
     )
+    restarted = run.tmp / "lighthouse.restarted.log"
+    wait_for(lambda: "listening on" in restarted.read_text() or run.lighthouse.poll() is not None,
+             timeout=60, what="the restarted Lighthouse to listen")  # fmt: skip
+    assert run.lighthouse.poll() is None, restarted.read_text()
     wait_for(
         lambda: len(r0.checksums()) >= n0 + 2 and len(r1.checksums()) >= n1 + 2,
         timeout=120,
