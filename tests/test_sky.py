@@ -141,11 +141,29 @@ def test_yaml_run_script_starts_the_lighthouse_and_the_replica_launcher(tmp_path
         assert f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}" in text
         assert "--fault_tolerance.group_size=2" in text and "--rdzv_id=tft_7_0" in text
         assert lighthouse.status(lh_dir).running
-        # a worker whose launcher fails is restarted FT_MAX_REQUEUES times, then gives up
+        # a knob mistake (exit 2) would fail every attempt: said once, not restarted
+        wlog_path = tmp_path / "outputs" / "torchft" / "tft-7" / "tft-7_1.out"
         worker = _run_node(tmp_path, 1, port, DEVICE="tpu", FTSLURM_PRESET="", FT_MAX_REQUEUES="1")
         assert worker.returncode == 2, worker.stdout + worker.stderr
-        wlog = (tmp_path / "outputs" / "torchft" / "tft-7" / "tft-7_1.out").read_text()
-        assert wlog.count("DEVICE='tpu' is not supported") == 2
+        wlog = wlog_path.read_text()
+        assert wlog.count("DEVICE='tpu' is not supported") == 1
+        assert "not restarted (exit 2" in wlog and "restarting" not in wlog
+        # a launcher that crashes (exit 1; a python3 that fails it, as an OOM kill would) is
+        # restarted FT_MAX_REQUEUES times, then gives up
+        wlog_path.unlink()
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "python3").write_text(
+            "#!/bin/sh\n"
+            'if [ "$2" = ftslurm.replica ]; then echo "launcher crashed (test)"; exit 1; fi\n'
+            f'exec {sys.executable} "$@"\n'
+        )
+        (fake / "python3").chmod(0o755)
+        worker = _run_node(tmp_path, 1, port, FT_MAX_REQUEUES="1",
+                           PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+        assert worker.returncode == 1, worker.stdout + worker.stderr
+        wlog = wlog_path.read_text()
+        assert wlog.count("launcher crashed (test)") == 2
         assert "restarting (attempt 1)" in wlog and "reached FT_MAX_REQUEUES=1" in wlog
     finally:
         lighthouse.stop(lh_dir)

@@ -19,12 +19,14 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ftslurm import paths, runner
 from ftslurm.errors import UserError
+from ftslurm.replica import config_error
 from ftslurm.replica import plan as planlib
 
 
@@ -143,9 +145,20 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
         )
 
 
+# A user mistake, as for UserError: the SkyPilot restart loop does not restart on it either.
+CONFIG_ERROR_EXIT = 2
+
+
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    with tempfile.TemporaryDirectory(prefix="ftslurm-attempt-") as tmp:
+        note = Path(tmp) / "config-error"
+        return _run_torchrun(plan, env, note)
+
+
+def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:
     cancelled = False
-    child = runner.spawn(plan.argv, env=env, extra_env=plan.env, detach=False, inherit_output=True)
+    extra = {**plan.env, config_error.ENV: str(note)}
+    child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
@@ -158,12 +171,16 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     rc = child.wait()
     code = rc if rc >= 0 else 128 - rc
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  torchrun exited with code {code}")
+    refused = config_error.read(note) if rc != 0 else None
+    if refused:
+        _say(f"torchtitan refused its options: {refused}; fix FTSLURM_EXTRA_ARGS (or the "
+             "TOML) and submit again")  # fmt: skip
     if plan.kind != "ft":
-        return code
-    requeue, why = planlib.should_requeue(plan, rc, cancelled)
+        return CONFIG_ERROR_EXIT if refused else code
+    requeue, why = planlib.should_requeue(plan, rc, cancelled, refused)
     if not requeue:
         _say(f"not requeueing: {why}")
-        return code
+        return CONFIG_ERROR_EXIT if refused else code
     target = planlib.requeue_target(plan, env)
     if target is None:
         _say(f"not requeueing ({why}): not inside a Slurm job array")

@@ -484,12 +484,17 @@ def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:
     return f"{plan.array_job_id}_{task}"
 
 
-def should_requeue(plan: Plan, returncode: int, cancelled: bool) -> tuple[bool, str]:
-    """Decide whether a finished attempt brings itself back, and say why (for the log)."""
+def should_requeue(
+    plan: Plan, returncode: int, cancelled: bool, refused: str | None = None
+) -> tuple[bool, str]:
+    """Decide whether a finished attempt brings itself back, and say why (for the log).
+    `refused`: torchtitan refused its options (config_error.py), so every attempt would too."""
     if returncode == 0:
         return False, "training finished"
     if cancelled:
         return False, "stopped by a signal from Slurm or the user; Slurm decides what is next"
+    if refused:
+        return False, "torchtitan refused its options: every attempt would fail the same way"
     if plan.attempt >= plan.max_requeues:
         return False, (
             f"attempt {plan.attempt} reached FT_MAX_REQUEUES={plan.max_requeues}; "

@@ -10,7 +10,8 @@ Order matters, and is the reason this module exists instead of calling torchtita
 4. the healing fixes (fixes.py), the parameter checksum (checksum.py) and a restarted
    replica's early first sync (early_sync.py) patch torchtitan / torchft classes before the
    trainer is built;
-5. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
+5. a refused option is noted for the launcher (config_error.py: no requeue for a typo);
+6. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`).
 The only module of the launcher that imports torch.
 """
@@ -39,7 +40,9 @@ def main() -> None:
     if device == "cpu":
         cpu.prepare()
 
-    from ftslurm.replica import checksum, early_sync, fixes
+    from ftslurm.replica import checksum, config_error, early_sync, fixes
+
+    config_error.install()
 
     if fault_tolerant:
         for line in fixes.apply():
