@@ -105,8 +105,29 @@ def _session_of(pid: int) -> int | None:
 
 def _session_busy(sid: int) -> bool:
     """Some process of session `sid` (a detached daemon and its children) is still running or
-    running its exit. Only asked once the leader `sid` is dead, so the id is not reused."""
+    running its exit. Asked once the leader `sid` is dead: its id is not reused before its
+    last member is gone (Linux keeps a pid in use while a session or group still has it);
+    after a reboot it may be, so lookup skips this for a daemon started before the boot."""
     return any(procs.pid_alive(p) or exiting(p) for p in procs.session_pids(sid))
+
+
+def _since_boot(started_at: float) -> bool:
+    """`started_at` (epoch s) is after this machine's boot."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return started_at >= time.time() - uptime
+
+
+def _members(sid: int) -> list[tuple[int, int]]:
+    """(pid, start ticks) of the live processes of session `sid` other than its leader."""
+    out = []
+    for p in procs.session_pids(sid):
+        st = proc_stat(p)
+        if p != sid and st is not None and st.state not in ("Z", "X", "x"):
+            out.append((p, st.start_ticks))
+    return out
 
 
 def _reap(pid: int) -> None:
@@ -315,7 +336,8 @@ class Daemon:
             return Lookup(state)
         if clean_stale:
             st = proc_stat(state.pid)
-            if st is None or (st.state == "Z" and st.start_ticks == state.start_ticks):
+            ours = st is None and _since_boot(state.started_at)
+            if ours or (st is not None and st.state == "Z" and st.start_ticks == state.start_ticks):
                 # our process, dead or dying: let its threads and the children it started
                 # (killed with it: PR_SET_PDEATHSIG) finish, so its port is free
                 _wait_gone(lambda: _session_busy(state.pid), 5.0)
@@ -369,12 +391,18 @@ class Daemon:
         if found.state is None:
             return ("stale" if found.stale else "not-running"), found.stale
         st = found.state
-        leader = _session_of(st.pid) == st.pid
+        # its session's processes, listed while the leader is alive (so the id is surely its)
+        members = _members(st.pid) if _session_of(st.pid) == st.pid else []
         outcome = stop(
             st.pid, grace, expected_cmdline_substring=st.marker or None, start_ticks=st.start_ticks
         )
-        if leader:  # as in lookup: its children (the Lighthouse) may still hold the port
-            _wait_gone(lambda: _session_busy(st.pid), 5.0)
+        if members:  # its children (the Lighthouse) may still hold the port: gone too
+            if not _wait_gone(lambda: _session_busy(st.pid), 2.0):
+                for pid, ticks in members:  # did not die with it (a --binary wrapper script)
+                    if is_alive(pid, start_ticks=ticks):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                _wait_gone(lambda: _session_busy(st.pid), 5.0)
         self.clear()
         return outcome, st
 

@@ -419,7 +419,8 @@ def port_in_use_error(host: str, port: int) -> PortInUse:
         else:
             hint = "; choose another port with --bind HOST:PORT"
         return PortInUse(f"port {port} ({where}) is already in use by {who}{hint}")
-    why = ("no process holds it now: one may be exiting, try again in a few seconds"
+    why = ("no process of this machine holds it now: one may be exiting (try again in a few "
+           "seconds), or a container sharing this network holds it"
            if os.geteuid() == 0 else "not visible to this user")
     return PortInUse(
         f"port {port} ({where}) is already in use (owner unknown: {why}); "

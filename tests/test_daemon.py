@@ -186,6 +186,24 @@ def test_stale_lookup_and_stop_wait_for_the_daemons_children(tmp_path, how):
             os.kill(child, signal.SIGKILL)
 
 
+def test_stop_ends_a_child_that_does_not_die_with_the_daemon(tmp_path):
+    """A wrapper script that does not `exec` (a user's --binary): its child would keep the
+    port after the wrapper is stopped; stop ends it too, in a couple of seconds."""
+    d = daemon.Daemon(tmp_path, "wrapper")
+    proc, _, _ = d.start(["sh", "-c", "sleep 60; : ftslurm-test-wrapper"],
+                         marker="ftslurm-test-wrapper")  # fmt: skip
+    try:
+        wait_for(lambda: daemon._members(proc.pid), timeout=10, what="the wrapper's child")
+        (child, _), = daemon._members(proc.pid)
+        t0 = time.monotonic()
+        assert d.stop(grace=5)[0] == "terminated"
+        assert time.monotonic() - t0 < 9 and not pid_alive(child)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
 def test_stale_pid_reused_by_another_program(tmp_path, procs):
     """A state file whose pid now belongs to another program: stale, and never signalled."""
     other = _spawn(procs, SLEEPER)
@@ -259,3 +277,9 @@ def test_lock_serialises(tmp_path):
     with d.locked(), pytest.raises(TimeoutError):
         with daemon.Daemon(tmp_path, "x").locked(timeout=0.1):
             pass
+
+
+def test_a_state_from_before_the_boot_is_not_waited_for():
+    """After a reboot a stale daemon's pid (its session id) may belong to another session:
+    lookup does not wait for that one."""
+    assert daemon._since_boot(time.time()) and not daemon._since_boot(0.0)
