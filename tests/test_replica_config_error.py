@@ -59,3 +59,18 @@ def test_should_requeue_a_refused_option_never():
     assert planlib.should_requeue(p, 1, cancelled=False)[0] is True
     ok, why = planlib.should_requeue(p, 1, cancelled=False, refused="bad flag")
     assert not ok and "every attempt would fail the same way" in why
+
+
+def test_a_missing_file_that_is_there_now_is_requeued(tmp_path: Path):
+    """NFS on a compute node may not see a TOML just written on the login node: the worker's
+    note names it; if the launcher sees it afterwards, the attempt counts as a crash."""
+    from ftslurm.replica import config_error
+
+    note, toml = tmp_path / "note", tmp_path / "late.toml"
+    config_error._write(str(note), f"FileNotFoundError: {toml}", str(toml))
+    assert config_error.read(note) == f"FileNotFoundError: {toml}"
+    toml.write_text("")
+    assert config_error.read(note) is None
+    config_error._write(str(note), "torchtitan's option parser refused them")
+    assert config_error.read(note) == "torchtitan's option parser refused them"
+    assert config_error.read(tmp_path / "absent") is None

@@ -9,6 +9,7 @@ one line there when torchtitan's option parser fails; the launcher reads it afte
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,23 +34,31 @@ def install() -> None:
             raise
         except (FileNotFoundError, IsADirectoryError, ValueError) as e:  # no TOML, or a bad one
             # (other OSErrors, a shared-filesystem hiccup, may pass: requeued as before)
-            _write(path, f"{type(e).__name__}: {e}")
+            missing = e.filename if isinstance(e, FileNotFoundError) else None
+            _write(path, f"{type(e).__name__}: {e}", missing)
             raise
 
     ConfigManager.parse_args = parse_args  # type: ignore[method-assign]
 
 
-def _write(path: str, line: str) -> None:
+def _write(path: str, line: str, missing: str | None = None) -> None:
     try:
-        Path(path).write_text(line.replace("\n", " ") + "\n")
+        Path(path).write_text(json.dumps({"why": line.replace("\n", " "), "missing": missing}))
     except OSError:
         pass  # the launcher then treats the failure as any other
 
 
 def read(path: Path) -> str | None:
-    """The worker's note (launcher side), or None when torchtitan took its options."""
+    """The worker's note (launcher side), or None when torchtitan took its options. A file
+    reported missing that is there now (written on the login node, not yet seen by this
+    node's NFS cache) is no mistake: None, and the attempt is requeued as any crash."""
     try:
-        text = path.read_text().strip()
-    except OSError:
+        note = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    return text or None
+    if not isinstance(note, dict) or not note.get("why"):
+        return None
+    missing = note.get("missing")
+    if isinstance(missing, str) and Path(missing).exists():
+        return None
+    return str(note["why"])
