@@ -52,6 +52,7 @@ lack, so states come from `squeue`.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import signal
@@ -336,8 +337,12 @@ def _scancel(job: str) -> None:
 
 def _count(name: str, value: Any) -> None:
     """A whole number >= 1, else a UserError (`"2"` or `2.0` would fail later, deep inside)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{name}={value!r}: need a whole number (an int), at least 1")
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)  # int, numpy integers; not "2", 2.0 or True
+    except TypeError:
+        raise UserError(f"{name}={value!r}: need a whole number (an int), at least 1") from None
     if value < 1:
         raise UserError(f"{name}={value}: need at least 1")
 

@@ -91,6 +91,9 @@ def test_bad_knobs_and_addresses_are_user_errors_before_submission(tmp_path):
         api.submit_ft_array("2", {"DEVICE": "cpu"})
     with pytest.raises(UserError, match="nodes=True: need a whole number"):
         api.submit_classic(True, {"DEVICE": "cpu"})
+    import numpy as np
+
+    api._count("replicas", np.int64(2))  # numpy integers are whole numbers too
 
 
 def _array_with_states(tmp_path, *sequence: dict[int, str]) -> api.FTArray:

@@ -115,27 +115,54 @@ def test_outputs_folder_that_cannot_be_made_is_one_line(tmp_path: Path, fake_sba
 @pytest.mark.parametrize(
     ("given", "sent"),
     [
-        ("--export=NONE", "--export=FTSLURM_OUTPUTS"),
-        ("--export=none", "--export=FTSLURM_OUTPUTS"),
-        ("--export=EDITOR,A=1", "--export=EDITOR,A=1,FTSLURM_OUTPUTS"),
-        ("--export=FTSLURM_OUTPUTS=/x", "--export=FTSLURM_OUTPUTS=/x"),
-        ("--export=ALL", "--export=ALL"),
-        ("--export=ALL,A=1", "--export=ALL,A=1"),
-        ("--partition=cpu", "--partition=cpu"),
+        (["--export=NONE"], ["--export=FTSLURM_OUTPUTS"]),
+        (["--export=none"], ["--export=FTSLURM_OUTPUTS"]),
+        (["--export=NIL"], ["--export=FTSLURM_OUTPUTS"]),
+        (["--export", "NONE"], ["--export=FTSLURM_OUTPUTS"]),
+        (["--exp=NONE", "-N1"], ["-N1", "--export=FTSLURM_OUTPUTS"]),
+        (["--export=ALL", "--export=NONE"], ["--export=FTSLURM_OUTPUTS"]),  # the last counts
+        (["--export=EDITOR,A=1"], ["--export=EDITOR,A=1,FTSLURM_OUTPUTS"]),
+        (["--export=FTSLURM_OUTPUTS=/x"], ["--export=FTSLURM_OUTPUTS=/x"]),
+        (["--export=ALL"], ["--export=ALL"]),
+        (["--export=ALL,A=1"], ["--export=ALL,A=1"]),
+        (["--export=NONE", "--export=ALL"], ["--export=NONE", "--export=ALL"]),
+        (["--partition=cpu"], ["--partition=cpu"]),
+        (["--export-file=f"], ["--export-file=f"]),
     ],
 )
-def test_a_restricting_export_still_passes_the_outputs_folder(given: str, sent: str):
+def test_a_restricting_export_still_passes_the_outputs_folder(given: list[str], sent: list[str]):
     """sbatch --export=NONE (or a list) passes the job only what it names: FTSLURM_OUTPUTS
     is added by name (its value from sbatch's environment), or the logs go elsewhere."""
-    assert export_also([given], ["FTSLURM_OUTPUTS"]) == [sent]
+    assert export_also(given, ["FTSLURM_OUTPUTS"])[0] == sent
 
 
-def test_export_none_reaches_sbatch_with_the_outputs_folder(tmp_path: Path, fake_sbatch: Path):
-    r = _submit(tmp_path / "s", "--array=0-1", "--export=NONE", str(FT),
-                FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
+def test_export_from_the_environment_or_the_script(tmp_path: Path):
+    """sbatch's order: command line, then $SBATCH_EXPORT, then the script's #SBATCH line."""
+    script = tmp_path / "s.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --export=NONE\necho hi\n#SBATCH --export=ALL\n")
+    names = ["FTSLURM_OUTPUTS", "DEVICE"]
+    assert export_also([], names, {}, str(script)) == (
+        ["--export=FTSLURM_OUTPUTS,DEVICE"], names)
+    assert export_also([], names, {"SBATCH_EXPORT": "ALL"}, str(script)) == ([], [])
+    assert export_also([], names, {"SBATCH_EXPORT": "NONE"}, "")[0] == [
+        "--export=FTSLURM_OUTPUTS,DEVICE"]
+    assert export_also(["--export=ALL"], names, {"SBATCH_EXPORT": "NONE"}, "")[0] == [
+        "--export=ALL"]
+    assert export_also([], names, {}, "") == ([], [])
+
+
+def test_export_none_reaches_sbatch_with_the_outputs_folder_and_the_knobs(
+    tmp_path: Path, fake_sbatch: Path
+):
+    """The knobs checked here (DEVICE=cpu: CPU node options) reach the job too."""
+    r = _submit(tmp_path / "s", "--array=0-1", "--export", "NONE", str(FT),
+                FTSLURM_OUTPUTS=str(tmp_path / "o"), DEVICE="cpu")  # fmt: skip
     assert r.exit_code == 0, r.output
     got = json.loads(fake_sbatch.read_text())
-    assert "--export=FTSLURM_OUTPUTS" in got["argv"] and got["outputs"] == str(tmp_path / "o")
+    exports = [a for a in got["argv"] if a.startswith("--export")]
+    assert exports == ["--export=FTSLURM_OUTPUTS,DEVICE=cpu"], got["argv"]
+    assert "NONE" not in got["argv"] and got["outputs"] == str(tmp_path / "o")
+    assert "also passing FTSLURM_OUTPUTS, DEVICE=cpu" in r.stderr
 
 
 def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):

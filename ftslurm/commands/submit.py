@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -30,20 +31,90 @@ def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
     return planlib.sbatch_device_options(device)
 
 
-def export_also(options: list[str], names: list[str]) -> list[str]:
-    """`options` with `names` added to a restricting `--export=` (NONE, or a list without ALL):
-    sbatch passes the job only the variables listed there, and the job needs ours (their
-    values come from sbatch's environment). `--export=ALL[,...]` or none: unchanged."""
-    out = []
-    for o in options:
-        if o.startswith("--export="):
-            items = [v for v in o.split("=", 1)[1].split(",") if v]
-            if "ALL" not in (v.upper() for v in items):
-                kept = [v for v in items if v.upper() != "NONE"]
-                listed = {v.split("=", 1)[0] for v in kept}
-                o = "--export=" + ",".join([*kept, *(n for n in names if n not in listed)])
-        out.append(o)
-    return out
+# getopt takes any unambiguous prefix of a long option: --exp, --expo, --expor, --export
+_EXPORT_OPTION = re.compile(r"--exp(o(r(t)?)?)?$")
+# knobs the launcher reads besides FTSLURM_*; passed by name under a restricting --export
+LAUNCHER_KNOBS = (
+    "DEVICE", "STEPS", "GPUS_PER_NODE", "PROCESS_GROUP", "FT_MODE", "SYNC_STEPS",
+    "NUM_FRAGMENTS", "PG_TIMEOUT_S", "CHECKPOINT_FOLDER", "TORCHFT_LIGHTHOUSE",
+    "TORCHFT_QUORUM_RETRIES", "FT_MAX_REQUEUES", "WANDB_API_KEY", "RDZV_PORT",
+)  # fmt: skip
+
+
+def _export_on_command_line(options: list[str]) -> tuple[str | None, set[int]]:
+    """The last --export value given (`--export=V` or `--export V`) and the argv words that
+    give any."""
+    value, words = None, set()
+    i = 0
+    while i < len(options):
+        name, eq, v = options[i].partition("=")
+        if _EXPORT_OPTION.match(name):
+            if eq:
+                value, words = v, words | {i}
+            elif i + 1 < len(options):
+                value, words = options[i + 1], words | {i, i + 1}
+                i += 1
+        i += 1
+    return value, words
+
+
+def _export_in_script(script: str) -> str | None:
+    """The last `#SBATCH --export=` of the script's header."""
+    try:
+        lines = Path(script).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines[1:]:
+        if line.strip() and not line.lstrip().startswith("#"):
+            break  # sbatch reads directives only before the first command
+        if m := re.match(r"#SBATCH\s+--exp(?:o(?:r(?:t)?)?)?[=\s]\s*(\S+)", line):
+            found = m.group(1)
+    return found
+
+
+def export_also(
+    options: list[str], names: list[str], env: Mapping[str, str] | None = None, script: str = ""
+) -> tuple[list[str], list[str]]:
+    """Under a restricting export (NONE, NIL, or a list without ALL; from the command line,
+    else $SBATCH_EXPORT, else the script's #SBATCH line, sbatch's order) sbatch passes the
+    job only the variables listed, and the job needs `names` (the outputs folder, the knobs
+    checked here): the options with one `--export=` that adds them by name (values from
+    sbatch's environment), and the names added. Otherwise `options` unchanged."""
+    value, words = _export_on_command_line(options)
+    if value is None:
+        value = (env or {}).get("SBATCH_EXPORT") or _export_in_script(script)
+    items = [v for v in (value or "").split(",") if v]
+    if value is None or any(v.upper() == "ALL" for v in items):
+        return options, []
+    kept = [v for v in items if v.upper() not in ("NONE", "NIL")]
+    listed = {v.split("=", 1)[0] for v in kept}
+    by_name = {n.split("=", 1)[0]: n for n in names}  # a later NAME=value wins over NAME
+    added = [n for k, n in by_name.items() if k not in listed]
+    rest = [o for i, o in enumerate(options) if i not in words]
+    return [*rest, "--export=" + ",".join([*kept, *added])], added
+
+
+def _with_exports(
+    overrides: list[str], options: list[str], outputs: dict[str, str], script: str
+) -> list[str]:
+    """The device options, then the user's (the last --export counts), with what the job
+    needs added to a restricting export (said on stderr): the outputs folder, the knobs set
+    here, and the device options' own `DEVICE=cpu`."""
+    ours = [v for o in overrides if o.startswith("--export=")
+            for v in o.split("=", 1)[1].split(",") if "=" in v]  # fmt: skip
+    names = [*export_names({**os.environ, **outputs}), *ours]
+    sent, added = export_also([*overrides, *options], names, dict(os.environ), script)
+    if added:
+        click.echo("sbatch --export restricts the job's environment: also passing "
+                   f"{', '.join(added)}", err=True)  # fmt: skip
+    return sent
+
+
+def export_names(env: Mapping[str, str]) -> list[str]:
+    """What the job needs from this environment: FTSLURM_OUTPUTS and the knobs that are set."""
+    ours = [k for k in env if k.startswith("FTSLURM_") and env[k]]
+    return ["FTSLURM_OUTPUTS", *sorted(ours), *(k for k in LAUNCHER_KNOBS if env.get(k))]
 
 
 def _job_dir(options: list[str]) -> Path:
@@ -141,8 +212,8 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     _make_dir(runs, _outputs_fix())
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir())}
-    options = export_also(options, list(outputs))
-    job_id = client.sbatch(script, [*overrides, *options], script_args, extra_env=outputs)
+    sbatch_options = _with_exports(overrides, options, outputs, script)
+    job_id = client.sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
     log_dir = runs / f"tft-{job_id}" if is_array else None
     if as_json:
