@@ -82,9 +82,6 @@ _REPLICA_OVERRIDES = (
 )
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
-# Slurm keeps these jobs until someone releases them (`scontrol release`): not final, but a
-# wait for RUNNING would only end at its timeout.
-HELD_STATES = ("REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD")
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,13 +264,20 @@ class FTArray:
 
     def states(self) -> dict[int, str]:
         """{replica id: Slurm state} from one squeue call."""
-        from ftslurm.slurm import client
+        return self._snapshot()[0]
 
-        by_task = {j.array_task_id: j.state for j in client.jobs(self.job_id)}
+    def _snapshot(self) -> tuple[dict[int, str], set[int]]:
+        """The states and the replicas held by Slurm (`scontrol release`), one squeue call."""
+        from ftslurm.slurm import client
+        from ftslurm.slurm.parse import is_held
+
+        by_task = {j.array_task_id: j for j in client.jobs(self.job_id)}
+        held = {t for t, j in by_task.items() if t is not None and is_held(j)}
         if len(self.replicas) == 1 and not by_task.get(0):
-            return {0: self.replicas[0].state}
-        return {r.replica_id: by_task.get(r.replica_id) or r._state_from_submitit()
-                for r in self.replicas}  # fmt: skip
+            return {0: self.replicas[0].state}, held
+        states = {r.replica_id: (j.state if (j := by_task.get(r.replica_id)) else None)
+                  or r._state_from_submitit() for r in self.replicas}  # fmt: skip
+        return states, held
 
     def wait_until(
         self,
@@ -284,8 +288,8 @@ class FTArray:
     ) -> dict[int, str]:
         """Wait until every replica is in `state` (a Slurm job state, any case); return the
         states. Raises `ReplicaEnded` as soon as a replica has stayed in a final state other
-        than `state` (FAILED, CANCELLED, ..., or UNKNOWN: forgotten by Slurm) or a held one
-        (REQUEUE_HOLD, SPECIAL_EXIT: until someone runs `scontrol release`) for
+        than `state` (FAILED, CANCELLED, ..., or UNKNOWN: forgotten by Slurm) or is held
+        (requeued held, JobHeldUser, REQUEUE_HOLD: until someone runs `scontrol release`) for
         `ended_grace` s -- a requeue passes through such states briefly -- and
         `ftslurm.wait.WaitTimeout` after `timeout` s."""
         from ftslurm.slurm.parse import JOB_STATES
@@ -297,18 +301,16 @@ class FTArray:
         ended_since: dict[int, float] = {}
 
         def reached() -> dict[int, str] | None:
-            states = self.states()
+            states, held = self._snapshot()
             now = time.monotonic()
             for rid, s in states.items():
                 # UNKNOWN: Slurm has forgotten the job (and submitit has no result): gone too
-                if s in (*FINISHED_STATES, "UNKNOWN", *HELD_STATES) and s != want:
+                if (s in (*FINISHED_STATES, "UNKNOWN") or rid in held) and s != want:
                     if now - ended_since.setdefault(rid, now) >= ended_grace:
-                        held = (f" until released (scontrol release {self.job_id}_{rid})"
-                                if s in HELD_STATES else "")  # fmt: skip
-                        raise ReplicaEnded(
-                            f"replica {rid} of job {self.job_id} is {s}: it will not be "
-                            f"{want}{held}"
-                        )
+                        why = (f"held ({s}): it will not be {want} until released (scontrol "
+                               f"release {self.job_id}_{rid})" if rid in held
+                               else f"{s}: it will not be {want}")  # fmt: skip
+                        raise ReplicaEnded(f"replica {rid} of job {self.job_id} is {why}")
                 else:
                     ended_since.pop(rid, None)
             return states if all(v == want for v in states.values()) else None

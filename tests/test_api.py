@@ -101,7 +101,7 @@ def _array_with_states(tmp_path, *sequence: dict[int, str]) -> api.FTArray:
     run = api.FTArray(job_id=7, replicas=[], log_dir=tmp_path, lighthouse="",
                       submitit_folder=tmp_path)  # fmt: skip
     answers = list(sequence)
-    run.states = lambda: answers.pop(0) if len(answers) > 1 else answers[0]  # type: ignore[method-assign]
+    run._snapshot = lambda: (answers.pop(0) if len(answers) > 1 else answers[0], set())  # type: ignore[method-assign]
     return run
 
 
@@ -129,10 +129,27 @@ def test_wait_until_stops_when_a_replica_has_ended(tmp_path):
     forgotten = _array_with_states(tmp_path, {0: "UNKNOWN", 1: "RUNNING"})
     with pytest.raises(ftslurm.ReplicaEnded, match="replica 0 of job 7 is UNKNOWN"):
         forgotten.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
-    held = _array_with_states(tmp_path, {0: "RUNNING", 1: "REQUEUE_HOLD"})
-    with pytest.raises(ftslurm.ReplicaEnded, match=r"replica 1 of job 7 is REQUEUE_HOLD: it "
-                       r"will not be RUNNING until released \(scontrol release 7_1\)"):
-        held.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("recorded", ["squeue_requeue_hold.json", "squeue_requeue_hold.txt"])
+def test_wait_until_stops_on_a_held_replica(tmp_path, monkeypatch, fixtures_dir, recorded):
+    """Recorded on Slurm 22.05 after `scontrol requeuehold 4_0`: PENDING with a hold reason
+    (JobHeldUser in --json, "job requeued in held state" in text); it never runs by itself,
+    so wait_until says so instead of waiting out its timeout."""
+    from ftslurm.slurm import client, parse
+
+    text = (fixtures_dir / "slurm" / recorded).read_text()
+    jobs = (parse.parse_squeue_json if recorded.endswith(".json") else parse.parse_squeue_text)(
+        text)  # fmt: skip
+    monkeypatch.setattr(client, "jobs",
+                        lambda job=None: [j for j in jobs if job in (j.job_id, j.array_job_id)])
+    handles = [api.ReplicaHandle(f"4_{i}", i, tmp_path / "x") for i in range(3)]
+    run = api.FTArray(4, handles, tmp_path, "", tmp_path)
+    assert run.states()[0] == "PENDING"
+    with pytest.raises(ftslurm.ReplicaEnded, match=r"replica 0 of job 4 is held \(PENDING\): "
+                       r"it will not be RUNNING until released \(scontrol release 4_0\)"):
+        run.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
 
 
 def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):

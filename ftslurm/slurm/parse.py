@@ -178,6 +178,20 @@ def _per_task(job: JobInfo, spec: str) -> list[JobInfo]:
     return [replace(job, array_task_id=t) for t in tasks]
 
 
+# Slurm keeps these jobs until someone runs `scontrol release`: as a state (newer Slurm's JSON
+# flags, `%T` on some versions) or as PENDING with a hold reason (22.05: "job requeued in held
+# state" from `squeue -o %r`, JobHeldUser in --json; launch_failed_requeued_held).
+HELD_STATES = ("REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD")
+_HELD_REASONS = {"jobhelduser", "jobheldadmin", "jobrequeuedinheldstate",
+                 "launchfailedrequeuedheld"}  # fmt: skip
+
+
+def is_held(job: JobInfo) -> bool:
+    """The job waits for `scontrol release` (it will not run by itself)."""
+    reason = re.sub(r"[\s_]", "", job.reason).lower()
+    return job.state in HELD_STATES or (job.state == "PENDING" and reason in _HELD_REASONS)
+
+
 def parse_squeue_json(text: str) -> list[JobInfo]:
     """`squeue --json` (openapi v0.0.38 on 22.05; tolerant of newer shapes) -> jobs.
 
@@ -189,8 +203,8 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
     jobs = []
     for j in data.get("jobs", []) if isinstance(data, dict) else []:
         state = j.get("job_state")
-        if isinstance(state, list):  # newer Slurm: a list of flags
-            state = state[0] if state else None
+        if isinstance(state, list):  # newer Slurm: the base state, then flags (a hold is one)
+            state = next((f for f in state if f in HELD_STATES), state[0] if state else None)
         array_job = _int_or_none(j.get("array_job_id"))
         task = _int_or_none(j.get("array_task_id"))
         if task is not None and task >= _NO_VAL:
