@@ -152,9 +152,11 @@ def test_export_from_the_environment_or_the_script(tmp_path: Path):
 
 
 def test_export_none_reaches_sbatch_with_the_outputs_folder_and_the_knobs(
-    tmp_path: Path, fake_sbatch: Path
+    tmp_path: Path, fake_sbatch: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """The knobs checked here (DEVICE=cpu: CPU node options) reach the job too."""
+    for var in [k for k in os.environ if k.startswith("FTSLURM_")]:  # e.g. the suite's own
+        monkeypatch.delenv(var)
     r = _submit(tmp_path / "s", "--array=0-1", "--export", "NONE", str(FT),
                 FTSLURM_OUTPUTS=str(tmp_path / "o"), DEVICE="cpu")  # fmt: skip
     assert r.exit_code == 0, r.output
