@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,9 +98,9 @@ def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
             pass
 
 
-def children_map() -> dict[int, list[int]]:
-    """ppid -> child pids, for every live process (one pass over /proc)."""
-    out: dict[int, list[int]] = {}
+def _all_stat_fields() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the /proc/PID/stat fields after the command name: state, ppid, pgrp, session,
+    ...) of every process, in one pass over /proc."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -107,27 +108,22 @@ def children_map() -> dict[int, list[int]]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
+        yield int(entry), stat[stat.rfind(")") + 2 :].split()
+
+
+def children_map() -> dict[int, list[int]]:
+    """ppid -> child pids, for every live process (one pass over /proc)."""
+    out: dict[int, list[int]] = {}
+    for pid, fields in _all_stat_fields():
         if len(fields) > 1 and fields[0] not in ("Z", "X"):
-            out.setdefault(int(fields[1]), []).append(int(entry))
+            out.setdefault(int(fields[1]), []).append(pid)
     return out
 
 
 def session_pids(sid: int) -> list[int]:
     """Every process (zombies too) whose session id is `sid`: a detached daemon is the leader
     of its own session, so these are it and the children it started (unless they setsid)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 3 and fields[3] == str(sid):
-            out.append(int(entry))
-    return out
+    return [pid for pid, fields in _all_stat_fields() if len(fields) > 3 and fields[3] == str(sid)]
 
 
 def process_tree(pid: int) -> list[int]:

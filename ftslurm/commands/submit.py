@@ -60,14 +60,8 @@ def _export_on_command_line(options: list[str]) -> tuple[str | None, set[int]]:
 
 def _export_in_script(script: str) -> str | None:
     """The last `#SBATCH --export=` of the script's header."""
-    try:
-        lines = Path(script).read_text(errors="replace").splitlines()
-    except OSError:
-        return None
     found = None
-    for line in lines[1:]:
-        if line.strip() and not line.lstrip().startswith("#"):
-            break  # sbatch reads directives only before the first command
+    for line in _directives(script):
         if m := re.match(r"#SBATCH\s+--exp(?:o(?:r(?:t)?)?)?[=\s]\s*(\S+)", line):
             found = m.group(1)
     return found
@@ -130,19 +124,24 @@ def _job_dir(options: list[str]) -> Path:
     return Path(found).expanduser() if found else Path.cwd()
 
 
-def _array_in(script: str) -> bool:
-    """An `#SBATCH --array` / `-a` line in the script's header (sbatch reads #SBATCH lines
-    only before the first command), when the command line has none."""
+def _directives(script: str) -> list[str]:
+    """The script's header lines (sbatch reads #SBATCH lines only before the first command)."""
     try:
         lines = Path(script).read_text(errors="replace").splitlines()
     except OSError:
-        return False
+        return []
+    header = []
     for line in lines[1:]:
         if line.strip() and not line.lstrip().startswith("#"):
-            return False  # the first command: sbatch stops reading directives here
-        if re.match(r"#SBATCH\s+(--array\b|-a)", line):
-            return True
-    return False
+            break  # the first command
+        header.append(line)
+    return header
+
+
+def _array_in(script: str) -> bool:
+    """An `#SBATCH --array` / `-a` line in the script's header, when the command line has
+    none."""
+    return any(re.match(r"#SBATCH\s+(--array\b|-a)", line) for line in _directives(script))
 
 
 def _make_dir(path: Path, fix: str) -> None:
