@@ -160,26 +160,15 @@ def stop(
         return "not-running"
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if _wait_gone(alive, grace) and _wait_gone(lambda: exiting(pid), kill_timeout):
+    if procs.wait_gone(alive, grace) and procs.wait_gone(lambda: exiting(pid), kill_timeout):
         _reap(pid)
         return "terminated"
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    if _wait_gone(alive, kill_timeout) and _wait_gone(lambda: exiting(pid), kill_timeout):
+    if procs.wait_gone(alive, kill_timeout) and procs.wait_gone(lambda: exiting(pid), kill_timeout):
         _reap(pid)
         return "killed"
     raise RuntimeError(f"pid {pid} survived SIGKILL for {kill_timeout:g} s (uninterruptible?)")
-
-
-def _wait_gone(alive: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    interval = 0.01
-    while alive():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-        interval = min(interval * 2, 0.1)
-    return True
 
 
 class ProcessExited(Exception):
@@ -340,7 +329,7 @@ class Daemon:
             if ours or (st is not None and st.state == "Z" and st.start_ticks == state.start_ticks):
                 # our process, dead or dying: let its threads and the children it started
                 # (killed with it: PR_SET_PDEATHSIG) finish, so its port is free
-                _wait_gone(lambda: _session_busy(state.pid), 5.0)
+                procs.wait_gone(lambda: _session_busy(state.pid), 5.0)
             self.clear()
         return Lookup(None, stale=state)
 
@@ -397,12 +386,12 @@ class Daemon:
             st.pid, grace, expected_cmdline_substring=st.marker or None, start_ticks=st.start_ticks
         )
         if members:  # its children (the Lighthouse) may still hold the port: gone too
-            if not _wait_gone(lambda: _session_busy(st.pid), 2.0):
+            if not procs.wait_gone(lambda: _session_busy(st.pid), 2.0):
                 for pid, ticks in members:  # did not die with it (a --binary wrapper script)
                     if is_alive(pid, start_ticks=ticks):
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
-                _wait_gone(lambda: _session_busy(st.pid), 5.0)
+                procs.wait_gone(lambda: _session_busy(st.pid), 5.0)
         self.clear()
         return outcome, st
 

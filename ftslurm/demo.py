@@ -380,7 +380,7 @@ class LocalBackend(Backend):
             pass
         # torchrun's worker is in a session of its own and is not our child: a killed process
         # freeing a few GiB stays "alive" ~0.1 s; the demo ends with nothing of it left
-        procs.wait_all_gone(tree, timeout=10.0)
+        procs.wait_gone(lambda: any(procs.pid_alive(p) for p in tree), timeout=10.0)
         (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
         return tree
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,13 +139,15 @@ def process_tree(pid: int) -> list[int]:
     return order
 
 
-def wait_all_gone(pids: list[int], timeout: float) -> bool:
-    """Wait until none of `pids` is alive (call it after killing them); False on timeout."""
+def wait_gone(alive: Callable[[], bool], timeout: float) -> bool:
+    """Poll `alive` (backing off 10 -> 100 ms) until it is false; False on timeout."""
     deadline = time.monotonic() + timeout
-    while any(pid_alive(p) for p in pids):
+    interval = 0.01
+    while alive():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(interval)
+        interval = min(interval * 2, 0.1)
     return True
 
 
