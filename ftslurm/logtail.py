@@ -19,10 +19,14 @@ import heapq
 import os
 import re
 import time
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from ftslurm.logfile import is_gzip, open_log
 
 BLOCK = 64 * 1024
 CONTEXT = 200  # lines read before a tail to date its first, untimed lines
@@ -59,7 +63,10 @@ def line_time(line: str, year: int | None = None) -> float | None:
 def read_tail(path: Path, n: int, block: int = BLOCK) -> tuple[list[str], int]:
     """The last `n` complete lines of `path` and the offset just after them (where following
     resumes). Reads backwards from the end in blocks; an unterminated last line (a writer in
-    the middle of a line) is left for the follower."""
+    the middle of a line) is left for the follower. A gzipped log is read by
+    `read_archive_tail`."""
+    if is_gzip(path):
+        return read_archive_tail(path, n)
     with open(path, "rb") as fh:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
@@ -83,8 +90,40 @@ def read_tail(path: Path, n: int, block: int = BLOCK) -> tuple[list[str], int]:
     return [b.decode(errors="replace").rstrip("\r") for b in lines], offset
 
 
+def read_archive_tail(path: Path, n: int) -> tuple[list[str], int]:
+    """`read_tail` of a gzipped log (`tft-12_0.out.gz`, or gzipped in place). A gzip stream
+    cannot be read backwards, so it is read through once keeping the last `n` lines (all if
+    n < 0); an archive is not written to, so its last line counts even without a newline and
+    the offset is the file's end."""
+    keep = deque(_archive_lines(path), maxlen=n if n >= 0 else None)
+    return [_text(b) for b in keep], path.stat().st_size
+
+
+def _archive_lines(path: Path) -> Iterator[bytes]:
+    """The lines of a gzipped log; a truncated or corrupt archive ends after what could be
+    read (a log copied while it was being compressed is still worth its first part)."""
+    with open_log(path) as fh:
+        try:
+            yield from fh
+        except (EOFError, zlib.error, OSError):
+            return
+
+
+def _text(raw: bytes) -> str:
+    return raw.rstrip(b"\n").decode(errors="replace").rstrip("\r")
+
+
 def read_tail_bytes(path: Path, nbytes: int) -> str:
     """Up to the last `nbytes` of `path`, starting at a line boundary (for summaries)."""
+    if is_gzip(path):
+        keep: deque[bytes] = deque()
+        size = 0
+        for raw in _archive_lines(path):
+            keep.append(raw)
+            size += len(raw)
+            while size > nbytes:
+                size -= len(keep.popleft())
+        return b"".join(keep).decode(errors="replace")
     with open(path, "rb") as fh:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
@@ -188,6 +227,9 @@ class Follower:
         if st.st_size == src.offset:
             return []
         try:
+            if src.offset == 0 and is_gzip(src.path):  # an archive (new, or a log gzipped in place)
+                lines, src.offset = read_archive_tail(src.path, -1)
+                return self._keyed(src, lines)
             with open(src.path, "rb") as fh:
                 fh.seek(src.offset)
                 data = fh.read(st.st_size - src.offset)
@@ -198,6 +240,10 @@ class Follower:
         end = data.rfind(b"\n") + 1
         src.partial = data[end:]
         lines = [b.decode(errors="replace").rstrip("\r") for b in data[:end].split(b"\n")[:-1]]
+        return self._keyed(src, lines)
+
+    @staticmethod
+    def _keyed(src: Source, lines: list[str]) -> list[Entry]:
         entries = keyed(lines, src.label, src.last_key)
         if entries:
             src.last_key = entries[-1].key
@@ -220,7 +266,7 @@ def _label_order(label: str) -> tuple[int, str]:
 # --------------------------------------------------------------------------------------------
 # Finding the files of a run (no Slurm call: works from the login node)
 
-_TASK_RE = re.compile(r"^tft-(.+)_(\d+)\.out$")
+_TASK_RE = re.compile(r"^tft-(.+)_(\d+)\.out(\.gz)?$")  # .gz: an archived run
 
 
 def newest_run_dir(runs_dir: Path) -> Path | None:
@@ -234,7 +280,8 @@ def newest_run_dir(runs_dir: Path) -> Path | None:
 
 def job_logs(run_dir: Path) -> dict[str, dict[int, Path]]:
     """job id -> {replica: `tft-<job>_<i>.out`} of the logs in `run_dir`; in a `tft-<job>`
-    folder only that job's."""
+    folder only that job's. An archived `tft-<job>_<i>.out.gz` counts when there is no
+    `.out`."""
     folder = run_dir.resolve().name
     only = folder[len("tft-") :] if folder.startswith("tft-") else None
     try:
@@ -245,7 +292,10 @@ def job_logs(run_dir: Path) -> dict[str, dict[int, Path]]:
     for name in names:
         m = _TASK_RE.match(name)
         if m and (only is None or m.group(1) == only):
-            jobs.setdefault(m.group(1), {})[int(m.group(2))] = run_dir / name
+            logs = jobs.setdefault(m.group(1), {})
+            replica = int(m.group(2))
+            if replica not in logs or not m.group(3):  # the live log before its archive
+                logs[replica] = run_dir / name
     return jobs
 
 

@@ -145,6 +145,39 @@ def test_cli_logs_merges_real_logs_in_time_order(tmp_path, monkeypatch):
     assert colour.output.startswith("\x1b[36m[r0]")
 
 
+def test_cli_logs_reads_archived_logs(tmp_path, monkeypatch):
+    """A run kept gzipped: `.out.gz` files (the recorded fixtures as they are) and a log
+    gzipped in place read as text, the same lines as the plain logs; was bytes, or "no
+    replica logs"."""
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    plain = CliRunner().invoke(cli, ["logs", "--run-dir", str(real_run(tmp_path)), "-n", "4"])
+    assert plain.exit_code == 0 and len(plain.output.splitlines()) == 8, plain.output
+    archived = CliRunner().invoke(cli, ["logs", "--run-dir", str(FIX / "tft-8"), "-n", "4"])
+    assert archived.exit_code == 0, archived.output
+    assert archived.output == plain.output
+    in_place = tmp_path / "in-place"
+    in_place.mkdir()
+    for i in (0, 1):
+        archive = FIX / "tft-8" / f"tft-8_{i}.out.gz"
+        (in_place / f"tft-8_{i}.out").write_bytes(archive.read_bytes())
+    got = CliRunner().invoke(cli, ["logs", "--run-dir", str(in_place), "-n", "4"])
+    assert got.exit_code == 0 and got.output == plain.output, got.output
+    # the live log wins over its archive; a truncated archive gives what could be read
+    (in_place / "tft-8_0.out.gz").write_bytes(b"")
+    assert logtail.replica_logs(in_place)["r0"].name == "tft-8_0.out"
+    whole = gzip.decompress((in_place / "tft-8_1.out").read_bytes()).decode().splitlines()
+    cut = tmp_path / "cut.out.gz"
+    cut.write_bytes((in_place / "tft-8_1.out").read_bytes()[:-300])
+    lines, offset = logtail.read_tail(cut, 1000)
+    assert 0 < len(lines) < len(whole) and lines == whole[: len(lines)]
+    assert offset == cut.stat().st_size
+    assert logtail.read_tail_bytes(cut, 100) in "\n".join(whole)
+    # following an archive: read once, never as bytes
+    f = logtail.Follower(lambda: {"r1": in_place / "tft-8_1.out"})
+    assert [e.text for e in f.start(2)] == whole[-2:]
+    assert f.poll() == []
+
+
 def test_cli_logs_with_the_lighthouse_log(tmp_path, monkeypatch):
     from ftslurm import lighthouse
 

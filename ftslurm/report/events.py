@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ftslurm.logfile import open_log
 from ftslurm.report.lines import INJECTED, Event
-from ftslurm.report.reader import ParseStats, iter_lines, open_log
+from ftslurm.report.reader import ParseStats, iter_lines
 
 SCHEMA_VERSION = 1
 FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue"})

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftslurm.logfile import open_log
 from ftslurm.report.lines import (
     ERROR,
     FINISHED,
@@ -572,22 +573,3 @@ def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:
         yield buf, cut
         buf[: filled - cut] = buf[cut:filled]
         rest = filled - cut
-
-
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def open_log(path: Path):
-    """A log opened for binary reading; gzip files (archived logs, fixtures) decompressed,
-    known by their first two bytes (also `tft-12_0.out` gzipped in place) or a `.gz` name
-    (one that is not gzip raises OSError: a corrupt archive). Pipes were spooled into files
-    before (sources._spooled), so reading the first bytes twice is safe."""
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == _GZIP_MAGIC
-    if gzipped or path.suffix == ".gz":
-        import gzip
-
-        fh = gzip.open(path, "rb")
-        fh.peek(1)  # raise OSError now if it is not gzip
-        return fh
-    return open(path, "rb")  # noqa: SIM115

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftslurm.errors import UserError
+from ftslurm.logfile import open_log
 from ftslurm.report import lines as L
 from ftslurm.report import reader as R
 from ftslurm.report.events import iter_event_log
@@ -172,7 +173,7 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
     pat = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
     for path in lighthouse_logs:
         try:
-            with R.open_log(path) as fh:
+            with open_log(path) as fh:
                 for i, line in enumerate(fh):
                     if i > max_lines:
                         break
