@@ -223,6 +223,8 @@ def test_bad_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:
         ({"FTSLURM_PRESET": "llama3_8b_ft"}, "is for the torchft script"),
         ({"FTSLURM_PRESET": "llama3_8b_diloco"}, "is for the torchft script"),
         ({"FTSLURM_EXTRA_ARGS": "--x \\"}, "does not parse"),
+        ({"RDZV_PORT": "70000"}, "RDZV_PORT=70000 is not a port"),
+        ({"RDZV_PORT": "0"}, "RDZV_PORT=0 must be at least 1"),
     ],
 )
 def test_bad_classic_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:

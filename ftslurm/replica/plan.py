@@ -121,7 +121,10 @@ def _int(
     default: int | None,
     what: str,
     minimum: int | None = None,
+    maximum: tuple[int, str] | None = None,
 ) -> int:
+    """The first of `names` set in `env` as an int, else `default`. `maximum`: (bound, what
+    the error says of a larger value), e.g. (65535, "is not a port (1 to 65535)")."""
     for name in names:
         raw = env.get(name, "").strip()
         if raw:
@@ -133,6 +136,8 @@ def _int(
                 ) from None
             if minimum is not None and value < minimum:
                 raise UserError(f"{name}={value} must be at least {minimum}")
+            if maximum is not None and value > maximum[0]:
+                raise UserError(f"{name}={value} {maximum[1]}")
             return value
     if default is None:
         raise UserError(
@@ -301,10 +306,9 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
             tt.append(f"--fault_tolerance.num_fragments={n}")
     if env.get("PG_TIMEOUT_S", "").strip():
-        secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1)
-        if secs > MAX_PG_TIMEOUT_S:  # a typo (ms for s) would make a hung peer hang for days
-            raise UserError(f"PG_TIMEOUT_S={secs} is more than a day ({MAX_PG_TIMEOUT_S} s); "
-                            "it is in seconds (e.g. PG_TIMEOUT_S=120)")  # fmt: skip
+        # a typo (ms for s) would make a hung peer hang for days
+        too_long = f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds (e.g. 120)"
+        secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1, (MAX_PG_TIMEOUT_S, too_long))
         ms = secs * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
     notes = []
@@ -396,9 +400,7 @@ def build_classic_plan(
     gpus = _gpus(env, device)
     run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
-    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1)
-    if port > 65535:
-        raise UserError(f"RDZV_PORT={port} is not a port (1 to 65535)")
+    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1, (65535, "is not a port"))
     tt = _common_tt_args(env, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
