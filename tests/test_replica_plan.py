@@ -204,7 +204,8 @@ def test_replica_and_attempt_precedence() -> None:
         ({"FT_MODE": "diloco", "SYNC_STEPS": "0", "FTSLURM_REPLICA_ID": "0",
           "FTSLURM_GROUP_SIZE": "1"}, "SYNC_STEPS=0 must be at least 1"),
         ({"PG_TIMEOUT_S": "120000", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
-         "PG_TIMEOUT_S=120000 is more than a day (86400 s); it is in seconds"),
+         "PG_TIMEOUT_S=120000 is more than a day (86400 s); it is in seconds "
+         "(e.g. PG_TIMEOUT_S=120)"),
         (
             {"FTSLURM_EXTRA_ARGS": "--job.description 'no end", "FTSLURM_REPLICA_ID": "0",
              "FTSLURM_GROUP_SIZE": "1"},
@@ -223,7 +224,7 @@ def test_bad_knobs_name_the_fix(env: dict[str, str], fix: str) -> None:
         ({"FTSLURM_PRESET": "llama3_8b_ft"}, "is for the torchft script"),
         ({"FTSLURM_PRESET": "llama3_8b_diloco"}, "is for the torchft script"),
         ({"FTSLURM_EXTRA_ARGS": "--x \\"}, "does not parse"),
-        ({"RDZV_PORT": "70000"}, "RDZV_PORT=70000 is not a port"),
+        ({"RDZV_PORT": "70000"}, "RDZV_PORT=70000 is not a port \\(1 to 65535\\)"),
         ({"RDZV_PORT": "0"}, "RDZV_PORT=0 must be at least 1"),
     ],
 )

@@ -113,6 +113,7 @@ class Plan:
 
 
 MAX_PG_TIMEOUT_S = 86400
+PORT_RANGE = "is not a port (1 to 65535)"
 
 
 def _int(
@@ -124,7 +125,7 @@ def _int(
     maximum: tuple[int, str] | None = None,
 ) -> int:
     """The first of `names` set in `env` as an int, else `default`. `maximum`: (bound, what
-    the error says of a larger value), e.g. (65535, "is not a port (1 to 65535)")."""
+    the error says of a larger value), e.g. (65535, PORT_RANGE)."""
     for name in names:
         raw = env.get(name, "").strip()
         if raw:
@@ -307,7 +308,8 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             tt.append(f"--fault_tolerance.num_fragments={n}")
     if env.get("PG_TIMEOUT_S", "").strip():
         # a typo (ms for s) would make a hung peer hang for days
-        too_long = f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds (e.g. 120)"
+        too_long = (f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds "
+                    "(e.g. PG_TIMEOUT_S=120)")  # fmt: skip
         secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1, (MAX_PG_TIMEOUT_S, too_long))
         ms = secs * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
@@ -400,7 +402,7 @@ def build_classic_plan(
     gpus = _gpus(env, device)
     run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
-    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1, (65535, "is not a port"))
+    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1, (65535, PORT_RANGE))
     tt = _common_tt_args(env, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
