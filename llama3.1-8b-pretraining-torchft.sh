@@ -12,7 +12,7 @@
 #   DEVICE=cuda|cpu                 cpu = the debug model with the debug_cpu preset
 #   FTSLURM_PRESET                  llama3_8b_ft (default) | llama3_8b_diloco | debug_cpu
 #   STEPS=1000  GPUS_PER_NODE=8  FT_MODE=per-step|diloco  SYNC_STEPS  NUM_FRAGMENTS
-#   PROCESS_GROUP=nccl  PG_TIMEOUT_S  CHECKPOINT_FOLDER
+#   PROCESS_GROUP=nccl  PG_TIMEOUT_S  CHECKPOINT_FOLDER  FTSLURM_HEAL_TIMEOUT_S=600
 #   TORCHFT_LIGHTHOUSE=http://login-0:29510  TORCHFT_QUORUM_RETRIES=3
 #   FT_MAX_REQUEUES=5               self-requeues after a crash (OOM kill, dead worker)
 #   WANDB_API_KEY                   W&B on replica 0 only, when set

@@ -53,6 +53,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
         "FTSLURM_REPLICA_ID": "1",
         "FTSLURM_GROUP_SIZE": "2",
         "FTSLURM_ATTEMPT": "2",
+        "FTSLURM_HEAL_TIMEOUT_S": "600",
     }
     assert (p.replica_id, p.group_size, p.attempt, p.preset) == (1, 2, 2, "llama3_8b_ft")
     assert planlib.requeue_target(p, GPU_ARRAY_ENV) == "42_1"
@@ -116,6 +117,7 @@ def test_knobs_become_torchtitan_args() -> None:
         "STEPS": "12",
         "FT_MODE": "per-step",
         "PG_TIMEOUT_S": "30",
+        "FTSLURM_HEAL_TIMEOUT_S": " 1200 ",
         "CHECKPOINT_FOLDER": "/ckpt",
         "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1234",
         "TORCHFT_QUORUM_RETRIES": "7",
@@ -130,6 +132,7 @@ def test_knobs_become_torchtitan_args() -> None:
     assert p.argv[-2:] == ["--metrics.log_freq", "5"]
     assert p.env["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:1234"
     assert p.env["TORCHFT_QUORUM_RETRIES"] == "7"
+    assert p.env["FTSLURM_HEAL_TIMEOUT_S"] == "1200"
     assert p.attempt == 4 and p.ft_mode == "per-step"
     assert "--rdzv_id=tft_t1_1" in p.argv
 
@@ -206,6 +209,14 @@ def test_replica_and_attempt_precedence() -> None:
         ({"PG_TIMEOUT_S": "120000", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
          "PG_TIMEOUT_S=120000 is more than a day (86400 s); it is in seconds "
          "(e.g. PG_TIMEOUT_S=120)"),
+        ({"FTSLURM_HEAL_TIMEOUT_S": "600000", "FTSLURM_REPLICA_ID": "0",
+          "FTSLURM_GROUP_SIZE": "1"},
+         "FTSLURM_HEAL_TIMEOUT_S=600000 is more than a day (86400 s); it is in seconds "
+         "(e.g. FTSLURM_HEAL_TIMEOUT_S=900)"),
+        ({"FTSLURM_HEAL_TIMEOUT_S": "0", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+         "FTSLURM_HEAL_TIMEOUT_S=0 must be at least 1"),
+        ({"FTSLURM_HEAL_TIMEOUT_S": "10m", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
+         "FTSLURM_HEAL_TIMEOUT_S='10m' is not an integer"),
         (
             {"FTSLURM_EXTRA_ARGS": "--job.description 'no end", "FTSLURM_REPLICA_ID": "0",
              "FTSLURM_GROUP_SIZE": "1"},

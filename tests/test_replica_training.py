@@ -268,7 +268,7 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     # first commit and copied its state then (timing-dependent; init syncs are max_step=0)
     real_heal = re.compile(r"healing is required step=\d+, max_step=[1-9]")
     startup_heal = any(real_heal.search(r.text()) for r in (r0, r1))
-    return {"before": before, "after": after, "healed_line": healed_line, "r1b": r1b,
+    return {"before": before, "after": after, "healed_line": healed_line, "r0": r0, "r1b": r1b,
             "startup_heal": bool(startup_heal)}  # fmt: skip
 
 
@@ -288,6 +288,9 @@ def test_per_step_heal_gives_identical_replicas(make_run, tmp_path: Path) -> Non
     res = _heal_then_compare(run, measure=tmp_path / "measure-per-step.json")
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert all(a == b for a, b in res["after"].values()), res["after"]
+    # fix 4, read back from the Manager torchtitan built (torchft alone would say 60 s)
+    transport = "[ftslurm] heal transport: HTTPTransport, survivor waits up to 600 s"
+    assert transport in res["r0"].text() and transport in res["r1b"].text()
 
 
 def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:

@@ -125,8 +125,8 @@ def test_ft_script_dry_run_gpu_defaults(tmp_path: Path) -> None:
     ]
     assert (
         "env: FTSLURM_ATTEMPT=1 FTSLURM_DEVICE=cuda FTSLURM_FT_MODE=per-step "
-        "FTSLURM_GROUP_SIZE=2 FTSLURM_REPLICA_ID=1 TORCHFT_LIGHTHOUSE=http://login-0:29510 "
-        "TORCHFT_QUORUM_RETRIES=3"
+        "FTSLURM_GROUP_SIZE=2 FTSLURM_HEAL_TIMEOUT_S=600 FTSLURM_REPLICA_ID=1 "
+        "TORCHFT_LIGHTHOUSE=http://login-0:29510 TORCHFT_QUORUM_RETRIES=3"
     ) in text
     assert "dry run (FTSLURM_DRY_RUN=1): nothing started" in text
 

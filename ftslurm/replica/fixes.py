@@ -25,6 +25,14 @@ reproduce a bug, or once upstream is fixed).
    FSDP only when dp_shard > 1, so 1-rank replicas never average gradients and drift apart
    between heals. Fix: the same all-reduce (ReduceOp.AVG over torchft's managed process
    group) as a post-accumulate-grad hook on every parameter when the model has no FSDP module.
+4. FTSLURM_FIX_HEAL_TIMEOUT (large models): torchtitan builds torchft's Manager without a
+   timeout, so its HTTP checkpoint transport gets the constructor default of 60 s, and
+   TORCHFT_TIMEOUT_SEC does not reach it (torchft reads that variable after the transport is
+   built). The survivor's `should_commit` -> `disallow_checkpoint` takes the transport's write
+   lock, which waits for a healing peer's download to end: a heal longer than 60 s (an 8B
+   replica sends ~12 GB per rank, 8 ranks per node through one NIC) raises TimeoutError in the
+   SURVIVOR. Fix: the Manager gets torchft's own HTTPTransport with the timeout
+   FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything else is torchft's.
 """
 
 from __future__ import annotations
@@ -33,11 +41,15 @@ import os
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
+
+from ftslurm.replica.plan import DEFAULT_HEAL_TIMEOUT_S, HEAL_TIMEOUT_VAR
 
 SWITCHES = {
     "async_quorum": "FTSLURM_FIX_ASYNC_QUORUM",
     "optimizer_state": "FTSLURM_FIX_OPTIMIZER_STATE",
     "unsharded_allreduce": "FTSLURM_FIX_UNSHARDED_ALLREDUCE",
+    "heal_timeout": "FTSLURM_FIX_HEAL_TIMEOUT",
 }
 
 
@@ -62,29 +74,68 @@ def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 def fix_async_quorum() -> None:
     """Bug 1: construct torchft's Manager with use_async_quorum=False."""
-    import torchft
-    import torchtitan.components.ft.manager as tt_ft
-
-    if isinstance(tt_ft.ft, _SyncQuorumTorchft):
-        return
-
-    tt_ft.ft = _SyncQuorumTorchft(torchft)
+    _manager_patch().kwargs["use_async_quorum"] = lambda: False
 
 
-class _SyncQuorumTorchft(types.ModuleType):
+def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
+    """FTSLURM_HEAL_TIMEOUT_S as seconds (the launcher's plan has already refused bad values)."""
+    env = os.environ if env is None else env
+    return int(env.get(HEAL_TIMEOUT_VAR, "").strip() or DEFAULT_HEAL_TIMEOUT_S)
+
+
+def fix_heal_timeout() -> None:
+    """Bug 4: torchft's HTTP checkpoint transport with FTSLURM_HEAL_TIMEOUT_S, not 60 s."""
+    from torchft.checkpointing import HTTPTransport
+
+    timeout = timedelta(seconds=heal_timeout_s())
+    patch = _manager_patch()
+    patch.kwargs["checkpoint_transport"] = lambda: HTTPTransport(timeout=timeout, num_chunks=0)
+    patch.reports["heal_timeout"] = _transport_line
+
+
+def _transport_line(manager: object) -> str:
+    """What the built Manager's transport really waits, read back from it (not from the env)."""
+    transport = getattr(manager, "_checkpoint_transport", None)
+    lock = getattr(transport, "_checkpoint_lock", None)
+    seconds = getattr(lock, "timeout", None)
+    wait = f"{seconds:g} s" if isinstance(seconds, (int, float)) else "unknown"
+    return (
+        f"[ftslurm] heal transport: {type(transport).__name__}, "
+        f"survivor waits up to {wait} for a healing peer's download"
+    )
+
+
+class _ManagerPatch(types.ModuleType):
     """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
-    torchft's, except that `Manager(...)` always gets use_async_quorum=False."""
+    torchft's, except the Manager(...) keyword arguments the enabled fixes set (`kwargs`: name
+    -> a function making the value) and one log line per fix about the built Manager."""
 
     def __init__(self, real: types.ModuleType) -> None:
         super().__init__(real.__name__)
         self._real = real
+        self.kwargs: dict[str, Callable[[], object]] = {}
+        self.reports: dict[str, Callable[[object], str]] = {}
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._real, name)
 
     def Manager(self, *args: object, **kwargs: object) -> object:  # noqa: N802 - torchft's name
-        kwargs["use_async_quorum"] = False
-        return self._real.Manager(*args, **kwargs)
+        for name, make in self.kwargs.items():
+            kwargs[name] = make()
+        manager = self._real.Manager(*args, **kwargs)
+        for report in self.reports.values():
+            print(report(manager), flush=True)
+        return manager
+
+
+def _manager_patch() -> _ManagerPatch:
+    """The stand-in for torchft in torchtitan's FT manager module, installed once."""
+    import torchft
+    import torchtitan.components.ft.manager as tt_ft
+
+    if not isinstance(tt_ft.ft, _ManagerPatch):
+        tt_ft.ft = _ManagerPatch(torchft)
+    return tt_ft.ft
 
 
 def fix_optimizer_state() -> None:
@@ -143,6 +194,12 @@ FIXES = (
         SWITCHES["unsharded_allreduce"],
         "cross-replica gradient all-reduce on 1-rank (non-FSDP) replicas",
         fix_unsharded_allreduce,
+    ),
+    Fix(
+        "heal_timeout",
+        SWITCHES["heal_timeout"],
+        f"a healing peer's download may take {HEAL_TIMEOUT_VAR}, not torchft's 60 s",
+        fix_heal_timeout,
     ),
 )
 

@@ -38,8 +38,11 @@ Knobs (environment variables; defaults in brackets):
     FTSLURM_CHECKSUM_EVERY  parameter checksum every N committed steps [1 on cpu, 50 on
                             cuda; 0 = off] (checksum.py)
     FTSLURM_CHECKSUM_ASYNC  hash on a background thread from a host copy [1 on cuda, 0 on cpu]
-    FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE
+    FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE /
+    FTSLURM_FIX_HEAL_TIMEOUT
                             =0 turns a healing fix off (fixes.py) [all on]
+    FTSLURM_HEAL_TIMEOUT_S  how long a survivor waits for a healing peer's checkpoint download,
+                            in seconds, 1..86400 [600; torchft's own is 60] (fixes.py)
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ DEFAULT_LIGHTHOUSE = "http://login-0:29510"
 DEFAULT_QUORUM_RETRIES = 3
 DEFAULT_MAX_REQUEUES = 5
 DEFAULT_RDZV_PORT = 29500
+HEAL_TIMEOUT_VAR = "FTSLURM_HEAL_TIMEOUT_S"
+DEFAULT_HEAL_TIMEOUT_S = 600  # an 8B heal (~12 GB per rank) at 25 Gbit/s per node: ~30 s
 TRAIN_MODULE = "ftslurm.replica.train"
 CONFIG_DIR = Path("slurm") / "configs"
 FT_MODES = ("per-step", "diloco")
@@ -313,6 +318,10 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1, (MAX_PG_TIMEOUT_S, too_long))
         ms = secs * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
+    # a typo (ms for s) would let a hung healing peer stall the survivor for days
+    heal_timeout = _int(env, [HEAL_TIMEOUT_VAR], DEFAULT_HEAL_TIMEOUT_S, HEAL_TIMEOUT_VAR, 1,
+                        (MAX_PG_TIMEOUT_S, f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in "
+                         f"seconds (e.g. {HEAL_TIMEOUT_VAR}=900)"))  # fmt: skip
     notes = []
     if env.get("WANDB_API_KEY"):
         if replica_id == 0:
@@ -347,6 +356,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         "FTSLURM_REPLICA_ID": str(replica_id),
         "FTSLURM_GROUP_SIZE": str(group_size),
         "FTSLURM_ATTEMPT": str(attempt),
+        HEAL_TIMEOUT_VAR: str(heal_timeout),
     }
     if device == "cpu":
         child_env.update(_cpu_env(env))
