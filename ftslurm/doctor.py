@@ -3,8 +3,9 @@
 Two layers. The pure layer (`check_*`) turns observations (command results, file listings,
 installed versions) into `Check` rows: name, status (pass | warn | fail), detail and the fix;
 no I/O, so every verdict is unit-tested on recorded output. The runner layer (`observe_*`,
-`run_checks`) gathers the observations: Slurm client tools, `scontrol ping`, `sinfo`, two
-tiny `srun` probes on an idle compute node (the Lighthouse over HTTP, a file written here),
+`run_checks`) gathers the observations: Slurm client tools, `scontrol ping`, `sinfo`, tiny
+`srun` probes on idle compute nodes (the Lighthouse over HTTP, a file written here, the names
+torchft advertises and IPv6 on one node, those names resolved on a second),
 files under `assets/`, `importlib.metadata`. Every command has a timeout; when the controller
 does not answer, the checks that need it are not attempted (each Slurm client call would wait
 ~10 s for it) and say so.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import importlib.metadata
+import json
 import os
 import re
 import secrets as pysecrets
@@ -40,6 +42,35 @@ LIGHTHOUSE_PROBE = (
     "except Exception as e:\n"
     "    print(type(e).__name__ + ':', e)\n"
     "    sys.exit(1)\n"
+)
+# Two probes for the names torchft gives the other replicas: the manager and the checkpoint
+# server as http://<hostname>:<port> (sockets on [::], IPv6), the replica's store as
+# <fqdn>:<port> (torchrun's MASTER_ADDR). ADVERTISE_PROBE runs on one node and prints what it
+# advertises; RESOLVE_PROBE runs on another and resolves those names, as a peer replica would.
+# Both print the kernel's boot_id: equal ids are one machine, where loopback is right.
+_BOOT_ID = "open('/proc/sys/kernel/random/boot_id').read().strip()"
+ADVERTISE_PROBE = (
+    "import json, socket\n"
+    "h = socket.gethostname()\n"
+    "try:\n"
+    "    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n"
+    "    s.bind(('', 0))\n"
+    "    s.close()\n"
+    "    v6 = 'ok'\n"
+    "except OSError as e:\n"
+    "    v6 = str(e)\n"
+    f"print(json.dumps({{'host': h, 'fqdn': socket.getfqdn(h), 'ipv6': v6, 'boot': {_BOOT_ID}}}))\n"
+)
+RESOLVE_PROBE = (
+    "import json, socket, sys\n"
+    "out = {}\n"
+    "for n in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[n] = sorted({i[4][0] for i in socket.getaddrinfo(n, None, "
+    "proto=socket.IPPROTO_TCP)})[:3]\n"
+    "    except OSError as e:\n"
+    "        out[n] = str(e)\n"
+    f"print(json.dumps({{'resolved': out, 'boot': {_BOOT_ID}}}))\n"
 )
 # packages needed only for an optional feature: name -> (when it is needed, is it needed?)
 OPTIONAL_PACKAGES: dict[str, Callable[[str, Mapping[str, str]], str | None]] = {
@@ -523,19 +554,110 @@ def check_shared_fs(path: Path, node: Probe | None, token: str, skipped_why: str
     )  # fmt: skip
 
 
+def _json_line(output: str) -> dict | None:
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def parse_advertise_probe(output: str) -> dict[str, str] | None:
+    """ADVERTISE_PROBE's line as {host, fqdn, ipv6, boot}; None for anything else."""
+    data = _json_line(output)
+    keys = ("host", "fqdn", "ipv6", "boot")
+    if data is None or not all(isinstance(data.get(k), str) and data[k] for k in keys):
+        return None
+    return {k: data[k] for k in keys}
+
+
+def parse_resolve_probe(output: str) -> tuple[dict[str, list[str] | str], str] | None:
+    """RESOLVE_PROBE's line as (name -> addresses or the error, boot id); None otherwise."""
+    data = _json_line(output)
+    if data is None or not isinstance(data.get("resolved"), dict) or not data.get("boot"):
+        return None
+    return data["resolved"], str(data["boot"])
+
+
+def _loopback(address: str) -> bool:
+    return address.startswith(("127.", "::ffff:127.")) or address == "::1"
+
+
+def check_peer_addresses(
+    advertiser: Probe | None, resolver: Probe | None, skipped_why: str = ""
+) -> Check:
+    """Can a replica on one node reach what a replica on another advertises? IPv6 is judged on
+    the advertising node (torchft's servers bind [::]: without IPv6 a replica dies at start),
+    its names on the resolving node, a peer's view. One idle node resolves its own names: a
+    weaker check, so a warning at most."""
+    name = "replica addresses"
+    if advertiser is None:
+        fix = ("fix `slurm controller` first" if "controller" in skipped_why
+               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
+        return Check(name, WARN, f"not checked ({skipped_why})", fix)
+    rerun = ("run the interpreter the scripts use (FTSLURM_PYTHON) on a compute node: "
+             "`srun -N1 python3 -c 'import socket'`")  # fmt: skip
+    info = parse_advertise_probe(advertiser.output) if advertiser.ok else None
+    if info is None:
+        return Check(name, WARN, f"the probe on {advertiser.where} failed: "
+                     f"{advertiser.output or 'no output'}", rerun)  # fmt: skip
+    a = advertiser.where
+    if info["ipv6"] != "ok":
+        return Check(
+            name, FAIL,
+            f"{a} cannot open an IPv6 socket ({info['ipv6']}): torchft's manager and checkpoint "
+            "server listen on [::], so every replica would fail at start",
+            "enable IPv6 on the compute nodes (sysctl net.ipv6.conf.all.disable_ipv6=0, and "
+            "no ipv6.disable=1 on the kernel command line)",
+        )  # fmt: skip
+    host, fqdn = info["host"], info["fqdn"]
+    names = f"http://{host}:<port> and store {fqdn}:<port>"
+    seen = parse_resolve_probe(resolver.output) if resolver is not None and resolver.ok else None
+    if resolver is None or seen is None:
+        why = resolver.output if resolver is not None else "no resolving node"
+        return Check(name, WARN, f"{a} advertises {names}; not resolved on a peer ({why})", rerun)
+    resolved, boot = seen
+    b = resolver.where
+    peer = b != a
+    one_machine = boot == info["boot"]
+    problems, found = [], []
+    for n in dict.fromkeys((host, fqdn)):
+        addrs = resolved.get(n, "not asked")
+        if not isinstance(addrs, list) or not addrs:
+            problems.append(f"{n} does not resolve on {b} ({addrs})")
+        elif all(_loopback(x) for x in addrs) and not one_machine:
+            problems.append(f"{n} resolves on {b} to loopback only ({', '.join(addrs)}): {b} "
+                            "would connect to itself")  # fmt: skip
+        else:
+            found.append(f"{n} -> {', '.join(addrs)}")
+    fix = ("every node must resolve every other node's short hostname and FQDN to its address "
+           "on the network between nodes (DNS or /etc/hosts, not 127.0.1.1): a healing replica "
+           "fetches its checkpoint there")  # fmt: skip
+    where = f"on {b}" if peer else f"on {b} itself (one idle node: no peer to ask)"
+    if problems:
+        return Check(name, FAIL if peer else WARN, f"{a} advertises {names}; " +
+                     "; ".join(problems), fix)  # fmt: skip
+    detail = f"{a} advertises {names}; {where}: {'; '.join(found)}"
+    if one_machine and peer:
+        detail += " (one machine)"
+    if not peer:
+        return Check(name, WARN, detail, "run `ftslurm doctor` again when two nodes are idle")
+    return Check(name, PASS, detail + "; IPv6 sockets work")
+
+
 # --------------------------------------------------------------------------------------------
 # Runner layer: observations
 
 
-def _last_line(*texts: str) -> str:
+def _last_line(*texts: str, limit: int = 200) -> str:
     for t in texts:
         lines = [ln.strip() for ln in t.strip().splitlines() if ln.strip()]
         if lines:
-            return lines[-1][:200]
+            return lines[-1][:limit]
     return ""
 
 
-def _srun(node: NodeRow, argv: Sequence[str], env: Mapping[str, str]) -> Probe:
+def _srun(node: NodeRow, argv: Sequence[str], env: Mapping[str, str], limit: int = 200) -> Probe:
     from ftslurm.runner import CommandError, run
 
     cmd = ["srun", "-N1", "-n1", "-w", node.name, "-p", node.partition, "-t", "1",
@@ -544,7 +666,7 @@ def _srun(node: NodeRow, argv: Sequence[str], env: Mapping[str, str]) -> Probe:
         out = run(cmd, timeout=SRUN_TIMEOUT_S, env=env, check=False)
     except CommandError as e:
         return Probe(False, e.reason or e.one_line(), node.name)
-    return Probe(out.returncode == 0, _last_line(out.stdout, out.stderr), node.name)
+    return Probe(out.returncode == 0, _last_line(out.stdout, out.stderr, limit=limit), node.name)
 
 
 def _login_probe(address: str) -> Probe:
@@ -659,7 +781,29 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         checks.append(check_secret(name, cfg.env, cfg.device, tok.status == PASS))
 
     checks.append(_shared_fs(cfg, idle_node, env, skipped))
+    checks.append(_peer_addresses(cfg, idle_node, rows, parts, env, skipped))
     return checks
+
+
+def _peer_addresses(
+    cfg: DoctorConfig,
+    node: NodeRow | None,
+    rows: Sequence[NodeRow],
+    parts: Mapping[str, str],
+    env: Mapping[str, str],
+    skipped: str,
+) -> Check:
+    if node is None:
+        return check_peer_addresses(None, None, skipped)
+    advertiser = _srun(node, [cfg.node_python, "-c", ADVERTISE_PROBE], env, limit=1000)
+    info = parse_advertise_probe(advertiser.output) if advertiser.ok else None
+    if info is None:
+        return check_peer_addresses(advertiser, None)
+    others = [r for r in rows if r.name != node.name]
+    peer = probe_node(others, parts) or node
+    names = [info["host"], info["fqdn"]]
+    resolver = _srun(peer, [cfg.node_python, "-c", RESOLVE_PROBE, *names], env, limit=2000)
+    return check_peer_addresses(advertiser, resolver)
 
 
 def _shared_fs(cfg: DoctorConfig, node: NodeRow | None, env: Mapping[str, str],

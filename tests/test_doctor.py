@@ -206,6 +206,84 @@ def test_shared_fs_verdicts(tmp_path):
     assert d.check_shared_fs(p, None, "abc", "no idle node").status == d.WARN
 
 
+def _probe(script: str, *args: str) -> str:
+    """A doctor probe's real output, run here as srun runs it on a node."""
+    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         timeout=30, check=True)  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_address_probes_run_and_parse():
+    import socket
+
+    info = d.parse_advertise_probe(_probe(d.ADVERTISE_PROBE))
+    host = socket.gethostname()
+    assert info is not None
+    assert (info["host"], info["fqdn"], info["ipv6"]) == (host, socket.getfqdn(host), "ok")
+    seen = d.parse_resolve_probe(_probe(d.RESOLVE_PROBE, host, "no-such-host.invalid"))
+    assert seen is not None
+    resolved, boot = seen
+    assert boot == info["boot"]  # one machine
+    assert isinstance(resolved[host], list) and resolved[host]
+    assert "Name or service not known" in resolved["no-such-host.invalid"]
+    for bad in ("", "Traceback (most recent call last):", '{"host": "w"', '{"host": "w"}', "[1]"):
+        assert d.parse_advertise_probe(bad) is None, bad
+        assert d.parse_resolve_probe(bad) is None, bad
+
+
+SOPERATOR_FQDN = "worker-1.soperator-worker-svc.soperator.svc.cluster.local"  # torchft-logs note
+
+
+def _advertised(host: str = "worker-1", fqdn: str = SOPERATOR_FQDN, ipv6: str = "ok",
+                boot: str = "boot-a", where: str = "worker-1") -> d.Probe:  # fmt: skip
+    return d.Probe(True, json.dumps({"host": host, "fqdn": fqdn, "ipv6": ipv6, "boot": boot}),
+                   where)  # fmt: skip
+
+
+def _resolved(names: dict, boot: str = "boot-b", where: str = "worker-0") -> d.Probe:
+    return d.Probe(True, json.dumps({"resolved": names, "boot": boot}), where)
+
+
+def test_peer_address_verdicts():
+    import errno
+    import os
+
+    both = {"worker-1": ["10.0.3.7"], SOPERATOR_FQDN: ["10.0.3.7"]}
+    good = d.check_peer_addresses(_advertised(), _resolved(both))
+    assert good.status == d.PASS
+    assert good.detail == (
+        f"worker-1 advertises http://worker-1:<port> and store {SOPERATOR_FQDN}:<port>; on "
+        f"worker-0: worker-1 -> 10.0.3.7; {SOPERATOR_FQDN} -> 10.0.3.7; IPv6 sockets work")
+    unknown = d.check_peer_addresses(_advertised(), _resolved(
+        {"worker-1": "[Errno -2] Name or service not known", SOPERATOR_FQDN: ["10.0.3.7"]}))
+    assert unknown.status == d.FAIL
+    assert "worker-1 does not resolve on worker-0 ([Errno -2] Name or service not known)" in (
+        unknown.detail)
+    assert "short hostname and FQDN" in unknown.fix
+    # the Debian trap: the FQDN is localhost, or the name is 127.0.1.1, on another machine
+    loop = d.check_peer_addresses(_advertised(fqdn="localhost"), _resolved(
+        {"worker-1": ["10.0.3.7"], "localhost": ["127.0.0.1", "::1"]}))
+    assert loop.status == d.FAIL
+    assert "localhost resolves on worker-0 to loopback only (127.0.0.1, ::1)" in loop.detail
+    # ... which is right when both nodes are one machine (the local cluster)
+    local = d.check_peer_addresses(
+        _advertised(fqdn="localhost", boot="same"),
+        _resolved({"worker-1": ["127.0.0.1"], "localhost": ["127.0.0.1"]}, boot="same"))
+    assert local.status == d.PASS and local.detail.endswith("(one machine); IPv6 sockets work")
+    alone = d.check_peer_addresses(_advertised(), _resolved(both, where="worker-1"))
+    assert alone.status == d.WARN and "one idle node" in alone.detail
+    no_v6 = str(OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT)))
+    v6 = d.check_peer_addresses(_advertised(ipv6=no_v6), None)
+    assert v6.status == d.FAIL and no_v6 in v6.detail and "disable_ipv6=0" in v6.fix
+    broken = d.check_peer_addresses(d.Probe(False, "srun: error: Unable to allocate", "gpu-3"),
+                                    None)  # fmt: skip
+    assert broken.status == d.WARN and "Unable to allocate" in broken.detail
+    no_peer = d.check_peer_addresses(_advertised(), d.Probe(False, "srun: error: x", "worker-0"))
+    assert no_peer.status == d.WARN and "not resolved on a peer (srun: error: x)" in no_peer.detail
+    skipped = d.check_peer_addresses(None, None, "the Slurm controller is not answering")
+    assert skipped.status == d.WARN and "controller" in skipped.fix
+
+
 def test_render_and_json_say_the_fix_and_the_verdict():
     cfg = d.DoctorConfig(device="cpu", lighthouse="http://login-0:1")
     checks = [d.Check("a", d.PASS, "fine"), d.Check("b", d.FAIL, "broken", "do X")]

@@ -5,6 +5,7 @@ with its fix. The CLI runs as users run it (a subprocess, `--json` and text)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,15 +80,21 @@ def test_doctor_all_pass_on_the_local_cluster(slurm_cluster, local_assets, tmp_p
         assert set(checks) == {
             "slurm client tools", "slurm controller", "partitions and idle nodes",
             "gpus per node (gres)", "lighthouse", "tokenizer", "python packages",
-            "WANDB_API_KEY", "HF_TOKEN", "shared filesystem",
+            "WANDB_API_KEY", "HF_TOKEN", "shared filesystem", "replica addresses",
         }  # fmt: skip
         assert "from compute node worker-" in checks["lighthouse"]["detail"]
         assert "HTTP 200" in checks["lighthouse"]["detail"]
         assert "is read on worker-" in checks["shared filesystem"]["detail"]
+        # worker-N's names resolved on another worker, as a peer replica would
+        peers = checks["replica addresses"]["detail"]
+        assert re.fullmatch(r"(worker-\d) advertises http://\1:<port> and store localhost:<port>; "
+                            r"on worker-\d: \1 -> 127\.0\.0\.1; localhost -> 127\.0\.0\.1(, ::1)? "
+                            r"\(one machine\); IPv6 sockets work", peers), peers  # fmt: skip
+        assert peers.split()[0] != peers.split("; on ")[1].split(":")[0]
         assert checks["HF_TOKEN"]["detail"].startswith("set")
         text = _doctor(env)
         assert text.returncode == 0
-        assert "10 checks: 10 pass, 0 warn, 0 fail: all pass" in text.stdout
+        assert "11 checks: 11 pass, 0 warn, 0 fail: all pass" in text.stdout
         assert SECRET not in out.stdout + out.stderr + text.stdout + text.stderr
         # the probe file is cleaned up
         assert not list((tmp_path / "outputs" / ".doctor").glob("probe-*"))
@@ -147,7 +154,8 @@ def test_doctor_names_a_stopped_controller(slurm_cluster, tmp_path):
     assert ctl["status"] == "fail" and "not answering" in ctl["detail"]
     assert f"SLURM_CONF={spec.conf_path}" in ctl["detail"]
     assert "ftslurm cluster up" in ctl["fix"]
-    for name in ("partitions and idle nodes", "gpus per node (gres)", "shared filesystem"):
+    for name in ("partitions and idle nodes", "gpus per node (gres)", "shared filesystem",
+                 "replica addresses"):
         assert checks[name]["status"] == "warn"
         assert "controller" in checks[name]["detail"] + checks[name]["fix"]
     text = _doctor(env, timeout=90)

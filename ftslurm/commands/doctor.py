@@ -45,7 +45,9 @@ def doctor(
     node (gres) vs the FT script's --gpus-per-task; the Lighthouse reached from a compute
     node (srun of a tiny HTTP probe); the tokenizer in assets/; Python packages vs
     requirements.txt; WANDB_API_KEY / HF_TOKEN (only "set" / "not set"); the shared
-    filesystem (a file written here, read on a node). Exit code 1 when any check fails.
+    filesystem (a file written here, read on a node); the replica addresses (the hostname
+    and FQDN torchft advertises to other replicas resolve, IPv6 sockets work on a node).
+    Exit code 1 when any check fails.
 
     \b
     Examples:
