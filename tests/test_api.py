@@ -177,20 +177,23 @@ def test_replica_task_runs_the_launcher_into_the_scripts_log(tmp_path, monkeypat
                  "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_RESTART_COUNT": "3"}.items():  # fmt: skip
         monkeypatch.setenv(k, v)
     old_usr2 = signal.getsignal(signal.SIGUSR2)
-    task = api.ReplicaTask("job", {"DEVICE": "cpu", "FTSLURM_DRY_RUN": "1"}, str(tmp_path))
-    log = tmp_path / "torchft" / "tft-77" / "tft-77_1.out"
-    log.parent.mkdir(parents=True)
-    log.write_text("earlier attempt\n")
-    assert task(1) == 0
-    text = log.read_text()
-    assert text.startswith("earlier attempt\n")
-    assert "launching replica 1 (attempt 3) on " in text
-    assert "--fault_tolerance.replica_id=1" in text and "--fault_tolerance.group_size=2" in text
-    assert "dry run (FTSLURM_DRY_RUN=1)" in text
-    with pytest.raises(RuntimeError, match="replica 0 != array task 1"):
-        task(0)
-    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN  # submitit's USR2 is ignored
-    signal.signal(signal.SIGUSR2, old_usr2)
+    try:
+        task = api.ReplicaTask("job", {"DEVICE": "cpu", "FTSLURM_DRY_RUN": "1"}, str(tmp_path))
+        log = tmp_path / "torchft" / "tft-77" / "tft-77_1.out"
+        log.parent.mkdir(parents=True)
+        log.write_text("earlier attempt\n")
+        assert task(1) == 0
+        text = log.read_text()
+        assert text.startswith("earlier attempt\n")
+        assert "launching replica 1 (attempt 3) on " in text
+        assert "--fault_tolerance.replica_id=1" in text
+        assert "--fault_tolerance.group_size=2" in text
+        assert "dry run (FTSLURM_DRY_RUN=1)" in text
+        with pytest.raises(RuntimeError, match="replica 0 != array task 1"):
+            task(0)
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN  # submitit's USR2 is ignored
+    finally:
+        signal.signal(signal.SIGUSR2, old_usr2)
 
 
 # ------------------------------------------------------------------ on the local Slurm cluster

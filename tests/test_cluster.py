@@ -126,9 +126,10 @@ def test_cli_up_twice_down_twice(tmp_path):
         pytest.skip("needs root")
     state = str(tmp_path / "c2")
     runner = CliRunner()
-    first = runner.invoke(cli, ["cluster", "up", "--nodes", "1", "--state-dir", state])
-    assert first.exit_code == 0, first.output
+    holder = None
     try:
+        first = runner.invoke(cli, ["cluster", "up", "--nodes", "1", "--state-dir", state])
+        assert first.exit_code == 0, first.output
         spec = local.load_spec(Path(state))
         holder = procs.read_pidfile(Path(state, "run", "node-worker-0.pid"))
         second = runner.invoke(cli, ["cluster", "up", "--nodes", "1", "--state-dir", state])
@@ -143,7 +144,7 @@ def test_cli_up_twice_down_twice(tmp_path):
     finally:
         d1 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
     assert d1.exit_code == 0
-    assert not procs.pid_alive(holder)
+    assert holder is not None and not procs.pid_alive(holder)
     d2 = runner.invoke(cli, ["cluster", "down", "--state-dir", state])
     assert d2.exit_code == 0 and "not running" in d2.output
     down = runner.invoke(cli, ["cluster", "status", "--state-dir", state])

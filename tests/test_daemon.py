@@ -192,6 +192,7 @@ def test_stop_ends_a_child_that_does_not_die_with_the_daemon(tmp_path):
     d = daemon.Daemon(tmp_path, "wrapper")
     proc, _, _ = d.start(["sh", "-c", "sleep 60; : ftslurm-test-wrapper"],
                          marker="ftslurm-test-wrapper")  # fmt: skip
+    child = None
     try:
         wait_for(lambda: daemon._members(proc.pid), timeout=10, what="the wrapper's child")
         (child, _), = daemon._members(proc.pid)
@@ -202,6 +203,8 @@ def test_stop_ends_a_child_that_does_not_die_with_the_daemon(tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+        if child and pid_alive(child):  # its sleep 60, should stop() have missed it
+            os.kill(child, signal.SIGKILL)
 
 
 def test_stale_pid_reused_by_another_program(tmp_path, procs):

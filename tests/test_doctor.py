@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -225,7 +224,7 @@ def test_address_probes_run_and_parse():
     resolved, boot = seen
     assert boot == info["boot"]  # one machine
     assert isinstance(resolved[host], list) and resolved[host]
-    assert "Name or service not known" in resolved["no-such-host.invalid"]
+    assert isinstance(resolved["no-such-host.invalid"], str)  # the resolver's error text
     for bad in ("", "Traceback (most recent call last):", '{"host": "w"', '{"host": "w"}', "[1]"):
         assert d.parse_advertise_probe(bad) is None, bad
         assert d.parse_resolve_probe(bad) is None, bad
@@ -308,7 +307,10 @@ def test_doctor_help_has_an_example():
 @pytest.mark.timeout(60)
 def test_doctor_without_slurm_tools_fails_with_the_fix(tmp_path):
     """No Slurm client in PATH: tools and controller fail, the rest is still judged; exit 1."""
-    env = {"PATH": str(Path(sys.executable).parent), "DEVICE": "cpu", "HOME": str(tmp_path),
+    bin_dir = tmp_path / "bin"  # python3 alone: the interpreter's own folder may hold srun
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {"PATH": str(bin_dir), "DEVICE": "cpu", "HOME": str(tmp_path),
            "FTSLURM_OUTPUTS": str(tmp_path),
            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:9"}  # fmt: skip
     out = subprocess.run([sys.executable, "-m", "ftslurm", "doctor", "--json"], cwd=ROOT, env=env,

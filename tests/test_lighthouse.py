@@ -227,9 +227,9 @@ def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path, tmp
     unrelated program: not taken for the Lighthouse, not stopped."""
     sleeper = runner.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
     other = tmp_path / "other"
-    running = lh.start(bind="127.0.0.1:0", state_dir=other)  # another state dir's Lighthouse
     fields = {"name": "lighthouse", "started_at": 0, "cmd": [], "start_ticks": None}
     try:
+        running = lh.start(bind="127.0.0.1:0", state_dir=other)  # another state dir's
         state_dir.mkdir(parents=True)
         for pid, state in [
             (sleeper.pid, None),

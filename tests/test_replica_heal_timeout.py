@@ -31,13 +31,13 @@ MIB = 2**20
 
 
 @pytest.fixture
-def transport(monkeypatch: pytest.MonkeyPatch) -> Iterator:
-    """The transport fix 4 hands to torchft's Manager, with FTSLURM_HEAL_TIMEOUT_S=2, serving
-    a 64 MiB state dict (more than the socket buffers hold) at step STEP."""
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """The transport fix 4 hands to torchft's Manager, with FTSLURM_HEAL_TIMEOUT_S=2 (or the
+    test's parameter), serving a 64 MiB state dict (more than the socket buffers hold) at STEP."""
     import torchtitan.components.ft.manager as tt_ft
 
     before = tt_ft.ft
-    monkeypatch.setenv("FTSLURM_HEAL_TIMEOUT_S", "2")
+    monkeypatch.setenv("FTSLURM_HEAL_TIMEOUT_S", str(getattr(request, "param", 2)))
     fixes.fix_heal_timeout()
     made = tt_ft.ft.kwargs["checkpoint_transport"]()
     state = {"w": torch.arange(16 * MIB, dtype=torch.float32)}
@@ -79,13 +79,15 @@ def test_survivor_raises_when_a_download_outlasts_the_timeout(transport) -> None
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="Timed out waiting for wlock after 2.0 seconds"):
             transport.disallow_checkpoint()
-        assert 1.9 <= time.monotonic() - t0 < 10
+        assert 1.9 <= time.monotonic() - t0 < 30
     finally:
         stalled.close()
 
 
+@pytest.mark.parametrize("transport", [30], indirect=True)
 def test_survivor_waits_for_a_download_that_ends_in_time(transport) -> None:
-    """A slow but finishing download (~1 s) delays the survivor and is received whole."""
+    """A slow but finishing download (~1 s) delays the survivor, who then goes on; the peer
+    receives the checkpoint whole. (30 s: a loaded machine must not turn this into a timeout.)"""
     sock, first = _get(transport)
     received = io.BytesIO(first)
     received.seek(0, io.SEEK_END)
@@ -107,7 +109,7 @@ def test_survivor_waits_for_a_download_that_ends_in_time(transport) -> None:
     waited = time.monotonic() - t0
     reader.join(timeout=30)
     assert not reader.is_alive()
-    assert 0.5 < waited < 2.0, waited
+    assert 0.5 < waited < 30, waited
     head, _, body = received.getvalue().partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200")
     from torch.distributed._serialization import _streaming_load
