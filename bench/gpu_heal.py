@@ -68,6 +68,7 @@ SCENARIOS = {
     "async-quorum-off": {"FTSLURM_FIX_ASYNC_QUORUM": "0"},
     "optimizer-state-off": {"FTSLURM_FIX_OPTIMIZER_STATE": "0"},
 }
+MANAGER_RE = re.compile(r"\[ftslurm\] (torchft quorum: .+|heal transport: .+)")
 FETCH_RE = re.compile(r"fetching checkpoint from (?P<url>\S+) took (?P<s>[\d.e+-]+)s")
 SERVED_RE = re.compile(
     r"\[ftslurm-bench\] checkpoint served: bytes=(?P<n>\d+) seconds=(?P<s>[\d.]+)"
@@ -133,6 +134,8 @@ class HealResult:
     survivor_exception: str | None = None  # first exception the survivor logged, alive or not
     heals: list[dict] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
+    # the survivor's torchft Manager as the launcher read it back: quorum mode, heal transport
+    manager: list[str] = field(default_factory=list)
 
     @property
     def identical_after(self) -> bool:
@@ -240,6 +243,7 @@ class Heal:
             res.survivor_error = None if res.survivor_alive else error_line(r0.text())
             res.joiner_error = error_line(r1.text())
             res.logs = [str(x.log) for x in self.launches]
+            res.manager = MANAGER_RE.findall(r0.text())[:2]
             return res
         before = common_after(r0.text(), r1.text(), 0)
         res.checksums_before = len(before)
@@ -257,6 +261,7 @@ class Heal:
             res.survivor_error = error_line(r0.text())
         res.survivor_exception = error_line(r0.text(), ignore=PEER_LOSS)
         res.logs = [str(x.log) for x in self.launches]
+        res.manager = MANAGER_RE.findall(r0.text())[:2]
         return res
 
     def heal_once(self, res: HealResult, r0: Launch, r1: Launch, cycle: int) -> Launch | None:
@@ -362,6 +367,7 @@ def verdict(r: HealResult) -> str:
 def report(r: HealResult) -> None:
     sw = " ".join(f"{k}={v}" for k, v in r.switches.items()) or "all fixes on"
     print(f"scenario {r.scenario} ({sw}); FSDP applied: {'yes' if r.fsdp_applied else 'no'}")
+    print(f"  survivor's torchft Manager: {'; '.join(r.manager) or 'not logged'}")
     if r.failed_at:
         print(f"  FAILED during {r.failed_at}")
     print(f"  before the kill: {r.checksums_before_equal}/{r.checksums_before} checksums identical")

@@ -148,6 +148,8 @@ def test_overhead_smoke_on_cpu(tmp_path: Path) -> None:
 def test_heal_smoke_on_cpu(tmp_path: Path) -> None:
     text = _run_bench(["bench/gpu_heal.py", "--device", "cpu", "--smoke"], tmp_path / "heal", 300)
     assert "FSDP applied: yes" in text
+    assert ("survivor's torchft Manager: torchft quorum: sync (before forward); heal transport: "
+            "HTTPTransport, survivor waits up to 600 s") in text  # fmt: skip
     assert _number(text, rf"transfer bytes {NUMBER}") > 0
     assert _number(text, rf"seconds {NUMBER}") > 0
     assert _number(text, rf"GB/s {NUMBER}") > 0

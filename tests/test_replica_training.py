@@ -291,9 +291,11 @@ def test_per_step_heal_gives_identical_replicas(make_run, tmp_path: Path) -> Non
     res = _heal_then_compare(run, measure=tmp_path / "measure-per-step.json")
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert all(a == b for a, b in res["after"].values()), res["after"]
-    # fix 4, read back from the Manager torchtitan built (torchft alone would say 60 s)
-    transport = "[ftslurm] heal transport: HTTPTransport, survivor waits up to 600 s"
-    assert transport in res["r0"].text() and transport in res["r1b"].text()
+    # fixes 1 and 4, read back from the Manager torchtitan built (torchtitan alone: async
+    # quorum in per-step mode, and torchft's 60 s)
+    for line in ("[ftslurm] torchft quorum: sync (before forward)",
+                 "[ftslurm] heal transport: HTTPTransport, survivor waits up to 600 s"):
+        assert line in res["r0"].text() and line in res["r1b"].text(), line
 
 
 def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:

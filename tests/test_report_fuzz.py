@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,18 @@ from ftslurm.report import events as E
 from ftslurm.report import lines as L
 
 FIX = Path(__file__).parent / "fixtures" / "report"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_user_state(tmp_path_factory: pytest.TempPathFactory):
+    """Reports of recorded runs must not pick up the checkout's own managed Lighthouse log or
+    failure log (outputs/lighthouse/, outputs/events.jsonl after a user's demo): empty here."""
+    state = tmp_path_factory.mktemp("user-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state / "lighthouse"))
+        mp.setenv("FTSLURM_EVENTS", str(state / "events.jsonl"))
+        mp.setenv("FTSLURM_OUTPUTS", str(state / "outputs"))
+        yield
 
 
 def _sample() -> list[bytes]:

@@ -77,6 +77,14 @@ def fix_async_quorum() -> None:
     _manager_patch().kwargs["use_async_quorum"] = lambda: False
 
 
+def _quorum_line(manager: object) -> str:
+    """How the built Manager runs its quorum, read back from it (not from the env)."""
+    mode = {True: "async (quorum thread)", False: "sync (before forward)"}.get(
+        getattr(manager, "_use_async_quorum", None), "unknown"
+    )
+    return f"[ftslurm] torchft quorum: {mode}"
+
+
 def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
     """FTSLURM_HEAL_TIMEOUT_S as seconds (the launcher's plan has already refused bad values)."""
     env = os.environ if env is None else env
@@ -135,6 +143,7 @@ def _manager_patch() -> _ManagerPatch:
 
     if not isinstance(tt_ft.ft, _ManagerPatch):
         tt_ft.ft = _ManagerPatch(torchft)
+        tt_ft.ft.reports["quorum"] = _quorum_line  # also with fix 1 off: says upstream's mode
     return tt_ft.ft
 
 
