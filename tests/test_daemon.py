@@ -270,16 +270,18 @@ def test_lock_serialises(tmp_path):
             order.append("other")
 
     with d.locked():
+        # exclusion, deterministic: another holder times out while this one holds the lock
+        with pytest.raises(TimeoutError):
+            with daemon.Daemon(tmp_path, "x").locked(timeout=0.1):
+                pass
         t = threading.Thread(target=lambda: (entered.set(), other()))
         t.start()
-        entered.wait(5)
-        time.sleep(0.2)  # give the other thread time to (wrongly) get in
+        assert entered.wait(5)
+        t.join(0.3)  # still waiting for the lock (had it got in, it would have ended)
+        assert t.is_alive() and order == []
         order.append("first")
-    t.join(10)
+    t.join(10)  # ... and gets it once released
     assert order == ["first", "other"]
-    with d.locked(), pytest.raises(TimeoutError):
-        with daemon.Daemon(tmp_path, "x").locked(timeout=0.1):
-            pass
 
 
 def test_a_state_from_before_the_boot_is_not_waited_for():

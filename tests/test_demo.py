@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ftslurm import procs
+from ftslurm import lighthouse, procs
+from ftslurm.cluster import local
 
 pytestmark = pytest.mark.training
 
@@ -30,28 +32,50 @@ def _processes_marked_with(marker: str) -> list[str]:
     return found
 
 
+def _cleanup(tmp_path: Path) -> None:
+    """What the demo itself stops on the way out, stopped here by pid when it could not (the
+    demo killed by its timeout, a failed assert): its cluster, its Lighthouse, the rest."""
+    if (tmp_path / "cluster").is_dir():
+        local.down(tmp_path / "cluster")
+    lighthouse.stop(tmp_path / "outputs" / "lighthouse", grace=2)
+    for entry in _processes_marked_with(str(tmp_path)):
+        pid = int(entry.split(":", 1)[0])
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _run_demo(tmp_path: Path, backend: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "FTSLURM_OUTPUTS": str(tmp_path / "outputs"),
         "FTSLURM_CLUSTER_DIR": str(tmp_path / "cluster"),
     }
-    env.pop("SLURM_CONF", None)  # the demo's own cluster, not the test session's
-    return subprocess.run(
-        [sys.executable, "-m", "ftslurm", "demo", "--backend", backend, "--failures", "1",
-         "--no-plot", "--timeout", "240"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    for name in ("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS"):
+        env.pop(name, None)  # the demo's own cluster, Lighthouse and log, not the session's
+    try:
+        # under the test's timeout, so a stuck demo is cleaned up here rather than left
+        return subprocess.run(
+            [sys.executable, "-m", "ftslurm", "demo", "--backend", backend, "--failures", "1",
+             "--no-plot", "--timeout", "240"],
+            env=env, capture_output=True, text=True, timeout=500,
+        )  # fmt: skip
+    except BaseException:
+        _cleanup(tmp_path)
+        raise
 
 
 def _check_story(out: subprocess.CompletedProcess, tmp_path: Path) -> None:
+    left = _processes_marked_with(str(tmp_path))  # before any assert can skip the look
+    if left or out.returncode != 0:
+        _cleanup(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert not left, left
     assert "healed from a peer" in out.stderr
     assert "1/2 replicas from step" in out.stdout  # a degraded interval
     assert "recovery: replica 0 -> replica 1" in out.stdout
     assert "cleaning up" in out.stderr
-    left = _processes_marked_with(str(tmp_path))
-    assert not left, left
 
 
 @pytest.mark.timeout(600)

@@ -392,11 +392,7 @@ def test_cli_dry_run_json_is_the_plan_and_only_json(dry_slurm, tmp_path):
     assert not (tmp_path / "ev.jsonl").exists()
 
 
-def test_cli_refuses_the_node_it_runs_on(monkeypatch):
-    from ftslurm.slurm import client
-
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
-    monkeypatch.setattr(client, "nodes", lambda: NODES)
+def test_cli_refuses_the_node_it_runs_on(dry_slurm, monkeypatch):
     monkeypatch.setattr(failure, "hostname", lambda: "worker-0")
     r = CliRunner().invoke(cli, ["simulate-failure", "--node", "worker-0"])
     assert r.exit_code != 0 and "this command runs on it" in str(r.exception)
@@ -426,12 +422,9 @@ def test_help_has_examples():
         assert r.exit_code == 0 and "Examples:" in r.output and "ftslurm " + cmd in r.output
 
 
-def test_cli_chaos_dry_run(monkeypatch, tmp_path):
+def test_cli_chaos_dry_run(dry_slurm, monkeypatch, tmp_path):
     from ftslurm.slurm import client
 
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
-    monkeypatch.setattr(client, "nodes", lambda: NODES)
-    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
     r = CliRunner().invoke(
         cli, ["simulate-failure", "--chaos", "--every", "20", "--count", "3", "--seed", "1",
               "--down-for", "5", "--dry-run"],
@@ -444,3 +437,4 @@ def test_cli_chaos_dry_run(monkeypatch, tmp_path):
         cli, ["simulate-failure", "--chaos", "--every", "5", "--job", "12", "--dry-run"]
     )
     assert "every event would be skipped" in pending.output
+    assert not (tmp_path / "ev.jsonl").exists()

@@ -302,9 +302,12 @@ def test_follow_in_a_folder_of_several_jobs_stays_with_one_job(tmp_path):
         assert "on w-7" in proc.stdout.readline()
         with open(mixed / "tft-5_0.out", "a") as fh:  # job 5 now the newest: not shown
             fh.write("[2026-11-23 10:00:20]  job 5 goes on\n")
-        time.sleep(1.0)  # several polls of the follower (0.25 s)
+        future = time.time() + 10**6  # ... at every poll from now on, whenever they come
+        os.utime(mixed / "tft-5_0.out", (future, future))
         with open(mixed / "tft-7_0.out", "a") as fh:
             fh.write("[2026-11-23 10:00:21]  job 7 goes on\n")
+        os.utime(mixed / "tft-7_0.out", (2_000_000, 2_000_000))
+        # the next line is job 7's: a follower that moved to the newest job prints job 5's
         assert "job 7 goes on" in proc.stdout.readline()
     finally:
         proc.send_signal(signal.SIGINT)

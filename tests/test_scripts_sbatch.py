@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ftjob import KNOB_ENV_RE
+
 ROOT = Path(__file__).resolve().parent.parent
 FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
 CLASSIC_SCRIPT = ROOT / "llama3.1-8b-pretraining.sh"
@@ -22,12 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The caller's env minus every knob and Slurm variable, so the defaults are tested."""
-    drop = re.compile(
-        r"^(SLURM_|FTSLURM_|DEVICE$|STEPS$|GPUS_PER_NODE$|PROCESS_GROUP$|FT_MODE$|SYNC_STEPS$|"
-        r"NUM_FRAGMENTS$|PG_TIMEOUT_S$|CHECKPOINT_FOLDER$|TORCHFT_|WANDB_|FT_MAX_REQUEUES$|"
-        r"RDZV_PORT$)"
-    )
-    env = {k: v for k, v in os.environ.items() if not drop.match(k)}
+    env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
     env.update(
         FTSLURM_DRY_RUN="1",
         FTSLURM_PYTHON=sys.executable,

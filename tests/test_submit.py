@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ftslurm import paths
 from ftslurm.commands.submit import export_also, submit
+from tests.ftjob import KNOB_ENV_RE
 
 FT = Path(__file__).resolve().parent.parent / paths.FT_SCRIPT
 
@@ -36,8 +37,8 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    for var in ("FTSLURM_OUTPUTS", "FTSLURM_PRESET", "DEVICE", "SLURM_CONF"):
-        monkeypatch.delenv(var, raising=False)
+    for var in [k for k in os.environ if KNOB_ENV_RE.match(k)]:
+        monkeypatch.delenv(var)
     return record
 
 
