@@ -1,5 +1,8 @@
-"""`ftslurm doctor`, pure layer: observations (recorded Slurm 22.05 output, files, versions) ->
-pass / warn / fail with the fix. No Slurm needed."""
+"""`ftslurm doctor`, pure layer: observations -> pass / warn / fail with the fix. No Slurm
+needed. sinfo output is recorded from the local cluster (Slurm 22.05,
+tests/fixtures/slurm/doctor_sinfo_*.txt, see the README there); GPU nodes' rows (SINFO_GPU)
+and a few node states the local cluster cannot take are hand-written in the same shape and
+say so."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +19,10 @@ from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from tests.ftjob import ROOT
 
-SINFO_LOCAL = (
-    "worker-0|main*|idle|(null)\nworker-1|main*|idle|(null)\nworker-2|main*|allocated|(null)\n"
-)
+SLURM_FIX = Path(__file__).parent / "fixtures" / "slurm"
+
+# hand-written, not recorded (no GPU cluster here): `sinfo -N -o '%N|%P|%T|%G'` rows as Slurm
+# prints GRES with socket affinity, `gpu:<type>:<count>(S:<sockets>)`
 SINFO_GPU = (
     "gpu-0|h100*|idle|gpu:h100:8(S:0-1)\ngpu-1|h100*|mixed|gpu:h100:8(S:0-1)\n"
     "gpu-2|h100*|down*|gpu:h100:8(S:0-1)\ncpu-0|cpu|idle|(null)\n"
@@ -45,25 +50,42 @@ def test_controller_up_down_and_unconfigured():
     assert none.status == d.FAIL and none.fix.startswith("export SLURM_CONF=")
 
 
+def _sinfo(name: str) -> str:
+    """The doctor's own sinfo calls, recorded on the local cluster (tests/fixtures/slurm)."""
+    return (SLURM_FIX / f"doctor_sinfo_{name}.txt").read_text()
+
+
 def test_partitions_and_idle_nodes():
-    rows = d.parse_sinfo_rows(SINFO_LOCAL)
-    assert [r.partition for r in rows] == ["main"] * 3  # default partition's * dropped
-    ok = d.check_partitions({"main": "up"}, rows, 2)
-    assert ok.status == d.PASS and "2 idle of 3 nodes" in ok.detail
-    busy = d.check_partitions({"main": "up"}, rows, 3)
-    assert busy.status == d.WARN and "will wait" in busy.detail
-    assert d.check_partitions({"main": "down"}, rows, 2).status == d.FAIL
-    dead = d.parse_sinfo_rows("worker-0|main*|down*|(null)\n")
-    c = d.check_partitions({"main": "up"}, dead, 1)
-    assert c.status == d.FAIL and "State=RESUME" in c.fix
-    few = d.check_partitions({"main": "up"}, d.parse_sinfo_rows("w|main|idle|(null)\n"), 2)
-    assert few.status == d.WARN and "--array=0-0" in few.fix
+    rows = d.parse_sinfo_rows(_sinfo("nodes_idle"))
+    assert [(r.name, r.partition) for r in rows] == [("worker-0", "main"), ("worker-1", "main")]
+    up = d.parse_partitions(_sinfo("partitions_up"))
+    assert up == {"main": "up"}
+    ok = d.check_partitions(up, rows, 2)
+    assert ok.status == d.PASS and ok.detail == (
+        "partitions up: main; 2 idle of 2 nodes (worker-0, worker-1)")
+    too_many = d.check_partitions(up, rows, 3)
+    assert too_many.status == d.WARN and "--array=0-1" in too_many.fix
+    down = d.check_partitions(d.parse_partitions(_sinfo("partitions_down")), rows, 2)
+    assert down.status == d.FAIL and down.detail == "no partition is up: main (down)"
+    busy = d.parse_sinfo_rows(_sinfo("nodes_alloc_down"))  # worker-0 allocated, worker-1 down
+    wait = d.check_partitions(up, busy, 1)
+    assert wait.status == d.WARN and "will wait" in wait.detail
+    assert "0 idle of 2 nodes (not usable: worker-1)" in wait.detail
+    dead = d.check_partitions(up, [r for r in busy if r.name == "worker-1"], 1)
+    assert dead.status == d.FAIL and "State=RESUME" in dead.fix
 
 
 def test_probes_run_only_on_a_usable_idle_node():
-    """sinfo -N rows: `idle*` (not responding) and `idle~` (powered down) are not ready for a
-    probe (idle~ still counts as capacity), and a node of a partition that is down is not
-    used either."""
+    """`idle*` (recorded: worker-1's slurmd stopped until the controller marked it not
+    responding) is not ready for a probe. `idle~` (powered down: power saving, which the
+    local cluster does not run) is hand-written in the same `sinfo -N -o '%N|%P|%T|%G'`
+    shape, state code from `man sinfo`; it still counts as capacity. A node of a partition
+    that is down is not used either."""
+    recorded = d.parse_sinfo_rows(_sinfo("nodes_not_responding"))
+    assert [(r.name, r.state, r.ready, r.responding) for r in recorded] == [
+        ("worker-0", "idle", True, True), ("worker-1", "idle*", False, False)]
+    assert d.probe_node(recorded, {"main": "up"}).name == "worker-0"
+    assert d.probe_node(recorded[1:], {"main": "up"}) is None
     rows = d.parse_sinfo_rows(
         "worker-0|main*|idle*|(null)\nworker-1|main*|idle~|(null)\n"
         "worker-2|old|idle|(null)\nworker-3|main*|idle|(null)\n"
@@ -103,7 +125,7 @@ def test_gpus_vs_the_scripts_gpus_per_task():
     script = (ROOT / "llama3.1-8b-pretraining-torchft.sh").read_text()
     wanted = d.script_gpus_per_task(script)
     assert wanted == 8
-    local = d.parse_sinfo_rows(SINFO_LOCAL)
+    local = d.parse_sinfo_rows(_sinfo("nodes_alloc_down"))
     cpu = d.check_gpus("cpu", local, wanted, "ft.sh")
     assert cpu.status == d.PASS and "--gpus-per-task=0" in cpu.detail
     no_gres = d.check_gpus("cuda", local, wanted, "ft.sh")

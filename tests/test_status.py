@@ -1,5 +1,6 @@
-"""`ftslurm status`: rows from recorded real `squeue --json` output and real replica logs
-(tests/fixtures/failure: a CPU run of the FT script with a requeued replica)."""
+"""`ftslurm status`: rows from recorded real `squeue --json` output (of a mimic FT array) and
+real replica logs (a CPU run of the FT script with a requeued replica); provenance in
+tests/fixtures/failure/README.md."""
 
 from __future__ import annotations
 
