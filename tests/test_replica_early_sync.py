@@ -2,7 +2,8 @@
 
 The patch is checked here on torchft's real DiLoCo (a stub manager: no quorum is formed); that
 healing with it stays bit-identical is checked by the training tests, which heal restarted
-replicas and compare parameter checksums (tests/test_replica_training.py, tests/test_demo.py).
+replicas and compare parameter checksums (tests/test_replica_training.py,
+test_diloco_heal_gives_identical_replicas; the demo shows the heal but compares no checksums).
 """
 
 from __future__ import annotations

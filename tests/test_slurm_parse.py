@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ftslurm.errors import UserError
@@ -160,3 +162,30 @@ def test_arg_builders():
     for garbage in ("", "sbatch: warning: odd\n", "4x2\n"):
         with pytest.raises(UserError, match="check `squeue --me` before submitting again"):
             parse_sbatch_parsable(garbage)
+
+
+def test_jobs_without_squeue_json_take_restarts_from_scontrol(fixtures_dir, tmp_path, monkeypatch):
+    """A Slurm whose squeue has no --json: `squeue -o` rows (recorded) plus restart counts
+    from `scontrol show job` (recorded), which squeue's text lacks. The two tools are shell
+    stand-ins on PATH that print the recorded output; --json fails as on such a Slurm."""
+    from ftslurm.slurm import client
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    slurm = fixtures_dir / "slurm"
+    tools = {
+        "squeue": f'case " $* " in *" --json "*) exit 1;; esac\n'
+                  f'cat "{slurm}/squeue_requeue_hold.txt"',
+        "scontrol": f'[ "$1 $2" = "show job" ] && cat "{slurm}/scontrol_job_requeue_hold.txt"',
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    found = by_key(client.jobs())
+    assert found["4_0"].state == "PENDING" and found["4_0"].restarts == 1
+    assert found["1_1"].restarts == 0 and found["3"].state == "NODE_FAIL"
+    assert sorted(by_key(client.jobs(4))) == ["4_0", "4_1", "4_2"]
