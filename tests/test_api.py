@@ -4,6 +4,7 @@ array and the classic job on the local Slurm cluster through `ftslurm.submit_ft_
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import time
@@ -37,6 +38,28 @@ def test_package_exports_the_api_lazily():
 )  # fmt: skip
 def test_parse_time_limit(text, minutes):
     assert api.parse_time_limit(text) == minutes
+
+
+@pytest.mark.parametrize(
+    "recorded, partition, minutes",
+    [("infinite", None, 0), ("infinite", "main", 0), ("2days", None, 2 * 1440 + 3 * 60 + 5)],
+)
+def test_partition_time_limit_from_sinfo(recorded, partition, minutes, tmp_path, monkeypatch):
+    """`sinfo -h -o '%P %l'` recorded on the local cluster (MaxTime UNLIMITED, and
+    2-03:04:05, which Slurm shows rounded up to 2-03:05:00): the --time every replica gets,
+    the default partition's (marked *) when none is named. sinfo is a stand-in on PATH that
+    prints the recording."""
+    out = Path(__file__).parent / "fixtures" / "slurm" / f"sinfo_partition_limits_{recorded}.txt"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text(f'#!/bin/sh\ncat "{out}"\n')
+    (bin_dir / "sinfo").chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    assert api.partition_time_limit(partition) == minutes
+    with pytest.raises(UserError, match=r"partition 'h100' not found \(sinfo lists main\)"):
+        api.partition_time_limit("h100")
 
 
 def _sbatch_text(params: dict, folder: Path, replicas: int = 2) -> str:
