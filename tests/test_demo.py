@@ -12,6 +12,7 @@ import pytest
 
 from ftslurm import lighthouse, procs
 from ftslurm.cluster import local
+from ftslurm.wait import wait_for
 
 pytestmark = pytest.mark.training
 
@@ -94,6 +95,38 @@ def test_demo_slurm_backend(tmp_path):
     _check_story(out, tmp_path)
     assert "State=DOWN" in out.stderr and "RESUMEd" in out.stderr
     assert "local Slurm cluster stopped" in out.stderr
+
+
+@pytest.mark.timeout(300)
+def test_demo_ctrl_c_stops_everything_it_started(tmp_path):
+    """The help's promise: Ctrl-C in the middle of the story (replicas training, Lighthouse
+    up) stops all of it, and the exit code says interrupted (130)."""
+    env = {**os.environ, "FTSLURM_OUTPUTS": str(tmp_path / "outputs")}
+    for name in ("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS"):
+        env.pop(name, None)
+    err = tmp_path / "demo.err"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ftslurm", "demo", "--backend", "local", "--failures", "1",
+             "--no-plot", "--timeout", "240"],
+            env=env, stdout=subprocess.DEVNULL, stderr=fh,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "quorum of 2: replicas 0, 1 train together" in err.read_text()
+                 or proc.poll() is not None, 240, what="the demo's replicas to train")  # fmt: skip
+        assert proc.poll() is None, err.read_text()[-3000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, err.read_text()[-3000:]
+        text = err.read_text()
+        assert "cleaning up" in text and "replicas stopped" in text and "Lighthouse stopped" in text
+        assert "Traceback" not in text
+        left = _processes_marked_with(str(tmp_path))
+        assert not left, left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        _cleanup(tmp_path)
 
 
 def test_demo_dry_run_starts_nothing(tmp_path):
