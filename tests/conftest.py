@@ -55,3 +55,16 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def fixtures_dir() -> Path:
     return Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def no_user_state(tmp_path_factory: pytest.TempPathFactory):
+    """The managed Lighthouse's state, the failure log and outputs/ in an empty folder for a
+    module: after a user's `ftslurm demo` or `lighthouse start` in this checkout, a report of a
+    recorded run would otherwise pick up outputs/lighthouse/lighthouse.log and events.jsonl."""
+    state = tmp_path_factory.mktemp("user-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state / "lighthouse"))
+        mp.setenv("FTSLURM_EVENTS", str(state / "events.jsonl"))
+        mp.setenv("FTSLURM_OUTPUTS", str(state / "outputs"))
+        yield

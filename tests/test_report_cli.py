@@ -17,16 +17,8 @@ from ftslurm.errors import UserError
 FIX = Path(__file__).parent / "fixtures" / "report"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _no_user_state(tmp_path_factory: pytest.TempPathFactory):
-    """Reports of recorded runs must not pick up the checkout's own managed Lighthouse log or
-    failure log (outputs/lighthouse/, outputs/events.jsonl after a user's demo): empty here."""
-    state = tmp_path_factory.mktemp("user-state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state / "lighthouse"))
-        mp.setenv("FTSLURM_EVENTS", str(state / "events.jsonl"))
-        mp.setenv("FTSLURM_OUTPUTS", str(state / "outputs"))
-        yield
+# reports of recorded runs must not pick up the checkout's own Lighthouse or failure log
+pytestmark = pytest.mark.usefixtures("no_user_state")
 
 
 def test_text_on_guide_excerpt():
