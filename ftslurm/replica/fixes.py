@@ -116,7 +116,7 @@ def _transport_line(manager: object) -> str:
 class _ManagerPatch(types.ModuleType):
     """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
     torchft's, except the Manager(...) keyword arguments the enabled fixes set (`kwargs`: name
-    -> a function making the value) and one log line per fix about the built Manager."""
+    -> a function making the value); `reports` log what the built Manager really does."""
 
     def __init__(self, real: types.ModuleType) -> None:
         super().__init__(real.__name__)
