@@ -250,6 +250,7 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
         "TORCHFT_LIGHTHOUSE": lighthouse_addr,
         "FTSLURM_OUTPUTS": str(cfg.outputs),
         "FTSLURM_GROUP_SIZE": str(cfg.replicas),
+        "FTSLURM_PYTHON": paths.job_python(),
     }
 
 

@@ -22,6 +22,7 @@ import os
 import re
 import secrets as pysecrets
 import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ OPTIONAL_PACKAGES: dict[str, Callable[[str, Mapping[str, str]], str | None]] = {
     "wandb": lambda device, env: (
         None if env.get("WANDB_API_KEY") else "needed only for W&B logging, with WANDB_API_KEY"
     ),
+    "matplotlib": lambda device, env: "needed only for `ftslurm report --plot`",
     "huggingface-hub": lambda device, env: (
         "needed only for `ftslurm assets download` (the GPU tokenizer)" if device == "cpu" else None
     ),
@@ -155,7 +157,7 @@ class DoctorConfig:
             device=device,
             lighthouse=lh or planlib.DEFAULT_LIGHTHOUSE,
             lighthouse_from_env=bool(lh),
-            node_python=env.get("FTSLURM_PYTHON") or "python3",
+            node_python=env.get("FTSLURM_PYTHON") or sys.executable,  # what submit passes
             env=env,
         )
         for k, v in overrides.items():

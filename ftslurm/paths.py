@@ -9,6 +9,7 @@ overrides so tests can run side by side with a user's cluster and Lighthouse.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
@@ -35,6 +36,13 @@ def cluster_dir() -> Path:
     """State of the local Slurm cluster (`ftslurm cluster up`)."""
     env = os.environ.get("FTSLURM_CLUSTER_DIR")
     return Path(env).resolve() if env else outputs_dir() / "cluster"
+
+
+def job_python() -> str:
+    """The interpreter the sbatch scripts exec on the nodes (FTSLURM_PYTHON): this one unless
+    set, so jobs run in the environment that submitted them (`sudo` resets PATH, and the
+    `python3` first on a node's PATH may lack ftslurm)."""
+    return os.environ.get("FTSLURM_PYTHON") or sys.executable
 
 
 def lighthouse_dir() -> Path:

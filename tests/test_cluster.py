@@ -209,3 +209,21 @@ def test_controller_down_is_a_one_line_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(spec.conf_path))
     with pytest.raises(UserError, match="does not answer.*ftslurm cluster up"):
         client.nodes()
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(60)
+def test_local_conf_is_found_only_while_its_controller_runs(slurm_cluster, tmp_path, monkeypatch):
+    """SLURM_CONF unset: ftslurm uses the local cluster's slurm.conf while that cluster runs,
+    and not once it is stopped (its file stays behind; on a login node with its own Slurm it
+    must not replace the system's configuration)."""
+    monkeypatch.delenv("SLURM_CONF")
+    assert client.slurm_env()["SLURM_CONF"] == str(slurm_cluster.conf_path)  # running
+    stopped = tmp_path / "stopped"
+    try:
+        local.up(nodes=1, state_dir=stopped, timeout=60)
+    finally:
+        local.down(stopped)
+    assert (stopped / "slurm.conf").is_file()
+    monkeypatch.setenv("FTSLURM_CLUSTER_DIR", str(stopped))
+    assert "SLURM_CONF" not in client.slurm_env()

@@ -205,6 +205,9 @@ def test_packages_check_local_labels_optional_and_wrong():
     c = d.check_packages(reqs, {**have, "torchft-nightly": "2026.11.01"}, "cpu", {})
     assert c.status == d.FAIL and "torchft-nightly 2026.11.01 (wants ==2026.10.26)" in c.detail
     assert "pip install -r requirements.txt" in c.fix
+    plot = d.check_packages([d.Requirement("matplotlib", ">=3.8")], {"matplotlib": None}, "cuda",
+                            {})  # fmt: skip
+    assert plot.status == d.PASS and "needed only for `ftslurm report --plot`" in plot.detail
 
 
 def test_secrets_are_only_set_or_not_set():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ FT = Path(__file__).resolve().parent.parent / paths.FT_SCRIPT
 
 @pytest.fixture
 def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A `sbatch` on PATH that writes its arguments and FTSLURM_OUTPUTS to a file."""
+    """A `sbatch` on PATH that writes its arguments, FTSLURM_OUTPUTS and FTSLURM_PYTHON to a
+    file."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "sbatch.json"
@@ -32,7 +34,8 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "#!/usr/bin/env python3\n"
         "import json, os, sys\n"
         f"open({str(record)!r}, 'w').write(json.dumps("
-        "{'argv': sys.argv[1:], 'outputs': os.environ.get('FTSLURM_OUTPUTS')}))\n"
+        "{'argv': sys.argv[1:], 'outputs': os.environ.get('FTSLURM_OUTPUTS'),"
+        " 'python': os.environ.get('FTSLURM_PYTHON')}))\n"
         "print(42)\n"
     )
     script.chmod(0o755)
@@ -60,12 +63,16 @@ def test_the_job_writes_its_logs_where_ftslurm_reads_them(tmp_path: Path, fake_s
     assert r.exit_code == 0, r.output
     got = json.loads(fake_sbatch.read_text())
     assert got["outputs"] == str(project / "outputs")
+    assert got["python"] == sys.executable  # the nodes run the submitting environment
     assert json.loads(r.stdout)["log_dir"] == str(project / "outputs" / "torchft" / "tft-42")
     assert (tmp_path / "elsewhere" / "outputs" / "torchft").is_dir()  # Slurm's --output folder
     # a relative FTSLURM_OUTPUTS means the submit folder's, for the job as for ftslurm
     r = _submit(tmp_path / "sub", "--array=0-1", str(FT), FTSLURM_OUTPUTS="outs")
     assert r.exit_code == 0, r.output
     assert json.loads(fake_sbatch.read_text())["outputs"] == str(tmp_path / "sub" / "outs")
+    # a FTSLURM_PYTHON of the user's stays
+    r = _submit(tmp_path / "sub", "--array=0-1", str(FT), FTSLURM_PYTHON="/opt/venv/bin/python")
+    assert json.loads(fake_sbatch.read_text())["python"] == "/opt/venv/bin/python"
 
 
 def test_cpu_preset_alone_asks_for_a_cpu_node(tmp_path: Path, fake_sbatch: Path):
@@ -163,9 +170,9 @@ def test_export_none_reaches_sbatch_with_the_outputs_folder_and_the_knobs(
     assert r.exit_code == 0, r.output
     got = json.loads(fake_sbatch.read_text())
     exports = [a for a in got["argv"] if a.startswith("--export")]
-    assert exports == ["--export=FTSLURM_OUTPUTS,DEVICE=cpu"], got["argv"]
+    assert exports == ["--export=FTSLURM_OUTPUTS,FTSLURM_PYTHON,DEVICE=cpu"], got["argv"]
     assert "NONE" not in got["argv"] and got["outputs"] == str(tmp_path / "o")
-    assert "also passing FTSLURM_OUTPUTS, DEVICE=cpu" in r.stderr
+    assert "also passing FTSLURM_OUTPUTS, FTSLURM_PYTHON, DEVICE=cpu" in r.stderr
 
 
 def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):

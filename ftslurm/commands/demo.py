@@ -55,7 +55,9 @@ def demo(
     node DOWN, shows the survivor training alone, resumes the node, and waits until the
     requeued replica heals from its peer; repeats --failures times; stops everything it
     started (also on Ctrl-C) and prints `ftslurm report` with a PNG timeline.
-    Takes about 1 minute plus 1 minute per failure on 2 cores.
+    Takes about a minute on 2 cores with the default 2 failures (1 m 04 s measured, packages
+    installed), about 20 s more per extra failure; the first run as root adds Slurm's
+    install.
 
     \b
     Examples:

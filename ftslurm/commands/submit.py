@@ -188,9 +188,10 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     this makes sure the scripts' log folder exists in the job's working directory (this one,
     or --chdir). The job gets
     FTSLURM_OUTPUTS (the outputs folder `ftslurm logs`/`status` read), so the replica logs
-    land there from any submit directory. DEVICE=cpu (or FTSLURM_PRESET=debug_cpu) adds the
-    sbatch options of a CPU node; the knobs (DEVICE, FTSLURM_PRESET, STEPS, TORCHFT_LIGHTHOUSE,
-    ...) are checked before submitting.
+    land there from any submit directory, and FTSLURM_PYTHON (this interpreter, unless set),
+    so the nodes run the environment that submitted. DEVICE=cpu (or
+    FTSLURM_PRESET=debug_cpu) adds the sbatch options of a CPU node; the knobs (DEVICE,
+    FTSLURM_PRESET, STEPS, TORCHFT_LIGHTHOUSE, ...) are checked before submitting.
 
     \b
     Examples:
@@ -209,8 +210,9 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
               "submit from a folder you can write to, or give one with --chdir")
     runs = paths.torchft_runs_dir()
     _make_dir(runs, _outputs_fix())
-    # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir
-    outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir())}
+    # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir,
+    # and runs this environment's interpreter
+    outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir()), "FTSLURM_PYTHON": paths.job_python()}
     sbatch_options = _with_exports(overrides, options, outputs, script)
     job_id = client.sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)

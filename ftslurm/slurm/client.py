@@ -28,13 +28,23 @@ from ftslurm.slurm.parse import (
 TIMEOUT_S = 30.0
 
 
+def _local_controller_running() -> bool:
+    """The local cluster's slurmctld is up (its pidfile's pid alive). A stopped local cluster
+    leaves its slurm.conf behind: on a login node with its own Slurm, that file must not
+    replace the system's configuration."""
+    from ftslurm import procs
+
+    pid = procs.read_pidfile(paths.cluster_dir() / "run" / "slurmctld.pid")
+    return pid is not None and procs.pid_alive(pid) and "slurmctld" in " ".join(procs.cmdline(pid))
+
+
 def slurm_env(check_conf: bool = True) -> dict[str, str]:
     """The environment of Slurm's tools. `check_conf`: a SLURM_CONF that is not a file is a
     UserError now, not after the tools retried for the whole timeout."""
     env = dict(os.environ)
     if "SLURM_CONF" not in env:
         local_conf = paths.cluster_dir() / "slurm.conf"
-        if local_conf.exists():
+        if local_conf.exists() and _local_controller_running():
             env["SLURM_CONF"] = str(local_conf)
     elif check_conf and env["SLURM_CONF"] and not Path(env["SLURM_CONF"]).is_file():
         # Slurm's tools would retry for the whole timeout before failing
