@@ -22,7 +22,6 @@ import os
 import re
 import secrets as pysecrets
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -157,7 +156,7 @@ class DoctorConfig:
             device=device,
             lighthouse=lh or planlib.DEFAULT_LIGHTHOUSE,
             lighthouse_from_env=bool(lh),
-            node_python=env.get("FTSLURM_PYTHON") or sys.executable,  # what submit passes
+            node_python=paths.job_python(env),  # what `ftslurm submit` passes the job
             env=env,
         )
         for k, v in overrides.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
@@ -38,11 +39,11 @@ def cluster_dir() -> Path:
     return Path(env).resolve() if env else outputs_dir() / "cluster"
 
 
-def job_python() -> str:
+def job_python(env: Mapping[str, str] | None = None) -> str:
     """The interpreter the sbatch scripts exec on the nodes (FTSLURM_PYTHON): this one unless
     set, so jobs run in the environment that submitted them (`sudo` resets PATH, and the
     `python3` first on a node's PATH may lack ftslurm)."""
-    return os.environ.get("FTSLURM_PYTHON") or sys.executable
+    return (os.environ if env is None else env).get("FTSLURM_PYTHON") or sys.executable
 
 
 def lighthouse_dir() -> Path:

@@ -121,6 +121,14 @@ MAX_PG_TIMEOUT_S = 86400
 PORT_RANGE = "is not a port (1 to 65535)"
 
 
+def _seconds(env: Mapping[str, str], name: str, default: int, example: int) -> int:
+    """A timeout knob in seconds, 1 s to a day: a typo (ms for s) would let a hung peer stall
+    a replica for days."""
+    too_long = (f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds "
+                f"(e.g. {name}={example})")  # fmt: skip
+    return _int(env, [name], default, name, 1, (MAX_PG_TIMEOUT_S, too_long))
+
+
 def _int(
     env: Mapping[str, str],
     names: Sequence[str],
@@ -312,16 +320,9 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
             tt.append(f"--fault_tolerance.num_fragments={n}")
     if env.get("PG_TIMEOUT_S", "").strip():
-        # a typo (ms for s) would make a hung peer hang for days
-        too_long = (f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds "
-                    "(e.g. PG_TIMEOUT_S=120)")  # fmt: skip
-        secs = _int(env, ["PG_TIMEOUT_S"], 0, "PG_TIMEOUT_S", 1, (MAX_PG_TIMEOUT_S, too_long))
-        ms = secs * 1000
+        ms = _seconds(env, "PG_TIMEOUT_S", 0, 120) * 1000
         tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
-    # a typo (ms for s) would let a hung healing peer stall the survivor for days
-    heal_timeout = _int(env, [HEAL_TIMEOUT_VAR], DEFAULT_HEAL_TIMEOUT_S, HEAL_TIMEOUT_VAR, 1,
-                        (MAX_PG_TIMEOUT_S, f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in "
-                         f"seconds (e.g. {HEAL_TIMEOUT_VAR}=900)"))  # fmt: skip
+    heal_timeout = _seconds(env, HEAL_TIMEOUT_VAR, DEFAULT_HEAL_TIMEOUT_S, 900)
     notes = []
     if env.get("WANDB_API_KEY"):
         if replica_id == 0:

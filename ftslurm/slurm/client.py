@@ -35,7 +35,7 @@ def _local_controller_running() -> bool:
     from ftslurm import procs
 
     pid = procs.read_pidfile(paths.cluster_dir() / "run" / "slurmctld.pid")
-    return pid is not None and procs.pid_alive(pid) and "slurmctld" in " ".join(procs.cmdline(pid))
+    return pid is not None and procs.pid_alive(pid) and "slurmctld" in procs.proc_cmdline(pid)
 
 
 def slurm_env(check_conf: bool = True) -> dict[str, str]:
