@@ -356,7 +356,7 @@ def local_node_ns(node: str) -> str | None:
     conf = os.environ.get("SLURM_CONF")
     if conf and Path(conf).resolve() != Path(spec.conf_path).resolve():
         return None  # SLURM_CONF points at another cluster
-    holder = procs.read_pidfile(spec.path("run", f"node-{node}.pid"))
+    holder = procs.read_pidfile(spec.node_pidfile(node))
     if not holder or not procs.pid_alive(holder):
         return None
     ns = procs.uts_ns(holder)

@@ -37,6 +37,16 @@ class ClusterSpec:
     def path(self, *parts: str) -> Path:
         return Path(self.state_dir, *parts)
 
+    def pidfile(self, daemon: str) -> Path:
+        """The pidfile of one daemon `up` started: munged, slurmctld, node-<name> (the
+        namespace holder). slurm.conf, `down`, `ftslurm simulate-failure` and the client's
+        is-the-local-controller-up check all read this one path."""
+        return self.path("run", f"{daemon}.pid")
+
+    def node_pidfile(self, node: str) -> Path:
+        """The pidfile of the process holding `node`'s namespace."""
+        return self.pidfile(f"node-{node}")
+
     @property
     def conf_path(self) -> Path:
         return self.path("slurm.conf")
@@ -66,7 +76,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         "CredType=cred/munge",
         f"AuthInfo=socket={spec.munge_socket},cred_expire=5",
         f"StateSaveLocation={s}/ctld",
-        f"SlurmctldPidFile={s}/run/slurmctld.pid",
+        f"SlurmctldPidFile={spec.pidfile('slurmctld')}",
         f"SlurmctldLogFile={s}/log/slurmctld.log",
         f"SlurmdSpoolDir={s}/spool/%n",
         f"SlurmdPidFile={s}/run/slurmd-%n.pid",
@@ -132,7 +142,7 @@ def munged_command(spec: ClusterSpec) -> list[str]:
         "munged",
         f"--socket={spec.munge_socket}",
         f"--key-file={spec.path('munge', 'munge.key')}",
-        f"--pid-file={spec.path('run', 'munged.pid')}",
+        f"--pid-file={spec.pidfile('munged')}",
         f"--log-file={spec.path('log', 'munged.log')}",
         f"--seed-file={spec.path('munge', 'munged.seed')}",
         "--force",

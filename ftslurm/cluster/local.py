@@ -139,17 +139,13 @@ def new_spec(nodes: int, state_dir: Path) -> ClusterSpec:
     )
 
 
-def _node_pidfile(spec: ClusterSpec, node: str) -> Path:
-    return spec.path("run", f"node-{node}.pid")
-
-
 def _daemon_pids(spec: ClusterSpec) -> dict[str, int | None]:
     pids = {
-        "munged": procs.read_pidfile(spec.path("run", "munged.pid")),
-        "slurmctld": procs.read_pidfile(spec.path("run", "slurmctld.pid")),
+        "munged": procs.read_pidfile(spec.pidfile("munged")),
+        "slurmctld": procs.read_pidfile(spec.pidfile("slurmctld")),
     }
     for node in spec.node_names:
-        pids[node] = procs.read_pidfile(_node_pidfile(spec, node))
+        pids[node] = procs.read_pidfile(spec.node_pidfile(node))
     return pids
 
 
@@ -160,6 +156,17 @@ def _all_alive(spec: ClusterSpec) -> bool:
 def node_states(spec: ClusterSpec, timeout: float = 10) -> dict[str, str]:
     out = run(["sinfo", "-h", "-N", "-o", "%N %T"], env=slurm_env(spec), timeout=timeout)
     return parse_sinfo_nodes(out.stdout)
+
+
+def active_jobs(spec: ClusterSpec, timeout: float = 10) -> list[str]:
+    """Ids of the jobs queued or running on the cluster (squeue's default states), so that
+    nothing restarts a cluster under a user's job; [] when its controller does not answer."""
+    try:
+        out = run(["squeue", "-h", "-o", "%i"], env=slurm_env(spec), timeout=timeout)
+    except CommandError:
+        return []
+    ids = {line.split("_")[0] for line in out.stdout.split()}
+    return sorted(ids, key=lambda i: (len(i), i))
 
 
 def _prepare_state_dir(spec: ClusterSpec) -> None:
@@ -198,6 +205,13 @@ def up(
             progress(f"cluster already up: {nodes} nodes ({state_dir})")
             _wait_idle(spec, timeout, progress)
             return spec
+        busy = active_jobs(spec)
+        if busy:
+            raise UserError(
+                f"the local cluster is up with {spec.nodes} nodes and job(s) {', '.join(busy)} "
+                f"queued or running; restarting it with {nodes} nodes would kill them: "
+                f"`scancel {' '.join(busy)}` (or `ftslurm cluster down`) first"
+            )
         progress(f"cluster is up with {spec.nodes} nodes; restarting it with {nodes}")
     if spec is not None:
         down(state_dir)
@@ -215,7 +229,7 @@ def up(
                 env=env,
                 detach=True,
             )
-            _node_pidfile(spec, node).write_text(f"{proc.pid}\n")
+            spec.node_pidfile(node).write_text(f"{proc.pid}\n")
         _wait_idle(spec, timeout, progress)
     except (CommandError, WaitTimeout, UserError) as e:
         down(state_dir)
@@ -238,7 +252,7 @@ def _wait_idle(spec: ClusterSpec, timeout: float, progress: Progress) -> None:
 
 
 def _kill_node(spec: ClusterSpec, node: str) -> None:
-    holder = procs.read_pidfile(_node_pidfile(spec, node))
+    holder = procs.read_pidfile(spec.node_pidfile(node))
     if holder and procs.pid_alive(holder):
         ns = procs.uts_ns(holder)
         if ns and ns != procs.uts_ns(os.getpid()):
@@ -251,7 +265,7 @@ def _kill_node(spec: ClusterSpec, node: str) -> None:
                 time.sleep(0.05)
         else:
             procs.kill_pids([holder], signal.SIGKILL)
-    _node_pidfile(spec, node).unlink(missing_ok=True)
+    spec.node_pidfile(node).unlink(missing_ok=True)
 
 
 def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
@@ -269,7 +283,7 @@ def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
         pid = pids[name]
         if pid and procs.pid_alive(pid):
             daemon.stop(pid, grace=5)
-        spec.path("run", f"{name}.pid").unlink(missing_ok=True)
+        spec.pidfile(name).unlink(missing_ok=True)
     progress("cluster stopped" if was_running else "cluster was not running")
     return was_running
 

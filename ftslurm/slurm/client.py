@@ -33,8 +33,9 @@ def _local_controller_running() -> bool:
     leaves its slurm.conf behind: on a login node with its own Slurm, that file must not
     replace the system's configuration."""
     from ftslurm import procs
+    from ftslurm.cluster.config import ClusterSpec
 
-    pid = procs.read_pidfile(paths.cluster_dir() / "run" / "slurmctld.pid")
+    pid = procs.read_pidfile(ClusterSpec(state_dir=str(paths.cluster_dir())).pidfile("slurmctld"))
     return pid is not None and procs.pid_alive(pid) and "slurmctld" in procs.proc_cmdline(pid)
 
 
