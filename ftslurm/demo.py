@@ -268,6 +268,15 @@ class SlurmBackend(Backend):
         from ftslurm.slurm import client
 
         was_up = local.status(self.cluster_dir).running
+        running = local.load_spec(self.cluster_dir) if was_up else None
+        busy = local.active_jobs(running) if running else []
+        if busy:
+            # the demo's array would wait behind them, or a resize would kill them
+            raise UserError(
+                f"the local cluster runs job(s) {', '.join(busy)}: the demo needs its nodes; "
+                f"`scancel {' '.join(busy)}` first, or set FTSLURM_CLUSTER_DIR to another "
+                "folder for a cluster of the demo's own"
+            )
         spec = local.up(nodes=self.cfg.replicas, state_dir=self.cluster_dir, progress=self.say)
         self.started_cluster = not was_up
         os.environ["SLURM_CONF"] = str(spec.conf_path)

@@ -19,6 +19,7 @@ from ftslurm.cluster.config import ClusterSpec, node_command, render_hosts, rend
 from ftslurm.errors import UserError
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
+from tests.ftjob import env_without
 
 GOLDEN = Path(__file__).parent / "fixtures" / "cluster"
 
@@ -120,7 +121,7 @@ def test_array_task_requeued_when_its_node_goes_down(slurm_cluster, tmp_path):
 
 
 @pytest.mark.slurm
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_cli_up_twice_down_twice(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root")
@@ -137,6 +138,26 @@ def test_cli_up_twice_down_twice(tmp_path):
         assert "already up" in second.output
         # the same node namespace: nothing was restarted
         assert procs.read_pidfile(Path(state, "run", "node-worker-0.pid")) == holder
+        # a user's job on it: no resize (it would kill the job), no demo on its nodes
+        job = subprocess.run(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 300"],
+            env=local.slurm_env(spec), capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()  # fmt: skip
+        resize = runner.invoke(cli, ["cluster", "up", "--nodes", "2", "--state-dir", state])
+        assert resize.exit_code == 1, resize.output
+        assert f"job(s) {job} queued or running" in resize.output
+        assert f"`scancel {job}`" in resize.output and "Traceback" not in resize.output
+        demo = subprocess.run(
+            [sys.executable, "-m", "ftslurm", "demo", "--backend", "slurm", "--no-plot"],
+            env={**env_without("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS"),
+                 "FTSLURM_CLUSTER_DIR": state, "FTSLURM_OUTPUTS": str(tmp_path / "outputs")},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert demo.returncode == 1, demo.stdout + demo.stderr
+        assert f"runs job(s) {job}: the demo needs its nodes" in demo.stderr
+        assert "Lighthouse running" not in demo.stderr and "submitted" not in demo.stderr
+        assert procs.read_pidfile(Path(state, "run", "node-worker-0.pid")) == holder
+        assert local.active_jobs(spec) == [job]  # still there
         env = runner.invoke(cli, ["cluster", "env", "--state-dir", state])
         assert env.output.strip() == f"export SLURM_CONF={spec.conf_path}"
         up = runner.invoke(cli, ["cluster", "status", "--state-dir", state])

@@ -52,7 +52,8 @@ def cluster() -> None:
 @STATE_DIR_OPT
 def up(nodes: int, no_install: bool, timeout: float, state_dir: str | None) -> None:
     """Start the cluster (idempotent) and wait until every node is idle. Installs
-    slurm-wlm and munge with apt-get when missing (unless --no-install).
+    slurm-wlm and munge with apt-get when missing (unless --no-install). A running cluster
+    with another --nodes is restarted, unless jobs are queued or running on it.
 
     \b
     Example:
