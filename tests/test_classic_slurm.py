@@ -39,6 +39,8 @@ def test_classic_script_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path)
         assert final.state == "COMPLETED", log[-3000:]
         assert len(final.node.split(",")) == 2 or "[" in final.node  # two nodes
         assert log.count("launching classic job") == 1
+        # the job's --cpus-per-task (1 from `ftslurm submit` on cpu) reaches srun by hand
+        assert "command: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 " in log
         assert "Training completed" in log
         # one rank per node, replicating the model across the two nodes; both reach the end
         assert log.count("dp_replicate=2") == 2

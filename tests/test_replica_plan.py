@@ -60,13 +60,15 @@ def test_ft_gpu_golden_argv_and_env() -> None:
 
 
 def test_classic_gpu_golden_argv() -> None:
-    env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77"}
+    # what sbatch exports for the script's `#SBATCH --cpus-per-task=128`
+    env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77", "SLURM_CPUS_PER_TASK": "128"}
     p = planlib.build_classic_plan(env, ROOT, head_node="worker-0")
     assert p.argv == [
         "srun",
         "--nodes=2",
         "--ntasks=2",
         "--ntasks-per-node=1",
+        "--cpus-per-task=128",
         "--kill-on-bad-exit=1",
         "torchrun",
         "--nnodes=2",
@@ -83,6 +85,18 @@ def test_classic_gpu_golden_argv() -> None:
     ]
     assert p.env == {"FTSLURM_DEVICE": "cuda"}
     assert p.kind == "classic"
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "x"])
+def test_classic_srun_asks_no_cpus_when_the_job_did_not(value: str | None) -> None:
+    """srun (Slurm >= 22.05) ignores the job's SLURM_CPUS_PER_TASK, so the plan passes it on;
+    without a usable value srun keeps its own default rather than a made-up count."""
+    env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77"}
+    if value is not None:
+        env["SLURM_CPUS_PER_TASK"] = value
+    argv = planlib.build_classic_plan(env, ROOT, head_node="worker-0").argv
+    srun = argv[: argv.index("torchrun")]
+    assert srun[0] == "srun" and not [a for a in srun if a.startswith("--cpus-per-task")]
 
 
 def test_cpu_plan_uses_debug_preset_local_assets_and_gloo() -> None:

@@ -396,6 +396,15 @@ def preflight_classic(env: Mapping[str, str], root: Path, nodes: int = 1) -> Pla
     return build_classic_plan({**env, "SLURM_NNODES": str(nodes)}, root, "head")
 
 
+def _srun_cpus(env: Mapping[str, str]) -> list[str]:
+    """The job's --cpus-per-task, passed on to srun by hand: since Slurm 22.05 srun no longer
+    inherits it from sbatch (SLURM_CPUS_PER_TASK is ignored), so a step would get one CPU per
+    task and torchrun's 8 ranks and their data loaders would share it. Nothing when the job
+    did not ask (srun's default is then the job's own)."""
+    cpus = env.get("SLURM_CPUS_PER_TASK", "").strip()
+    return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 else []
+
+
 def build_classic_plan(
     env: Mapping[str, str], root: Path, head_node: str, torchrun: Sequence[str] = ()
 ) -> Plan:
@@ -431,6 +440,7 @@ def build_classic_plan(
         f"--nodes={nnodes}",
         f"--ntasks={nnodes}",
         "--ntasks-per-node=1",
+        *_srun_cpus(env),
         "--kill-on-bad-exit=1",
     ]
     argv = [
