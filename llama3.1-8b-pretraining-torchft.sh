@@ -30,6 +30,7 @@
 #SBATCH --gpus-per-task=8
 #SBATCH --cpus-per-task=128
 #SBATCH --exclusive
+#SBATCH --mem=0
 #SBATCH --requeue
 #SBATCH --open-mode=append
 #SBATCH --export=ALL

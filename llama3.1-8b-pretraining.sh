@@ -16,6 +16,7 @@
 #SBATCH --gpus-per-task=8
 #SBATCH --cpus-per-task=128
 #SBATCH --exclusive
+#SBATCH --mem=0
 #SBATCH --export=ALL
 #SBATCH --output=outputs/classic-%j.out
 set -euo pipefail

@@ -72,6 +72,8 @@ FT_JOB_NAME = "tft_replica"
 CLASSIC_JOB_NAME = "llama3_8b"
 # What the sbatch scripts ask for on GPU nodes (their #SBATCH lines).
 GPU_CPUS_PER_TASK = 128
+# Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
+_MEMORY_OPTIONS = frozenset({"mem", "mem_gb", "mem_per_cpu", "mem_per_gpu"})
 # Slurm variables name the replica inside an array: stale copies exported from the
 # submitting shell must not override them.
 _REPLICA_OVERRIDES = (
@@ -429,7 +431,8 @@ def executor_parameters(
     """submitit Slurm parameters for one replica (or the classic job's `nodes`) on `device`.
 
     Mirrors the scripts' #SBATCH lines (and `ftslurm submit`'s DEVICE=cpu overrides):
-    GPU: one task per node with all its GPUs, 128 CPUs, the node exclusive;
+    GPU: one task per node with all its GPUs, 128 CPUs, the node exclusive with all its
+    memory (unless the caller sizes memory: mem_gb, mem_per_cpu, ...);
     CPU: no GPUs, 1 CPU (what `sbatch_device_options('cpu')` asks for).
     `slurm_options` (submitit names: partition, timeout_min, mem_gb, account, qos, ...)
     win; `slurm_additional_parameters` / `slurm_setup` are accepted with or without the
@@ -454,6 +457,10 @@ def executor_parameters(
             extra.update(value or {})
         else:
             params[name] = value
+    if device != "cpu" and not _MEMORY_OPTIONS & {k.replace("-", "_") for k in [*params, *extra]}:
+        # --exclusive gives every CPU and GPU but only the memory asked for (sbatch(1)):
+        # mem_gb=0 (--mem=0GB) asks for all of it, as the scripts' `#SBATCH --mem=0`
+        params["mem_gb"] = 0
     params["additional_parameters"] = {**extra, "requeue": True} if requeue else extra
     return params
 

@@ -97,6 +97,17 @@ def test_gpu_parameters_ask_for_the_scripts_resources_and_user_options_win(tmp_p
         assert f"#SBATCH {want}" in text, (want, text)
 
 
+def test_gpu_parameters_ask_for_all_node_memory_unless_the_caller_sizes_it(tmp_path):
+    # --exclusive alone gives only the memory asked for (sbatch(1)); the scripts say --mem=0
+    text = _sbatch_text(api.executor_parameters("cuda", 8), tmp_path)
+    assert "#SBATCH --mem=0GB" in text.splitlines(), text
+    assert "--mem=0" not in _sbatch_text(api.executor_parameters("cpu", 1), tmp_path)
+    for option in ({"mem_gb": 64}, {"slurm_mem_per_cpu": "4G"},
+                   {"slurm_additional_parameters": {"mem-per-gpu": "80G"}}):  # fmt: skip
+        text = _sbatch_text(api.executor_parameters("cuda", 8, **option), tmp_path)
+        assert "--mem=0" not in text, (option, text)
+
+
 def test_secrets_in_config_are_refused_before_anything_is_pickled():
     with pytest.raises(UserError, match="WANDB_API_KEY must not be in config"):
         api._knobs({"DEVICE": "cpu", "WANDB_API_KEY": "x"})

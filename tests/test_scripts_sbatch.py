@@ -55,7 +55,9 @@ def test_script_basics(script: Path) -> None:
     assert text.startswith("#!/bin/bash\n")
     assert "set -euo pipefail" in text
     assert os.access(script, os.X_OK)
-    for opt in ("--gpus-per-task=8", "--cpus-per-task=", "--exclusive"):
+    # --exclusive gives every CPU and GPU of the node but only the memory asked for
+    # (sbatch(1)); --mem=0 asks for all of it
+    for opt in ("--gpus-per-task=8", "--cpus-per-task=", "--exclusive", "--mem=0"):
         assert f"#SBATCH {opt}" in text
     assert len(text.splitlines()) < 60  # logic lives in Python
 
