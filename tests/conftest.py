@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm.cluster import local
+from ftslurm.cluster.config import ClusterSpec
 
 CLUSTER_NODES = 3
 
@@ -30,26 +31,30 @@ def _can_run_cluster() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A running cluster with CLUSTER_NODES idle nodes; SLURM_CONF and FTSLURM_CLUSTER_DIR
-    point at it for the session."""
+def _session_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The session's one cluster with CLUSTER_NODES idle nodes (started once, about 10 s),
+    stopped by pid at the end. It never runs apt: `.ci/run` installs slurm-wlm and munge, and
+    a missing package fails the test with the command that installs it."""
     reason = _can_run_cluster()
     if reason:
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("cluster")
-    spec = local.up(nodes=CLUSTER_NODES, state_dir=state, timeout=60)
-    old = {k: os.environ.get(k) for k in ("SLURM_CONF", "FTSLURM_CLUSTER_DIR")}
-    os.environ["SLURM_CONF"] = str(spec.conf_path)
-    os.environ["FTSLURM_CLUSTER_DIR"] = str(state)
+    spec = local.up(nodes=CLUSTER_NODES, state_dir=state, timeout=60, install=False)
     try:
         yield spec
     finally:
         local.down(state)
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(_session_cluster: ClusterSpec):
+    """The session's cluster, with SLURM_CONF and FTSLURM_CLUSTER_DIR pointing at it for the
+    module that asks for it and restored afterwards: a later module's test cannot pass only
+    because an earlier one left the cluster in the environment."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLURM_CONF", str(_session_cluster.conf_path))
+        mp.setenv("FTSLURM_CLUSTER_DIR", _session_cluster.state_dir)
+        yield _session_cluster
 
 
 @pytest.fixture

@@ -62,6 +62,19 @@ class FTRun:
         return Path(self.lighthouse.log_path).read_text(errors="replace")
 
 
+def lighthouse_argv(state_dir: Path, port: int) -> list[str]:
+    """torchft's real Lighthouse on 127.0.0.1:`port`, quick quorums, started the way
+    `ftslurm lighthouse start` starts it: this interpreter's torchft, not whichever
+    `torchft_lighthouse` comes first on PATH (its launcher file goes in `state_dir`)."""
+    return [
+        *lighthouse.lighthouse_command(state_dir),
+        "--bind", f"127.0.0.1:{port}",
+        "--min_replicas", "1",
+        "--quorum_tick_ms", "100",
+        "--join_timeout_ms", "10000",
+    ]  # fmt: skip
+
+
 def start_lighthouse(state_dir: Path) -> lighthouse.LighthouseInfo:
     return lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0", state_dir=state_dir)
 

@@ -19,6 +19,7 @@ from ftslurm import runner
 from ftslurm.replica import checksum
 from ftslurm.replica.plan import sbatch_device_options
 from ftslurm.wait import free_port, wait_for
+from tests.ftjob import lighthouse_argv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(420)]
 
@@ -75,17 +76,7 @@ def find_worker(marker: str, replica: int) -> int | None:
 def test_crashed_worker_is_requeued_and_heals(slurm_cluster, tmp_path: Path) -> None:
     port = free_port()
     lighthouse = runner.spawn(
-        [
-            "torchft_lighthouse",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--min_replicas",
-            "1",
-            "--quorum_tick_ms",
-            "100",
-            "--join_timeout_ms",
-            "10000",
-        ],
+        lighthouse_argv(tmp_path, port),
         log_path=tmp_path / "lighthouse.log",
     )
     job_id = None

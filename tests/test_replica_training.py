@@ -23,6 +23,7 @@ import pytest
 from ftslurm import runner
 from ftslurm.replica import checksum
 from ftslurm.wait import free_port, wait_for
+from tests.ftjob import lighthouse_argv
 
 pytestmark = [pytest.mark.training, pytest.mark.timeout(420)]
 
@@ -117,17 +118,7 @@ class Run:
         self.port = free_port()
         self.lighthouse_log = tmp / "lighthouse.log"
         self.lighthouse = runner.spawn(
-            [
-                "torchft_lighthouse",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--min_replicas",
-                "1",
-                "--quorum_tick_ms",
-                "100",
-                "--join_timeout_ms",
-                "10000",
-            ],
+            lighthouse_argv(tmp, self.port),
             log_path=self.lighthouse_log,
         )
         self.replicas: list[Replica] = []
@@ -332,17 +323,7 @@ def test_replicas_survive_a_lighthouse_restart(make_run) -> None:
         what="3 s of Lighthouse downtime",
     )
     run.lighthouse = runner.spawn(
-        [
-            "torchft_lighthouse",
-            "--bind",
-            f"127.0.0.1:{run.port}",
-            "--min_replicas",
-            "1",
-            "--quorum_tick_ms",
-            "100",
-            "--join_timeout_ms",
-            "10000",
-        ],
+        lighthouse_argv(run.tmp, run.port),
         log_path=run.tmp / "lighthouse.restarted.log",
     )
     restarted = run.tmp / "lighthouse.restarted.log"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from ftslurm import lighthouse
 from ftslurm.wait import free_port
-from tests.ftjob import ROOT
+from tests.ftjob import KNOB_ENV_RE, ROOT
 
 yaml = pytest.importorskip("yaml")
 
@@ -105,11 +106,15 @@ def test_yaml_scripts_are_valid_bash(section, tmp_path):
         assert out.returncode == 0, out.stdout
 
 
+_CALLER_ONLY = re.compile(rf"{KNOB_ENV_RE.pattern}|^(SKYPILOT_|HF_TOKEN$|LIGHTHOUSE_PORT$)")
+
+
 def _run_node(tmp_path: Path, rank: int, port: int, **env: str) -> subprocess.CompletedProcess:
     """The YAML's `run:` as SkyPilot runs it on node `rank` of 2 (envs + SKYPILOT_* vars)."""
     cfg = _config()
     full = {
-        **{k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")},
+        # the caller's knobs, SkyPilot's and secrets out: the YAML's defaults are under test
+        **{k: v for k, v in os.environ.items() if not _CALLER_ONLY.match(k)},
         **cfg["envs"],
         "DEVICE": "cpu",
         "FTSLURM_PRESET": "debug_cpu",

@@ -91,6 +91,14 @@ def test_squeue_json_completing_and_node_fail(fixtures_dir):
 
 
 def test_scontrol_show_job_records(fixtures_dir):
+    running = by_key(
+        job_from_scontrol(r)
+        for r in split_scontrol_records(read(fixtures_dir, "scontrol_job_running.txt"))
+    )
+    assert {k: (j.state, j.node, j.restarts) for k, j in running.items()} == {
+        "1_0": ("RUNNING", "worker-0", 0),
+        "1_1": ("RUNNING", "worker-1", 0),
+    }
     recs = split_scontrol_records(read(fixtures_dir, "scontrol_job_node_down.txt"))
     jobs = by_key(job_from_scontrol(r) for r in recs)
     assert jobs["1_1"].state == "PENDING"
@@ -113,10 +121,14 @@ def test_scontrol_node_reason_keeps_spaces(fixtures_dir):
     assert parse_node_state(rec["State"]).base == "down"
 
 
-def test_sinfo_nodes(fixtures_dir):
-    assert parse_sinfo_nodes(read(fixtures_dir, "sinfo_down.txt")) == {
+@pytest.mark.parametrize(
+    "recorded,worker_1",
+    [("alloc", "allocated"), ("down", "down"), ("resumed", "idle")],  # simulate-failure's steps
+)
+def test_sinfo_nodes(fixtures_dir, recorded: str, worker_1: str):
+    assert parse_sinfo_nodes(read(fixtures_dir, f"sinfo_{recorded}.txt")) == {
         "worker-0": "allocated",
-        "worker-1": "down",
+        "worker-1": worker_1,
     }
 
 
