@@ -7,6 +7,8 @@
 #   local CPU cluster:        DEVICE=cpu ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh
 #     which is: sbatch --gpus-per-task=0 --cpus-per-task=1 --export=ALL,DEVICE=cpu --array=0-1 ...
 #     (sbatch command-line options override the #SBATCH lines below).
+#     --mem=0 below asks for all node memory; to size it, pass --mem=<size>: on Slurm 22.05
+#     --mem-per-cpu / --mem-per-gpu clash with it (sbatch: fatal: ... mutually exclusive).
 #
 # Knobs (environment variables exported to the job; all of them in ftslurm/replica/plan.py):
 #   DEVICE=cuda|cpu                 cpu = the debug model with the debug_cpu preset

@@ -5,6 +5,8 @@
 #
 #   sbatch -N 2 llama3.1-8b-pretraining.sh
 #   local CPU cluster: sbatch -N 2 --gpus-per-task=0 --cpus-per-task=1 --export=ALL,DEVICE=cpu llama3.1-8b-pretraining.sh
+#   (--mem=0 below asks for all node memory; size it with --mem=<size>, not --mem-per-cpu or
+#   --mem-per-gpu, which Slurm 22.05 refuses next to it: "mutually exclusive")
 #
 # Knobs (environment variables; all of them in ftslurm/replica/plan.py):
 #   DEVICE=cuda|cpu  FTSLURM_PRESET=llama3_8b  STEPS=1000  GPUS_PER_NODE=8  RDZV_PORT=29500

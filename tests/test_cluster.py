@@ -143,17 +143,21 @@ def test_cli_up_twice_down_twice(tmp_path):
             ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 300"],
             env=local.slurm_env(spec), capture_output=True, text=True, timeout=30, check=True,
         ).stdout.strip()  # fmt: skip
-        resize = runner.invoke(cli, ["cluster", "up", "--nodes", "2", "--state-dir", state])
-        assert resize.exit_code == 1, resize.output
-        assert f"job(s) {job} queued or running" in resize.output
-        assert f"`scancel {job}`" in resize.output and "Traceback" not in resize.output
+        resize = subprocess.run(
+            [sys.executable, "-m", "ftslurm", "cluster", "up", "--nodes", "2", "--state-dir",
+             state],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert resize.returncode == 2, resize.stdout + resize.stderr
+        assert f"job(s) {job} queued or running" in resize.stderr
+        assert f"`scancel {job}`" in resize.stderr and "Traceback" not in resize.stderr
         demo = subprocess.run(
             [sys.executable, "-m", "ftslurm", "demo", "--backend", "slurm", "--no-plot"],
             env={**env_without("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS"),
                  "FTSLURM_CLUSTER_DIR": state, "FTSLURM_OUTPUTS": str(tmp_path / "outputs")},
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        assert demo.returncode == 1, demo.stdout + demo.stderr
+        assert demo.returncode == 2, demo.stdout + demo.stderr
         assert f"runs job(s) {job}: the demo needs its nodes" in demo.stderr
         assert "Lighthouse running" not in demo.stderr and "submitted" not in demo.stderr
         assert procs.read_pidfile(Path(state, "run", "node-worker-0.pid")) == holder
