@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def submit_ft(
         **{k: str(v) for k, v in env.items()},
     }
     out = subprocess.run(
-        ["python3", "-m", "ftslurm", "submit", "--json", f"--array=0-{replicas - 1}",
+        [sys.executable, "-m", "ftslurm", "submit", "--json", f"--array=0-{replicas - 1}",
          f"--output={outputs}/torchft/slurm-%A_%a.out", str(FT_SCRIPT)],
         env=full, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_classic_script_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path)
         "FTSLURM_OUTPUTS": str(tmp_path),
     }
     out = subprocess.run(
-        ["python3", "-m", "ftslurm", "submit", "--json", "--nodes=2",
+        [sys.executable, "-m", "ftslurm", "submit", "--json", "--nodes=2",
          f"--output={tmp_path}/classic-%j.out", str(CLASSIC_SCRIPT)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
