@@ -252,3 +252,71 @@ def test_local_conf_is_found_only_while_its_controller_runs(slurm_cluster, tmp_p
     assert (stopped / "slurm.conf").is_file()
     monkeypatch.setenv("FTSLURM_CLUSTER_DIR", str(stopped))
     assert "SLURM_CONF" not in client.slurm_env()
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_slurm_refusals_for_a_non_admin_name_the_fix(monkeypatch):
+    """What Slurm 22.05 really answers a user who is not root: the same one-line fix for
+    `scontrol update` ("Invalid user id") and `scontrol requeue` ("Access/permission denied").
+    Every command runs as `nobody` through runuser, on a one-node cluster of its own whose
+    folder `nobody` can read (pytest's are root-only); the node and the job are left alone."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser to act as another user")
+    state = Path(tempfile.mkdtemp(prefix="ftslurm-nonadmin-"))
+    state.chmod(0o755)
+    real_run = client.run
+    try:
+        spec = local.up(nodes=1, state_dir=state, timeout=60, install=False)
+        env = local.slurm_env(spec)
+        monkeypatch.setenv("SLURM_CONF", str(spec.conf_path))
+        job = subprocess.run(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 300"],
+            env=env, capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()  # fmt: skip
+        # a pending job is another refusal ("pending execution"): wait until it runs
+        wait_for(lambda: any(t.state == "RUNNING" for t in client.jobs(int(job))), timeout=30,
+                 what=f"job {job} running")  # fmt: skip
+
+        def as_nobody(cmd, **kwargs):
+            return real_run(
+                ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={spec.conf_path}", *cmd],
+                **kwargs,
+            )
+
+        monkeypatch.setattr(client, "run", as_nobody)
+        with pytest.raises(UserError, match=r"^`scontrol update` needs root or a Slurm admin"):
+            client.update_node(spec.node_names[0], "DOWN", reason="test")
+        with pytest.raises(UserError, match=r"^`scontrol requeue` needs root or a Slurm admin"):
+            client.requeue(job)
+        monkeypatch.setattr(client, "run", real_run)
+        assert client.nodes() == {spec.node_names[0]: "allocated"}  # not DOWN
+        assert [(t.state, t.restarts) for t in client.jobs(int(job))] == [("RUNNING", 0)]
+    finally:
+        monkeypatch.setattr(client, "run", real_run)
+        local.down(state)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(60)
+def test_no_slurm_configuration_is_a_one_line_fix(tmp_path):
+    """No SLURM_CONF, no /etc/slurm/slurm.conf, no local cluster: what real sinfo says ("Could
+    not establish a configuration source") becomes the fix, exit 2, no traceback."""
+    import shutil
+
+    if shutil.which("sinfo") is None or Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("needs Slurm's tools without a system configuration")
+    out = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "status"],
+        env={**env_without("SLURM_CONF"), "FTSLURM_CLUSTER_DIR": str(tmp_path / "none")},
+        capture_output=True, text=True, timeout=50,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == (
+        "Error: Slurm has no configuration: export SLURM_CONF, or start the local cluster with "
+        "`sudo ftslurm cluster up`"
+    )

@@ -71,8 +71,14 @@ def _slurm(
         return run(cmd, timeout=timeout, env={**slurm_env(), **(extra_env or {})}, check=check)
     except CommandError as e:
         text = e.stderr.lower()
-        if "access/permission denied" in text or "permission denied" in text:
-            raise UserError(f"`{' '.join(cmd[:2])}` needs root: run with sudo") from e
+        # recorded on Slurm 22.05 as a non-admin user: `scontrol requeue` and scancel say
+        # "Access/permission denied", `scontrol update NodeName=...` says "Invalid user id"
+        if "permission denied" in text or (
+            "invalid user id" in text and list(cmd[:2]) == ["scontrol", "update"]
+        ):
+            raise UserError(
+                f"`{' '.join(cmd[:2])}` needs root or a Slurm admin: run with sudo"
+            ) from e
         if "unable to contact slurm controller" in text:
             conf = slurm_env().get("SLURM_CONF", "the default slurm.conf")
             raise UserError(
