@@ -11,7 +11,7 @@ import random
 import signal
 import subprocess
 import sys
-import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -253,20 +253,39 @@ def test_execute_resumes_when_something_fails_in_the_middle(tmp_path):
     assert events(ev)[-1].detail == "guard: interrupted or failed"
 
 
-def test_execute_resumes_on_sigint_and_sigterm(tmp_path):
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        ops, ev = FakeOps(), tmp_path / f"ev{sig}.jsonl"
-        plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), sig))
-        timer.start()
-        try:
-            with pytest.raises(failure.Interrupted):
-                failure.execute(plan, ops=ops, events_path=ev)
-        finally:
-            timer.cancel()
-        assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
-        assert [e.action for e in events(ev)] == ["node-down", "resume"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+@pytest.mark.parametrize("during", ["wait", "down"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, during):
+    """The signal is sent from inside the run, deterministically: from the first sleep of the
+    DOWN window, or from inside the `scontrol update ... DOWN` call (deferred until it ends)."""
+    real_sleep, sent = time.sleep, []
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def send_once() -> None:
+        if not sent:
+            sent.append(sig)
+            os.kill(os.getpid(), sig)  # Python runs the handler in this thread, right here
+
+    class SignalledOps(FakeOps):
+        def update_node(self, node, state, reason=None):
+            super().update_node(node, state, reason)
+            if during == "down" and state == "DOWN":
+                send_once()
+
+    def sleep(seconds: float) -> None:
+        if during == "wait":
+            send_once()
+        real_sleep(min(seconds, 0.01))
+
+    monkeypatch.setattr(failure.time, "sleep", sleep)
+    ops, ev = SignalledOps(), tmp_path / "ev.jsonl"
+    plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
+    with pytest.raises(failure.Interrupted):
+        failure.execute(plan, ops=ops, events_path=ev)
+    assert sent == [sig]
+    assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+    assert [e.action for e in events(ev)] == ["node-down", "resume"]
+    assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
 
 
 def test_needs_root_fails_before_anything_is_down(tmp_path):
