@@ -344,9 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     if checksum_every is None:
         checksum_every = 25 if a.device == "cuda" else 1
     warmup = a.warmup if a.warmup is not None else (5 if a.device == "cuda" else 2)
-    out = (a.out or Path(tempfile.mkdtemp(prefix="ftslurm-overhead-"))).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    ensure_local_assets()
+    if a.dry_run:  # prints paths, writes nothing: no temporary folder, no assets built
+        out = (a.out or Path(tempfile.gettempdir(), "ftslurm-overhead-XXXXXXXX")).resolve()
+    else:
+        out = (a.out or Path(tempfile.mkdtemp(prefix="ftslurm-overhead-"))).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        ensure_local_assets()
 
     menv, margs = model_args(a.device, a.smoke, a.layers, a.extra.split())
     common = base_env(a.device, out)
@@ -367,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 check=False,
             )
             print(done.stdout + done.stderr, end="")
+        print("(the FT run sets TORCHFT_LIGHTHOUSE to the Lighthouse it starts on a free port "
+              "of 127.0.0.1, not the default above)")  # fmt: skip
         return 0
     classic = run_one("classic", "classic", classic_env, out, warmup, a.timeout)
 

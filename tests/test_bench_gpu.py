@@ -62,6 +62,32 @@ def test_single_node_dry_run_needs_no_slurm(capsys: pytest.CaptureFixture[str]) 
     assert "--rdzv_endpoint=localhost:0" in out and "srun" not in out
 
 
+def test_overhead_cuda_dry_run_prints_both_commands_and_writes_nothing(tmp_path: Path) -> None:
+    """The free first check on a GPU machine (docs/benchmarks.md): the cuda commands are built
+    from the 8B presets and the bench's model, and no temporary folder is left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "bench/gpu_overhead.py", "--device", "cuda", "--dry-run"],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    commands = [line for line in done.stdout.splitlines() if line.startswith("command: ")]
+    assert len(commands) == 2 and done.stdout.count("nothing started") == 2
+    classic, ft = commands
+    assert "/slurm/configs/llama3_8b.toml" in classic and "srun" not in classic
+    assert "/slurm/configs/llama3_8b_ft.toml" in ft and "--fault_tolerance.enable" in ft
+    for command in commands:
+        assert "--model.flavor=8B_bench" in command
+        assert "--experimental.custom_import=bench.gpu_model" in command
+    assert "free port of 127.0.0.1" in done.stdout
+    assert list(tmp.iterdir()) == []
+
+
 def test_parse_steps_plain_and_coloured() -> None:
     plain = (
         "[titan] 2026-11-23 10:34:45,050 - root - INFO - step:  1  loss:  8.14386  "
