@@ -428,3 +428,40 @@ def test_project_slurm_run_tft_11_two_node_downs():
     ]
     s = j["summary"]
     assert (s["requeues"], s["init_syncs"], s["steps_attempted"]) == (2, 1, 18)
+
+
+def test_project_slurm_run_three_replicas_two_nodes_down():
+    """A real 3-replica run: two different replicas lost in turn, each healed from replica 0
+    while the other survivor trained on (figures read off the logs: fixture README)."""
+    j = build_report(FIX / "slurm-3-replicas-tft-3").to_json()
+    assert [(q["quorum_id"], q["time"], q["step"], q["participants"]) for q in j["quorums"]] == [
+        (1, "2026-11-25T04:35:29.372", 0, ["0", "1", "2"]),
+        (2, "2026-11-25T04:36:00.811", 2, ["0", "2"]),
+        (3, "2026-11-25T04:36:27.208", 4, ["0", "1", "2"]),
+        (4, "2026-11-25T04:37:08.463", 7, ["0", "1"]),
+        (5, "2026-11-25T04:37:35.740", 9, ["0", "1", "2"]),
+    ]
+    # node DOWN (events.jsonl) -> replica 0's next should_commit=True: 04:36:00.894, 04:37:08.560
+    assert [(f["replica"], f["kind"], f["time"], f["to_next_commit_s"]) for f in j["failures"]] == [
+        ("1", "node-down", "2026-11-25T04:35:55.789", 5.105),
+        ("2", "node-down", "2026-11-25T04:36:59.790", 8.77),
+    ]
+    # RESUME -> the healed replica's first commit: 04:36:27.754 (replica 1), 04:37:36.289 (2)
+    assert [(r["source_replica"], r["target_replica"], r["step"], r["requeue_source"],
+             r["requeue_to_healed_s"]) for r in j["recoveries"]] == [
+        ("0", "1", 4, "injected resume", 26.959),
+        ("0", "2", 9, "injected resume", 31.493),
+    ]
+    assert [(d["replicas"], d["group_size"], d["start_step"], d["end_step"], d["duration_s"])
+            for d in j["degraded"]] == [(2, 3, 2, 4, 26.397), (2, 3, 7, 9, 27.277)]
+    assert [(a["replica"], a["attempt"], a["node"]) for a in j["attempts"]] == [
+        ("0", 0, "worker-0"), ("1", 0, "worker-1"), ("1", 1, "worker-1"),
+        ("2", 0, "worker-2"), ("2", 1, "worker-2"),
+    ]
+    s = j["summary"]
+    assert (s["group_size"], s["requeues"], s["init_syncs"], s["foreign_quorums"]) == (3, 2, 1, 0)
+    assert s["steps_by_replica"] == {
+        "0": {"attempted": 11, "committed": 11, "failed": 0},
+        "1": {"attempted": 9, "committed": 9, "failed": 0},
+        "2": {"attempted": 9, "committed": 9, "failed": 0},
+    }
