@@ -52,12 +52,13 @@ def demo(
 
     Starts a local Slurm cluster and the torchft Lighthouse, submits the FT sbatch script as
     an array (the tiny Llama-3 debug model on CPU), waits for the quorum, takes replica 1's
-    node DOWN, shows the survivor training alone, resumes the node, and waits until the
-    requeued replica heals from its peer; repeats --failures times; stops everything it
-    started (also on Ctrl-C) and prints `ftslurm report` with a PNG timeline.
-    Takes about a minute on 2 cores with the default 2 failures (1 m 04 s measured, packages
-    installed), about 20 s more per extra failure; the first run as root adds Slurm's
-    install.
+    node DOWN (with more replicas, replica 1, 2, ... in turn; replica 0 always survives),
+    shows the survivors training alone, resumes the node, and waits until the requeued
+    replica heals from a peer; repeats --failures times; stops everything it started (also
+    on Ctrl-C) and prints `ftslurm report` with a PNG timeline.
+    Takes 1 to 2 minutes on 2 cores with the default 2 failures (1 m 04 s and 2 m 01 s
+    measured, packages installed; 3 m 00 s with --replicas 3), 30 to 45 s more per extra
+    failure; the first run as root adds Slurm's install.
 
     \b
     Examples:
