@@ -240,6 +240,9 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
         what="3 committed checksums on both replicas after the heal",
     )
     after = _common_after(r0, r1b, heal_step)
+    r0_last_step = max(s for _, s, _ in r0.steps())  # read before the folders are listed
+    ft_steps = {rid: _ft_checkpoint_steps(run, rid) for rid in (0, 1)}
+    loaded = re.search(r"Loading the FT checkpoint at step (\d+)\.", r1b.text())
     if measure is not None:
         rows = {}
         for rep in (r0, r1):
@@ -263,7 +266,28 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     real_heal = re.compile(r"healing is required step=\d+, max_step=[1-9]")
     startup_heal = any(real_heal.search(r.text()) for r in (r0, r1))
     return {"before": before, "after": after, "healed_line": healed_line, "r0": r0, "r1b": r1b,
-            "startup_heal": bool(startup_heal)}  # fmt: skip
+            "startup_heal": bool(startup_heal), "ft_steps": ft_steps,
+            "r1_last_step": max(s for _, s, _ in r1.steps()),
+            "r0_last_step": r0_last_step,
+            "ft_loaded_step": int(loaded[1]) if loaded else None}  # fmt: skip
+
+
+def _ft_checkpoint_steps(run: Run, replica_id: int) -> list[int]:
+    """The step-<N> folders of a replica's FT dataloader checkpoints, as torchtitan names them."""
+    folder = run.tmp / "outputs" / "torchft" / "tft-test" / "checkpoint"
+    folder = folder / f"ft-replicat-{replica_id}"
+    return sorted(int(p.name[5:]) for p in folder.iterdir() if re.fullmatch(r"step-\d+", p.name))
+
+
+def _assert_ft_checkpoints_pruned(res: dict) -> None:
+    """Fix 5: a few FT dataloader checkpoint folders, not one per step, and the restarted
+    replica still resumed its data from (nearly) where attempt 0 was killed: its last logged
+    step S was saved, or S-1 or S-2 if the kill cut those saves short."""
+    for rid, steps in res["ft_steps"].items():
+        assert 1 <= len(steps) <= 3, (rid, steps)
+    assert res["r0_last_step"] >= 8
+    assert res["ft_loaded_step"] is not None, "attempt 1 loaded no FT dataloader checkpoint"
+    assert res["r1_last_step"] - 2 <= res["ft_loaded_step"] <= res["r1_last_step"], res
 
 
 def test_diloco_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
@@ -275,6 +299,7 @@ def test_diloco_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
     assert all(a == b for a, b in res["after"].values()), res["after"]
     assert "recover_src_replica_rank=0" in res["healed_line"]
     assert "launching replica 1 (attempt 1) on" in res["r1b"].text().splitlines()[0]
+    _assert_ft_checkpoints_pruned(res)
 
 
 def test_per_step_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
@@ -287,13 +312,20 @@ def test_per_step_heal_gives_identical_replicas(make_run, tmp_path: Path) -> Non
     for line in ("[ftslurm] torchft quorum: sync (before forward)",
                  "[ftslurm] heal transport: HTTPTransport, survivor waits up to 600 s"):
         assert line in res["r0"].text() and line in res["r1b"].text(), line
+    _assert_ft_checkpoints_pruned(res)
 
 
 def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
-    """Bug 2 reproduced: with the cached optimizer state dict the healed replica differs."""
-    run = make_run("per-step", FTSLURM_FIX_OPTIMIZER_STATE="0")
+    """Bug 2 reproduced: with the cached optimizer state dict the healed replica differs.
+    With fix 5 off too, torchtitan keeps an FT dataloader checkpoint for every step."""
+    run = make_run(
+        "per-step", FTSLURM_FIX_OPTIMIZER_STATE="0", FTSLURM_FIX_FT_CHECKPOINT_RETENTION="0"
+    )
     res = _heal_then_compare(run)
     assert "[ftslurm] fix optimizer_state: OFF" in res["r1b"].text()
+    assert "[ftslurm] fix ft_checkpoint_retention: OFF" in res["r1b"].text()
+    # every step up to the one before the last logged (whose save may not have begun)
+    assert set(range(1, res["r0_last_step"] - 1)) <= set(res["ft_steps"][0]), res["ft_steps"][0]
     if not res["startup_heal"]:  # else the bug may already show before the kill
         assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert res["after"] and all(a != b for a, b in res["after"].values()), res["after"]

@@ -1,4 +1,5 @@
-"""Fixes for torchtitan 0.2.2 + torchft healing bugs, one place each, each with an off switch.
+"""Fixes for torchtitan 0.2.2 + torchft bugs that hit FT runs (healing, and the dataloader
+checkpoints of fix 5), one place each, each with an off switch.
 
 Applied in the training process (ftslurm.replica.train) before the trainer is built. Every
 fix logs one line saying it is on; set the switch to 0 to run upstream behaviour (to
@@ -33,6 +34,11 @@ reproduce a bug, or once upstream is fixed).
    replica sends ~12 GB per rank, 8 ranks per node through one NIC) raises TimeoutError in the
    SURVIVOR. Fix: the Manager gets torchft's own HTTPTransport with the timeout
    FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything else is torchft's.
+5. FTSLURM_FIX_FT_CHECKPOINT_RETENTION (every FT run): torchtitan saves each replica's
+   dataloader position at every step under `<checkpoint folder>/ft-replicat-<replica>/step-<N>`
+   and never deletes one (9 files per step per 8-GPU node on the shared file system). Fix: after
+   each save, the replica's rank 0 deletes all but the newest complete step and the one being
+   written (ft_checkpoints.py), so a restart still resumes its data where it was.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ SWITCHES = {
     "optimizer_state": "FTSLURM_FIX_OPTIMIZER_STATE",
     "unsharded_allreduce": "FTSLURM_FIX_UNSHARDED_ALLREDUCE",
     "heal_timeout": "FTSLURM_FIX_HEAL_TIMEOUT",
+    "ft_checkpoint_retention": "FTSLURM_FIX_FT_CHECKPOINT_RETENTION",
 }
 
 
@@ -185,6 +192,13 @@ def fix_unsharded_allreduce() -> None:
     FTManager.maybe_set_all_reduce_hook = maybe_set_all_reduce_hook  # type: ignore[method-assign]
 
 
+def fix_ft_checkpoint_retention() -> None:
+    """Fix 5: keep a replica's newest complete FT dataloader checkpoint, not one per step."""
+    from ftslurm.replica import ft_checkpoints
+
+    ft_checkpoints.install()
+
+
 FIXES = (
     Fix(
         "async_quorum",
@@ -209,6 +223,13 @@ FIXES = (
         SWITCHES["heal_timeout"],
         f"a healing peer's download may take {HEAL_TIMEOUT_VAR}, not torchft's 60 s",
         fix_heal_timeout,
+    ),
+    Fix(
+        "ft_checkpoint_retention",
+        SWITCHES["ft_checkpoint_retention"],
+        "per-step FT dataloader checkpoints: only the newest complete one and the one being "
+        "written are kept",
+        fix_ft_checkpoint_retention,
     ),
 )
 

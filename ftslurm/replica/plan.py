@@ -39,8 +39,8 @@ Knobs (environment variables; defaults in brackets):
                             cuda; 0 = off] (checksum.py)
     FTSLURM_CHECKSUM_ASYNC  hash on a background thread from a host copy [1 on cuda, 0 on cpu]
     FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE /
-    FTSLURM_FIX_HEAL_TIMEOUT
-                            =0 turns a healing fix off (fixes.py) [all on]
+    FTSLURM_FIX_HEAL_TIMEOUT / FTSLURM_FIX_FT_CHECKPOINT_RETENTION
+                            =0 turns a fix off (fixes.py) [all on]
     FTSLURM_HEAL_TIMEOUT_S  how long a survivor waits for a healing peer's checkpoint download,
                             in seconds, 1..86400 [600; torchft's own is 60] (fixes.py)
 """
