@@ -296,6 +296,35 @@ def test_presets_point_at_existing_tomls() -> None:
         assert (root / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
 
 
+def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the cpu extra installs tomli
+        import tomli as tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    for preset in planlib.PRESETS.values():
+        with open(root / planlib.CONFIG_DIR / preset.toml, "rb") as f:
+            assert tomllib.load(f)["checkpoint"]["enable"] is False, preset.toml
+
+
+@pytest.mark.parametrize(
+    ("extra", "note"),
+    [
+        ("", True),
+        ("--training.steps=50", True),
+        ("--checkpoint.enable", False),
+        ("--checkpoint.enable --checkpoint.interval=100", False),
+        ("--checkpoint.enable --checkpoint.no-enable", True),
+        ("--checkpoint.no_enable --checkpoint.enable", False),
+    ],
+)
+def test_ft_plan_says_when_model_checkpoints_are_off(extra: str, note: bool) -> None:
+    p = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, FTSLURM_EXTRA_ARGS=extra), ROOT)
+    assert (planlib.NO_MODEL_CHECKPOINTS_NOTE in p.notes) is note
+    assert ("# " + planlib.NO_MODEL_CHECKPOINTS_NOTE in p.describe()) is note
+
+
 def test_launcher_modules_do_not_import_torch() -> None:
     code = (
         "import sys, ftslurm.replica.plan, ftslurm.replica.job, ftslurm.commands.assets;"

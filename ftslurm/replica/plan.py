@@ -117,6 +117,27 @@ class Plan:
         return "\n".join(lines + [f"# {n}" for n in self.notes])
 
 
+NO_MODEL_CHECKPOINTS_NOTE = (
+    "model checkpoints are off (every preset): a failed replica heals from a live peer, but if "
+    "every replica fails at once, training starts again from initial weights at step 1 while "
+    "each replica's data goes on where it stopped; FTSLURM_EXTRA_ARGS='--checkpoint.enable' "
+    "saves one every checkpoint.interval steps"
+)
+
+
+def model_checkpoints_on(tt_args: list[str]) -> bool:
+    """Whether torchtitan will save model checkpoints: every preset TOML says `enable =
+    false`, and torchtitan's flags `--checkpoint.enable` / `--checkpoint.no-enable` (the last
+    one wins) are the way to change it."""
+    on = False
+    for arg in tt_args:
+        if arg == "--checkpoint.enable":
+            on = True
+        elif arg in ("--checkpoint.no-enable", "--checkpoint.no_enable"):
+            on = False
+    return on
+
+
 MAX_PG_TIMEOUT_S = 86400
 PORT_RANGE = "is not a port (1 to 65535)"
 
@@ -330,6 +351,8 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         else:
             notes.append("W&B logs on replica 0 only")
     tt += _extra_args(env)
+    if not model_checkpoints_on(tt):
+        notes.append(NO_MODEL_CHECKPOINTS_NOTE)
 
     lighthouse = env.get("TORCHFT_LIGHTHOUSE") or DEFAULT_LIGHTHOUSE
     problem = lighthouse_address_problem(lighthouse)
