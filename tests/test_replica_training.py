@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import runner
-from ftslurm.replica import checksum
+from ftslurm.replica import checksum, ft_checkpoints
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import lighthouse_argv
 
@@ -275,8 +275,7 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
 def _ft_checkpoint_steps(run: Run, replica_id: int) -> list[int]:
     """The step-<N> folders of a replica's FT dataloader checkpoints, as torchtitan names them."""
     folder = run.tmp / "outputs" / "torchft" / "tft-test" / "checkpoint"
-    folder = folder / f"ft-replicat-{replica_id}"
-    return sorted(int(p.name[5:]) for p in folder.iterdir() if re.fullmatch(r"step-\d+", p.name))
+    return sorted(ft_checkpoints.scan(folder / f"ft-replicat-{replica_id}"))
 
 
 def _assert_ft_checkpoints_pruned(res: dict) -> None:
