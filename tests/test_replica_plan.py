@@ -14,7 +14,8 @@ from ftslurm.replica import plan as planlib
 
 pytestmark = pytest.mark.timeout(30)
 
-ROOT = Path("/srv/ftslurm")
+ROOT = Path("/srv/ftslurm")  # where the plans say the project is installed
+REPO = Path(__file__).resolve().parent.parent  # this checkout: its preset TOMLs
 
 GPU_ARRAY_ENV = {
     "SLURM_ARRAY_JOB_ID": "42",
@@ -291,9 +292,8 @@ def test_sbatch_device_options() -> None:
 
 
 def test_presets_point_at_existing_tomls() -> None:
-    root = Path(__file__).resolve().parent.parent
     for preset in planlib.PRESETS.values():
-        assert (root / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
+        assert (REPO / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
 
 
 def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
@@ -302,9 +302,8 @@ def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
     except ImportError:  # Python 3.10: the cpu extra installs tomli
         import tomli as tomllib
 
-    root = Path(__file__).resolve().parent.parent
     for preset in planlib.PRESETS.values():
-        with open(root / planlib.CONFIG_DIR / preset.toml, "rb") as f:
+        with open(REPO / planlib.CONFIG_DIR / preset.toml, "rb") as f:
             assert tomllib.load(f)["checkpoint"]["enable"] is False, preset.toml
 
 
