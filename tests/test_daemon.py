@@ -145,12 +145,16 @@ def test_daemon_lifecycle_and_stale_state(tmp_path):
 
 def _leader_with_child(flag: Path) -> list[str]:
     """A daemon whose child (in its session) outlives it until `flag` exists, as a Lighthouse
-    killed by PR_SET_PDEATHSIG still closes its port after its parent, the log writer."""
-    child = (f"import os, time; p = os.getppid()\nwhile os.getppid() == p or not "
+    killed by PR_SET_PDEATHSIG still closes its port after its parent, the log writer.
+
+    The leader hands the child its own pid: a child that read `os.getppid()` itself could do so
+    only after a test had already killed the leader (a slow interpreter start on a loaded
+    machine), take its new parent for the leader and never exit."""
+    child = (f"import os, sys, time; p = int(sys.argv[1])\nwhile os.getppid() == p or not "
              f"os.path.exists({str(flag)!r}): time.sleep(0.01)")  # fmt: skip
     return [sys.executable, "-c",
-            f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
-            f"{child!r}]); print('CHILD', c.pid, flush=True); time.sleep(120)"
+            f"import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            f"{child!r}, str(os.getpid())]); print('CHILD', c.pid, flush=True); time.sleep(120)"
             "  # ftslurm-test-leader"]  # fmt: skip
 
 
