@@ -139,6 +139,24 @@ def process_tree(pid: int) -> list[int]:
     return order
 
 
+def descends_from(ancestor: int, pid: int) -> bool:
+    """`ancestor` is the parent, grandparent, ... of `pid` (walking ppid links in /proc).
+
+    Why: a process whose parent died is adopted by init or a subreaper, so "my parent is
+    still the one I started under" can only be checked against a pid known from before."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
 def wait_gone(alive: Callable[[], bool], timeout: float) -> bool:
     """Poll `alive` (backing off 10 -> 100 ms) until it is false; False on timeout."""
     deadline = time.monotonic() + timeout

@@ -47,11 +47,12 @@ def test_single_node_classic_runs_torchrun_without_srun() -> None:
         "--rdzv_endpoint=localhost:0",
         "--rdzv_id=classic_local",
     ]
-    assert "srun" not in p.argv
+    assert "srun" not in p.argv and p.torchrun_is_child
     # without the knob: srun, and the node count must come from Slurm
     env.pop("FTSLURM_SINGLE_NODE")
     env["SLURM_NNODES"] = "2"
-    assert planlib.build_classic_plan(env, ROOT, head_node="w0").argv[0] == "srun"
+    p = planlib.build_classic_plan(env, ROOT, head_node="w0")
+    assert p.argv[0] == "srun" and not p.torchrun_is_child
 
 
 def test_single_node_dry_run_needs_no_slurm(capsys: pytest.CaptureFixture[str]) -> None:

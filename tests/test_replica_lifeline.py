@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import procs
+from ftslurm.replica import train
 from ftslurm.wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,30 @@ PARENT = textwrap.dedent(
     child = subprocess.Popen(sys.argv[1:], start_new_session=True)
     print(child.pid, flush=True)
     time.sleep(600)
+    """
+)
+
+
+# A worker that starts only once its parent is gone (it waits, then execs the training worker):
+# the race where torchrun is killed before its worker's interpreter has set the lifeline.
+LATE_WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    parent = int(sys.argv[1])
+    while os.getppid() == parent:
+        time.sleep(0.01)
+    os.execv(sys.executable, [sys.executable, "-u", "-m", "ftslurm.replica.train"])
+    """
+)
+
+# A stand-in for torchrun that dies at once: starts LATE_WORKER (stderr to a file), exits.
+DYING_PARENT = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    with open(sys.argv[2], "w") as err:
+        child = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid())],
+                                 start_new_session=True, stderr=err)
+    print(child.pid, flush=True)
     """
 )
 
@@ -81,3 +106,34 @@ def test_training_worker_dies_with_torchrun():
     finally:
         _kill_quietly(child)
         parent.kill()
+
+
+@pytest.mark.timeout(60)
+def test_worker_whose_torchrun_died_before_it_started_does_not_train(tmp_path):
+    """torchrun killed before the worker set its lifeline: the worker's parent is init by then,
+    so only the launcher's pid (FTSLURM_LAUNCHER_PID; this test plays the launcher) tells it
+    that it is an orphan. It must exit before importing torch, not train alone."""
+    err = tmp_path / "worker.err"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), train.LAUNCHER_ENV: str(os.getpid())}
+    out = subprocess.run(
+        [sys.executable, "-c", DYING_PARENT, LATE_WORKER, str(err)], capture_output=True,
+        text=True, env=env, cwd=ROOT, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    child = int(out)
+    try:
+        assert wait_for(lambda: not procs.pid_alive(child), 20, what="orphaned worker gone")
+        assert "not training as an orphan" in err.read_text()
+    finally:
+        _kill_quietly(child)
+
+
+def test_descends_from():
+    assert procs.descends_from(os.getppid(), os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert procs.descends_from(os.getpid(), child.pid)
+        assert not procs.descends_from(child.pid, os.getpid())
+    finally:
+        child.kill()
+        child.wait(10)
+    assert not procs.descends_from(os.getpid(), child.pid)  # gone: no chain to walk

@@ -58,6 +58,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
     }
     assert (p.replica_id, p.group_size, p.attempt, p.preset) == (1, 2, 2, "llama3_8b_ft")
     assert planlib.requeue_target(p, GPU_ARRAY_ENV) == "42_1"
+    assert p.torchrun_is_child
 
 
 def test_classic_gpu_golden_argv() -> None:
@@ -86,6 +87,7 @@ def test_classic_gpu_golden_argv() -> None:
     ]
     assert p.env == {"FTSLURM_DEVICE": "cuda"}
     assert p.kind == "classic"
+    assert not p.torchrun_is_child  # srun runs it on the nodes: no launcher pid to check there
 
 
 @pytest.mark.parametrize("value", [None, "", "0", "x"])

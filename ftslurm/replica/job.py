@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ftslurm import paths, runner
 from ftslurm.errors import UserError
-from ftslurm.replica import config_error
+from ftslurm.replica import config_error, train
 from ftslurm.replica import plan as planlib
 
 
@@ -158,6 +158,8 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
 def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:
     cancelled = False
     extra = {**plan.env, config_error.ENV: str(note)}
+    if plan.torchrun_is_child:
+        extra[train.LAUNCHER_ENV] = str(os.getpid())
     child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
 
     def forward(signum: int, _frame: object) -> None:

@@ -105,6 +105,9 @@ class Plan:
     max_requeues: int
     array_job_id: str | None = None
     notes: list[str] = field(default_factory=list)
+    # torchrun is the launcher's own child (no srun in between), so its workers can check that
+    # the launcher is still their ancestor; with srun they run on other nodes, where it is not
+    torchrun_is_child: bool = True
 
     def command_line(self) -> str:
         """The command as one copy-pasteable shell line (env additions first)."""
@@ -484,6 +487,7 @@ def build_classic_plan(
     return Plan(
         kind="classic",
         argv=argv,
+        torchrun_is_child=local,
         env=_no_secrets(child_env),
         preset=name,
         device=device,

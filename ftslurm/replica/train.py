@@ -2,7 +2,8 @@
 
 Order matters, and is the reason this module exists instead of calling torchtitan directly:
 1. the worker is made to die with torchrun (PR_SET_PDEATHSIG, procs.die_with_parent): torchrun
-   starts it in a session of its own, so a SIGKILLed torchrun would leave it training;
+   starts it in a session of its own, so a SIGKILLed torchrun would leave it training; one
+   that died before the lifeline was set is seen by the launcher no longer being an ancestor;
 2. sys.argv is made final: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
    sys.argv[1:])` as a default argument when torchtitan is first imported;
 3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
@@ -21,13 +22,21 @@ from __future__ import annotations
 import os
 import sys
 
+# The launcher's pid (set by job.py for torchrun): torchrun may die before this worker's
+# interpreter even starts, and an orphan's parent is then init, so `os.getppid()` alone cannot
+# tell; the launcher must still be an ancestor of a worker that may train.
+LAUNCHER_ENV = "FTSLURM_LAUNCHER_PID"
+
 
 def main() -> None:
-    from ftslurm.procs import die_with_parent
+    from ftslurm.procs import descends_from, die_with_parent
 
     parent = os.getppid()
     die_with_parent()
-    if os.getppid() != parent:
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    if os.getppid() != parent or (
+        launcher.isdigit() and not descends_from(int(launcher), os.getpid())
+    ):
         sys.exit("torchrun (this worker's parent) is gone: not training as an orphan")
     device = os.environ.get("FTSLURM_DEVICE") or os.environ.get("DEVICE") or "cuda"
     fault_tolerant = bool(os.environ.get("FTSLURM_FT_MODE"))
