@@ -16,9 +16,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class ProcStat:
-    """The two fields of `/proc/PID/stat` we need."""
+    """The fields of `/proc/PID/stat` we need."""
 
     state: str  # R, S, D, Z, T, ...
+    ppid: int  # field 4: the parent (init or a subreaper once the first parent died)
     start_ticks: int  # field 22: start time after boot, in clock ticks
 
 
@@ -37,7 +38,7 @@ def proc_stat(pid: int) -> ProcStat | None:
     rest = raw.rpartition(")")[2].split()
     if len(rest) < 20:
         return None
-    return ProcStat(state=rest[0], start_ticks=int(rest[19]))
+    return ProcStat(state=rest[0], ppid=int(rest[1]), start_ticks=int(rest[19]))
 
 
 def proc_cmdline(pid: int) -> str:
@@ -147,11 +148,10 @@ def descends_from(ancestor: int, pid: int) -> bool:
     seen: set[int] = set()
     while pid > 1 and pid not in seen:
         seen.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
+        st = proc_stat(pid)
+        if st is None:
             return False
+        pid = st.ppid
         if pid == ancestor:
             return True
     return False
