@@ -10,11 +10,12 @@ When a line is logged (one per rank; each rank hashes its local shard, in name o
   other fragments are legitimately different between syncs).
 
 Where the hashing runs (FTSLURM_CHECKSUM_ASYNC [1 on cuda, 0 on cpu]): on a GPU each rank's
-shard is copied to host memory on the training thread and hashed by one background thread
-(hashlib releases the GIL): sha256 runs at ~1.5 GB/s (bench/checksum_speed.py), so hashing
-the 4 GB fp32 shard of one of 8 ranks of the 8B model inline would stop training ~3 s. Lines
-keep their order and the pending ones are written at a normal exit. On CPU the copy costs
-about what it saves (2.25 GB/s vs 1.5 GB/s), so the hash runs inline there.
+shard is copied to host memory (HostCopy: one pinned buffer, queued on the stream, training
+does not wait) and hashed by one background thread (hashlib releases the GIL): sha256 runs at
+~1.5 GB/s (bench/checksum_speed.py), so hashing the 4 GB fp32 shard of one of 8 ranks of the
+8B model inline would stop training ~3 s. Lines keep their order and the pending ones are
+written at a normal exit. On CPU the copy costs about what it saves (2.25 GB/s vs 1.5 GB/s),
+so the hash runs inline there.
 
 Line (greppable, inside torchtitan's log prefix):
   ftslurm-checksum replica=1 rank=0 step=12 manager_step=12 scope=model tensors=57 sha256=<64 hex>
@@ -95,9 +96,70 @@ def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
 
 
 def snapshot(named_tensors: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """Host copies of the tensors (local shards of DTensors): training may change the
-    originals as soon as this returns."""
+    """Host copies of the tensors (local shards of DTensors) in fresh pageable memory: what the
+    background mode took before HostCopy (bench/checksum_speed.py compares the two)."""
     return [(name, _local_shard(t).to("cpu", copy=True)) for name, t in named_tensors]
+
+
+_ALIGN = 64  # bytes: every dtype's view of a slice of the buffer starts aligned
+
+
+class HostCopy:
+    """Host copies of a rank's parameters, written into one buffer that is kept and reused.
+
+    Why: copying an H100's 11.2 GB shard into fresh pageable memory (`snapshot`) held the
+    training thread 9.6 s (1.2 GB/s: every new page is faulted in and zeroed), 27x a 0.35 s
+    step. Into one page-locked buffer, allocated once and reused, the copy is a DMA queued on
+    the parameters' stream: the training thread goes on at once, the stream order keeps the
+    next optimizer step from changing a parameter before it is copied, and the hashing thread
+    waits for the returned CUDA event. Cost: the shard's size in page-locked host memory for
+    the whole run (4 GB per rank for the 8B model on 8 GPUs). Reuse is safe because
+    Checksummer takes a new copy only after the previous hash has finished.
+    Page-locking costs about what the faults did (11.2 GB: 9.1 s), once: Checksummer.prepare
+    reserves the buffer at the first step, with the other start-up costs, not at the first
+    checksum in the middle of the run. It runs on the checksum thread but does not overlap the
+    step: on the H100 the first step took 9.0 s instead of ~1.2 s (docs/benchmarks.md).
+    """
+
+    def __init__(self) -> None:
+        self._buffer: Any = None
+
+    @staticmethod
+    def size(shards: list[tuple[str, Any]]) -> tuple[list[int], list[int], int, bool]:
+        """(offsets, sizes, total bytes, pinned?) of these local shards in the buffer."""
+        sizes = [t.numel() * t.element_size() for _, t in shards]
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += -(-size // _ALIGN) * _ALIGN
+        return offsets, sizes, total, any(t.is_cuda for _, t in shards)
+
+    def reserve(self, total: int, pinned: bool) -> None:
+        """Have a buffer of at least `total` bytes (page-locked if `pinned`)."""
+        import torch
+
+        if self._buffer is None or self._buffer.numel() < total:
+            self._buffer = None  # the old buffer goes before the new one is allocated
+            self._buffer = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pinned)
+
+    def take(self, named_tensors: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], Any]:
+        """(copies, ready): `copies` alias the buffer; on CUDA they are complete once `ready`
+        (a CUDA event, None on CPU) has completed, and the next take() overwrites them."""
+        import torch
+
+        shards = [(name, _local_shard(t)) for name, t in named_tensors]
+        offsets, sizes, total, on_cuda = self.size(shards)
+        self.reserve(total, on_cuda)
+        copies = []
+        for (name, t), offset, size in zip(shards, offsets, sizes, strict=True):
+            dst = self._buffer[offset : offset + size].view(t.dtype).view(t.shape)
+            dst.copy_(t, non_blocking=on_cuda)
+            copies.append((name, dst))
+        ready = None
+        if on_cuda:
+            ready = torch.cuda.Event()
+            ready.record()
+        return copies, ready
 
 
 def _local_shard(t: Any) -> Any:
@@ -113,11 +175,29 @@ class Checksummer:
     def __init__(self, emit: Callable[[str], None], background: bool) -> None:
         self._emit = emit
         self._pending: Future[None] | None = None
+        self._host = HostCopy()
         self._pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="ftslurm-checksum")
             if background
             else None
         )
+
+    def prepare(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Reserve the host copy's buffer for these tensors on the background thread: the
+        page-locking happens at the first step, not at the first checksum mid-run (inline mode:
+        no copy, nothing to reserve)."""
+        if self._pool is None:
+            return
+        _, _, total, pinned = HostCopy.size([(n, _local_shard(t)) for n, t in named_tensors])
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(self._reserve, total, pinned)
+
+    def _reserve(self, total: int, pinned: bool) -> None:
+        try:
+            self._host.reserve(total, pinned)
+        except Exception as e:  # take() tries again on the training thread
+            self._emit(f"ftslurm-checksum: reserving the host copy failed: {type(e).__name__}: {e}")
 
     def log(
         self, named_tensors: Iterable[tuple[str, Any]], line: Callable[[str, int], str]
@@ -127,11 +207,16 @@ class Checksummer:
             self._emit(line(*digest(named_tensors)))
             return
         if self._pending is not None:
-            self._pending.result()  # at most one host copy waits: memory stays one shard
-        self._pending = self._pool.submit(self._hash_and_emit, snapshot(named_tensors), line)
+            self._pending.result()  # the host copy's buffer is free again only now
+        copies, ready = self._host.take(named_tensors)
+        self._pending = self._pool.submit(self._hash_and_emit, copies, ready, line)
 
-    def _hash_and_emit(self, named: list[tuple[str, Any]], line: Callable[[str, int], str]) -> None:
+    def _hash_and_emit(
+        self, named: list[tuple[str, Any]], ready: Any, line: Callable[[str, int], str]
+    ) -> None:
         try:
+            if ready is not None:
+                ready.synchronize()
             self._emit(line(*digest(named)))
         except Exception as e:  # a lost line must not pass silently (a Future would keep it)
             self._emit(f"ftslurm-checksum failed: {type(e).__name__}: {e}")
@@ -177,6 +262,9 @@ def install() -> None:
         state["replica"] = self.job_config.fault_tolerance.replica_id
         manager = state["manager"]
         before = manager.current_step() if manager else None
+        if not state.get("prepared"):
+            state["prepared"] = True
+            sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
         upstream_train_step(self, data_iterator)
         if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
             return
