@@ -95,23 +95,18 @@ def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
     return h.hexdigest(), count
 
 
-def snapshot(named_tensors: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """Host copies of the tensors (local shards of DTensors) in fresh pageable memory: what the
-    background mode took before HostCopy (bench/checksum_speed.py compares the two)."""
-    return [(name, _local_shard(t).to("cpu", copy=True)) for name, t in named_tensors]
-
-
 _ALIGN = 64  # bytes: every dtype's view of a slice of the buffer starts aligned
 
 
 class HostCopy:
     """Host copies of a rank's parameters, written into one buffer that is kept and reused.
 
-    Why: copying an H100's 11.2 GB shard into fresh pageable memory (`snapshot`) held the
-    training thread 9.6 s (1.2 GB/s: every new page is faulted in and zeroed), 27x a 0.35 s
-    step. Into one page-locked buffer, allocated once and reused, the copy is a DMA queued on
-    the parameters' stream: the training thread goes on at once, the stream order keeps the
-    next optimizer step from changing a parameter before it is copied, and the hashing thread
+    Why: copying an H100's 11.2 GB shard into fresh pageable memory (what this module did
+    before; bench/checksum_speed.py's `snapshot`) held the training thread 9.6 s (1.2 GB/s:
+    every new page is faulted in and zeroed), 27x a 0.35 s step. Into one page-locked buffer,
+    allocated once and reused, the copy is a DMA queued on the parameters' stream: the
+    training thread goes on at once, the stream order keeps the next optimizer step from
+    changing a parameter before it is copied, and the hashing thread
     waits for the returned CUDA event. Cost: the shard's size in page-locked host memory for
     the whole run (4 GB per rank for the 8B model on 8 GPUs). Reuse is safe because
     Checksummer takes a new copy only after the previous hash has finished.
