@@ -63,7 +63,24 @@ def read_pidfile(path: Path) -> int | None:
         text = path.read_text().strip()
     except (FileNotFoundError, PermissionError):
         return None
-    return int(text) if text.isdigit() else None
+    return valid_pid(text)
+
+
+# Linux's largest pid_max (2**22): a bigger number in a pidfile is garbage, and os.kill() on
+# it raises OverflowError instead of "no such process"
+PID_MAX = 4_194_304
+
+
+def valid_pid(value: object) -> int | None:
+    """A pid read from a file someone may have edited: an int in 1..PID_MAX, else None."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not (value.isascii() and value.isdigit() and len(value) <= 7):
+            return None
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 1 <= value <= PID_MAX else None
 
 
 def cmdline(pid: int) -> list[str]:

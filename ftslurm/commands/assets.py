@@ -23,7 +23,10 @@ def assets() -> None:
 
 @assets.command()
 @click.option(
-    "--token", default=None, help="Hugging Face token (default: $HF_TOKEN). Never printed."
+    "--token",
+    default=None,
+    help="Hugging Face token. Prefer $HF_TOKEN: a token on the command line is visible to every "
+    "user of this machine in `ps` while the download runs. Never printed.",
 )
 @click.option(
     "--dest",
@@ -41,6 +44,12 @@ def download(token: str | None, dest: Path | None) -> None:
     from ftslurm.replica import assets as lib
     from ftslurm.replica.plan import hf_assets
 
+    if token:
+        click.echo(
+            "warning: --token is visible to every user of this machine in `ps`; "
+            "next time: HF_TOKEN=hf_... ftslurm assets download",
+            err=True,
+        )
     dest = dest or hf_assets(paths.project_root())
     files = lib.download_tokenizer(dest, token or os.environ.get("HF_TOKEN"))
     for f in files:
