@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -347,6 +348,20 @@ def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path
 
 
 def test_doc_example_is_valid_python():
-    # the module docstring's example (what the README shows) stays parseable
+    """The module docstring's example (what the README shows) parses, and calls what exists
+    with arguments it takes."""
+    import ast
+    import inspect
+
     doc = api.__doc__.split("\n\n", 2)[1]
-    compile("\n".join(ln[4:] for ln in doc.splitlines()), "<doc>", "exec")
+    tree = ast.parse("\n".join(ln[4:] for ln in doc.splitlines()), "<doc>")
+    calls = {ast.unparse(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert sorted(calls) == ["ftslurm.submit_ft_array", "lighthouse.start", "run.cancel",
+                             "run.states"]  # fmt: skip
+    submit = calls["ftslurm.submit_ft_array"]
+    assert [k.arg for k in submit.keywords] == ["replicas", "config", "lighthouse", "partition"]
+    start = calls["lighthouse.start"]
+    inspect.signature(lighthouse.start).bind(*start.args, **{k.arg: 0 for k in start.keywords})
+    assert callable(api.FTArray.states) and callable(api.FTArray.cancel)
+    assert "run.replicas[1].log_path" in {ast.unparse(n) for n in ast.walk(tree)}
+    assert "log_path" in {f.name for f in fields(api.ReplicaHandle)}
