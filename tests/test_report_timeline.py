@@ -225,6 +225,26 @@ def test_plot_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
+def test_plot_lanes_are_what_happened_to_each_replica():
+    """What the PNG draws, from the recorded run: replica 1 trains until the kill, is up again
+    from its new process start, recovers from its heal decision to its first healed step."""
+    from ftslurm.report.render import hms, lanes
+
+    got = {k: sorted((hms(a), hms(b), st) for a, b, st in v)
+           for k, v in lanes(build_report([RUN1])).items()}
+    assert got == {
+        "0": [("08:50:53.956", "08:50:55.316", "alive"),
+              ("08:50:55.316", "08:51:07.406", "training"),
+              ("08:51:07.406", "08:51:19.640", "training"),
+              ("08:51:19.640", "08:52:09.472", "training")],
+        "1": [("08:50:53.988", "08:50:55.316", "alive"),
+              ("08:50:55.316", "08:51:02.461", "training"),  # killed at 08:51:02.461
+              ("08:51:18.397", "08:51:19.640", "alive"),  # the new process's start
+              ("08:51:19.640", "08:52:09.472", "training"),
+              ("08:51:19.641", "08:51:19.952", "recovering")],
+    }  # fmt: skip
+
+
 def _member(i: int, uuid: str, step: int) -> str:
     """A QuorumMember in the guide's exact shape (values changed, format not)."""
     return (
