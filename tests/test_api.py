@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from ftslurm import api, lighthouse
 from ftslurm.errors import UserError
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
-from tests.ftjob import ANSI_RE, resume_all_nodes, start_lighthouse
+from tests.ftjob import ANSI_RE, KNOB_ENV_RE, resume_all_nodes, start_lighthouse
 
 submitit = pytest.importorskip("submitit")
 
@@ -128,6 +130,80 @@ def test_bad_knobs_and_addresses_are_user_errors_before_submission(tmp_path):
     import numpy as np
 
     api._count("replicas", np.int64(2))  # numpy integers are whole numbers too
+
+
+# Golden sbatch files of the API path: what submitit hands to `sbatch` for a fixed call.
+# FTSLURM_UPDATE_GOLDEN=1 rewrites them (then read the diff before committing it); read at
+# import, since the tests clear the FTSLURM_ knobs.
+GOLDEN_DIR = Path(__file__).parent / "fixtures" / "api"
+UPDATE_GOLDEN = os.environ.get("FTSLURM_UPDATE_GOLDEN") == "1"
+SLURM_FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+
+
+@pytest.fixture
+def fake_slurm_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stand-ins on PATH: `sbatch` keeps the file it is given (once) and answers job 4242;
+    `sinfo` prints a recorded partition list (main*, 2-03:05:00); `srun` must not run. The
+    submitting shell's knobs are cleared: the golden file must not depend on them.
+    Returns where the sbatch file lands."""
+    bin_dir, captured = tmp_path / "bin", tmp_path / "submitted.sbatch"
+    bin_dir.mkdir()
+    stubs = {
+        "sbatch": f'[ ! -e "{captured}" ] || {{ echo "sbatch called twice" >&2; exit 1; }}\n'
+                  f'cp "$1" "{captured}" && echo "Submitted batch job 4242"\n',
+        "sinfo": f'cat "{SLURM_FIXTURES / "sinfo_partition_limits_2days.txt"}"\n',
+        "srun": 'echo "srun must not run at submission" >&2; exit 99\n',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    for var in [k for k in os.environ if KNOB_ENV_RE.match(k)]:
+        monkeypatch.delenv(var)
+    (tmp_path / "slurm.conf").write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    return captured
+
+
+def _check_golden(name: str, text: str) -> None:
+    golden = GOLDEN_DIR / name
+    if UPDATE_GOLDEN:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{name} changed; FTSLURM_UPDATE_GOLDEN=1 rewrites it"
+
+
+def _portable(sbatch: str, tmp_path: Path) -> str:
+    """The sbatch text without this machine's paths."""
+    return sbatch.replace(sys.executable, "<python>").replace(str(tmp_path), "<tmp>")
+
+
+def test_ft_array_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
+    out = tmp_path / "outputs"
+    run = api.submit_ft_array(
+        2, {"DEVICE": "cuda", "STEPS": "100"}, "http://login-0:29510", outputs=out,
+        partition="main", account="ml-team",
+    )  # fmt: skip
+    _check_golden("submit_ft_array.sbatch",
+                  _portable(fake_slurm_commands.read_text(), tmp_path))  # fmt: skip
+    assert (run.job_id, [r.job_id for r in run.replicas]) == (4242, ["4242_0", "4242_1"])
+    # what each array task unpickles and runs: the launcher with these knobs, its index
+    knobs = {"DEVICE": "cuda", "STEPS": "100", "TORCHFT_LIGHTHOUSE": "http://login-0:29510",
+             "FTSLURM_OUTPUTS": str(out)}  # fmt: skip
+    for i, replica in enumerate(run.replicas):
+        sub = replica.submitit_job.submission()
+        assert (sub.function, sub.args) == (api.ReplicaTask("job", knobs, str(out)), (i,))
+
+
+def test_classic_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
+    out = tmp_path / "outputs"
+    job = api.submit_classic(2, {"DEVICE": "cuda"}, outputs=out, partition="main",
+                             account="ml-team")  # fmt: skip
+    _check_golden("submit_classic.sbatch", _portable(fake_slurm_commands.read_text(), tmp_path))
+    assert (job.job_id, job.kind) == ("4242", "classic")
+    sub = job.submitit_job.submission()
+    knobs = {"DEVICE": "cuda", "FTSLURM_OUTPUTS": str(out)}
+    assert (sub.function, sub.args) == (api.ReplicaTask("classic", knobs, str(out)), ())
 
 
 def _array_with_states(tmp_path, *sequence: dict[int, str]) -> api.FTArray:
@@ -347,6 +423,20 @@ def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path
 
 
 def test_doc_example_is_valid_python():
-    # the module docstring's example (what the README shows) stays parseable
+    """The module docstring's example (what the README shows) parses, and calls what exists
+    with arguments it takes."""
+    import ast
+    import inspect
+
     doc = api.__doc__.split("\n\n", 2)[1]
-    compile("\n".join(ln[4:] for ln in doc.splitlines()), "<doc>", "exec")
+    tree = ast.parse("\n".join(ln[4:] for ln in doc.splitlines()), "<doc>")
+    calls = {ast.unparse(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert sorted(calls) == ["ftslurm.submit_ft_array", "lighthouse.start", "run.cancel",
+                             "run.states"]  # fmt: skip
+    submit = calls["ftslurm.submit_ft_array"]
+    assert [k.arg for k in submit.keywords] == ["replicas", "config", "lighthouse", "partition"]
+    start = calls["lighthouse.start"]
+    inspect.signature(lighthouse.start).bind(*start.args, **{k.arg: 0 for k in start.keywords})
+    assert callable(api.FTArray.states) and callable(api.FTArray.cancel)
+    assert "run.replicas[1].log_path" in {ast.unparse(n) for n in ast.walk(tree)}
+    assert "log_path" in {f.name for f in fields(api.ReplicaHandle)}

@@ -88,9 +88,12 @@ def test_usage_error_names_the_help_of_the_command_used(argv, where):
 def test_every_command_module_imports():
     import importlib
 
+    import click
+
     for name, (target, _) in COMMANDS.items():
         module, attr = target.split(":")
-        assert callable(getattr(importlib.import_module(module), attr)), name
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command) and command.name == name, (name, command)
 
 
 def test_user_error_is_one_line_exit_2(tmp_path):

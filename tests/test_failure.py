@@ -237,7 +237,13 @@ def test_execute_node_down_with_recovery_timeline(tmp_path):
     e = events(ev)
     assert [x.action for x in e] == ["node-down", "resume"]
     assert (e[0].replica, e[0].node, e[0].job) == (1, "worker-1", "12")
-    assert json.dumps(out.to_dict())
+    d = json.loads(json.dumps(out.to_dict()))  # JSON-clean, and says what happened
+    assert {k: v for k, v in d.items() if k != "phases"} == {
+        "mode": "node-down", "node": "worker-1", "job": 12, "replica": 1,
+        "recovered": True, "new_node": "worker-2", "restarts": 1,
+    }  # fmt: skip
+    assert [p["what"] for p in d["phases"]] == names
+    assert d["phases"][2]["took_s"] >= 0.2
 
 
 def test_execute_resumes_when_something_fails_in_the_middle(tmp_path):

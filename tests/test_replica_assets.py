@@ -81,7 +81,8 @@ def test_download_fetches_the_three_files(tmp_path: Path) -> None:
 
     files = assets.download_tokenizer(tmp_path / "hf", TOKEN, hub_download=fake)
     assert got == ["tokenizer.json", "tokenizer_config.json", "original/tokenizer.model"]
-    assert all(f.exists() for f in files)
+    assert files == [tmp_path / "hf" / name for name in got]
+    assert [f.read_text() for f in files] == ["{}"] * 3
 
 
 def test_cli_download_without_network_blames_the_network(tmp_path: Path) -> None:
@@ -115,7 +116,7 @@ def test_download_fails_at_once_when_the_hub_does_not_resolve(
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     with pytest.raises(UserError, match="gated"):
         assets.download_tokenizer(tmp_path / "dl", TOKEN)
-    assert fake.calls
+    assert [c["token"] for c in fake.calls] == [TOKEN]  # with a proxy, the hub is asked once
     monkeypatch.setenv("HF_ENDPOINT", "not a url")
     with pytest.raises(UserError, match="HF_ENDPOINT='not a url' is not a URL"):
         assets.download_tokenizer(tmp_path / "dl", TOKEN)

@@ -72,6 +72,7 @@ def test_help_has_an_example():
 def test_user_error_not_traceback(tmp_path):
     res = CliRunner().invoke(report, [str(tmp_path / "missing")])
     assert isinstance(res.exception, UserError)
+    assert str(res.exception) == f"no such file or directory: {tmp_path / 'missing'}"
     proc = subprocess.run(
         [sys.executable, "-m", "ftslurm", "report", str(tmp_path)],
         capture_output=True, text=True, timeout=60,

@@ -225,6 +225,26 @@ def test_plot_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
+def test_plot_lanes_are_what_happened_to_each_replica():
+    """What the PNG draws, from the recorded run: replica 1 trains until the kill, is up again
+    from its new process start, recovers from its heal decision to its first healed step."""
+    from ftslurm.report.render import hms, lanes
+
+    got = {k: sorted((hms(a), hms(b), st) for a, b, st in v)
+           for k, v in lanes(build_report([RUN1])).items()}
+    assert got == {
+        "0": [("08:50:53.956", "08:50:55.316", "alive"),
+              ("08:50:55.316", "08:51:07.406", "training"),
+              ("08:51:07.406", "08:51:19.640", "training"),
+              ("08:51:19.640", "08:52:09.472", "training")],
+        "1": [("08:50:53.988", "08:50:55.316", "alive"),
+              ("08:50:55.316", "08:51:02.461", "training"),  # killed at 08:51:02.461
+              ("08:51:18.397", "08:51:19.640", "alive"),  # the new process's start
+              ("08:51:19.640", "08:52:09.472", "training"),
+              ("08:51:19.641", "08:51:19.952", "recovering")],
+    }  # fmt: skip
+
+
 def _member(i: int, uuid: str, step: int) -> str:
     """A QuorumMember in the guide's exact shape (values changed, format not)."""
     return (
@@ -276,7 +296,7 @@ def test_three_replicas_two_failures_and_a_lighthouse_restart(tmp_path, restart_
     assert j["failures"][0]["last_seen_time"] == "2025-07-16T10:00:10.000"
     deg = [(d["replicas"], d["start_step"], d["end_step"], d["duration_s"]) for d in j["degraded"]]
     assert deg == [(2, 30, 40, 10.0), (1, 40, 55, 15.0), (2, 55, 70, 10.0)]
-    assert all(d["group_size"] == 3 for d in j["degraded"])
+    assert [d["group_size"] for d in j["degraded"]] == [3, 3, 3]
     s = j["summary"]
     assert (s["quorum_changes"], s["failures"], s["requeues"], s["degraded_s"]) == (5, 3, 3, 35.0)
 

@@ -83,7 +83,9 @@ def test_yaml_structure_against_skypilots_schema_keys():
     assert set(cfg) <= TASK_KEYS, set(cfg) - TASK_KEYS
     assert set(cfg["resources"]) <= RESOURCES_KEYS
     assert isinstance(cfg["num_nodes"], int) and cfg["num_nodes"] >= 2
-    assert all(isinstance(v, str) for v in cfg["envs"].values())  # SkyPilot wants strings
+    # SkyPilot wants strings (YAML reads STEPS: 1000 as an int)
+    assert {k: type(v) for k, v in cfg["envs"].items()} == dict.fromkeys(cfg["envs"], str)
+    assert {"DEVICE", "FTSLURM_PRESET", "STEPS", "LIGHTHOUSE_PORT"} <= set(cfg["envs"])
     assert cfg["secrets"] == {"HF_TOKEN": None}  # from `--secret HF_TOKEN`, never in the file
     assert cfg["workdir"] == "."
     run = cfg["run"]

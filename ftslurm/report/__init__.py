@@ -2,8 +2,10 @@
 
 Data flow, one pass: the run's files (`sources.py`) -> chunks searched for a few markers
 (`reader.py`) -> the lines that hold one -> events (`lines.py`, pure; `events.py` for the
-failure event log) -> merged by time -> timeline state machine (`timeline.py`) -> text / JSON /
-PNG (`render.py`). Nothing holds a whole file in memory.
+failure event log) -> merged by time -> timeline state machine (`timeline.py`) -> the data
+model (`model.py`) -> text / JSON / PNG (`render.py`). Nothing holds a whole file in memory.
+`timeline` and `render` both depend on `model` and never on each other; this package joins
+them in `build_report`.
 
 Python API (also what the tests and the fixtures of later runs use)::
 
@@ -14,7 +16,28 @@ Python API (also what the tests and the fixtures of later runs use)::
 
 from __future__ import annotations
 
-from ftslurm.report.sources import find_run_files
-from ftslurm.report.timeline import Report, build_report
+from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["Report", "build_report", "find_run_files"]
+from ftslurm.report.model import Report
+from ftslurm.report.render import RenderedReport
+from ftslurm.report.sources import find_run_files
+from ftslurm.report.timeline import build_model
+
+__all__ = ["RenderedReport", "Report", "build_report", "find_run_files"]
+
+
+def build_report(
+    *paths: str | Path | Sequence[str | Path],
+    lighthouse: Sequence[str | Path] = (),
+    events: Sequence[str | Path] = (),
+    group_size: int | None = None,
+) -> RenderedReport:
+    """`timeline.build_model` (same arguments), with `to_text`/`to_json`/`to_plot`/`summary`.
+
+    `build_report("outputs/torchft/tft-12")`, `build_report("a.out", "b.out")` and
+    `build_report(["a.out", "b.out"])` are the same; no path: the newest run.
+    """
+    return RenderedReport.of(
+        build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
+    )

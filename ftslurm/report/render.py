@@ -3,18 +3,18 @@
 Times are the logs' own wall clock (local time, no zone, as torchft and torchtitan print it),
 written ISO-8601 with milliseconds; durations are seconds. Replica ids are the array index
 (`"1"`), with the full `<prefix>_<i>:<uuid>` kept next to it where one is known.
+Reads `model.py` only: the state machine (`timeline.py`) and this module do not know each other.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ftslurm.report.lines import split_replica_id
-
-if TYPE_CHECKING:
-    from ftslurm.report.timeline import Degraded, Failure, Recovery, Report
+from ftslurm.report.model import Degraded, Failure, Recovery, Report
 
 SCHEMA_VERSION = 1
 _EPOCH = datetime(1970, 1, 1)
@@ -60,6 +60,34 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
+
+
+# ---------------------------------------------------------------- the public object
+
+
+class RenderedReport(Report):
+    """A Report with its renderings as methods: what `ftslurm.report.build_report` returns.
+
+    The methods live here, not on `model.Report`, so that the model does not import its
+    renderer (`Report.to_text` calling into this module was the timeline <-> render cycle).
+    """
+
+    @classmethod
+    def of(cls, rep: Report) -> RenderedReport:
+        """The same report (its fields shared, not copied) with the methods."""
+        return cls(**{f.name: getattr(rep, f.name) for f in fields(Report)})
+
+    def summary(self) -> dict[str, Any]:
+        return summary_dict(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+    def to_text(self) -> str:
+        return to_text(self)
+
+    def to_plot(self, path: str | Path) -> Path:
+        return to_plot(self, Path(path))
 
 
 # ---------------------------------------------------------------- JSON

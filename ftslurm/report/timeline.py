@@ -3,7 +3,8 @@
 One pass over the events of all files merged by time (`heapq.merge`: each file is in time
 order by itself). The state machine keeps only what the report prints (one record per quorum
 CHANGE, per failure, per attempt, per recovery) plus bounded per-replica counters, so memory
-does not grow with the number of steps.
+does not grow with the number of steps. It builds a `model.Report` and knows nothing of how
+one is printed (`render.py`).
 
 Semantics (shared/notes/torchft-logs.md):
 - A quorum change is a new `quorum_id`; `Quorum!` repeats every round and is read once per id.
@@ -23,171 +24,26 @@ Semantics (shared/notes/torchft-logs.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ftslurm.report import lines as L
 from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
 from ftslurm.report.lines import Event, split_replica_id
+from ftslurm.report.model import (
+    Attempt,
+    CommitFailure,
+    Degraded,
+    Entry,
+    Failure,
+    Quorum,
+    Recovery,
+    ReplicaSteps,
+    Report,
+)
 from ftslurm.report.reader import ParseStats
 from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 
 SLACK_S = 2.0  # clock skew allowed between the event log and the logs
-
-
-# ---------------------------------------------------------------- records
-
-
-@dataclass
-class Quorum:
-    quorum_id: int
-    time: float | None
-    step: int
-    participants: list[str]  # full replica ids, ordered by replica id (= quorum rank)
-    commit_failures: dict[str, int] = field(default_factory=dict)
-    last_seen_before: float | None = None  # time of the previous quorum's last round
-    epoch: int = 0  # bumps when the Lighthouse restarts (quorum ids start again)
-
-
-@dataclass
-class Failure:
-    time: float | None
-    replica: str  # index
-    replica_id: str
-    step: int | None
-    kind: str  # injected action, "left-quorum", "restarted"
-    time_source: str  # "injected" | "commit-failure" | "quorum-change" | "injected-only"
-    detected_time: float | None = None
-    last_seen_time: float | None = None
-    quorum_id: int | None = None
-    node: str = ""
-    next_commit_time: float | None = None
-    next_commit_step: int | None = None
-    survivor: str | None = None
-    quorum_pair: tuple[int, int] | None = field(default=None, repr=False)  # (prev, new) index
-
-
-@dataclass
-class CommitFailure:
-    time: float | None
-    replica: str
-    replica_id: str
-    step: int
-    detail: str
-
-
-@dataclass
-class Attempt:
-    replica: str
-    number: int  # 0 = first seen, then one per restart
-    start_time: float | None
-    source: str  # "launch" | "manager-start" | "first-seen"
-    uuid: str | None = None
-    node: str = ""
-    restart_time: float | None = None  # injected resume/requeue/restart before it, if any
-    restart_source: str = ""
-    quorum_time: float | None = None  # first quorum with this uuid
-    healed_step: int | None = None
-    healed_time: float | None = None  # first committed step of this attempt
-    manager_started: bool = False
-    launch_number: int | None = None  # the launcher's own attempt number (Slurm restarts)
-
-
-@dataclass
-class Recovery:
-    time: float | None
-    step: int
-    source_replica: str | None
-    target_replica: str
-    source_id: str | None = None
-    target_id: str | None = None
-    healed_time: float | None = None
-    requeue_to_healed_s: float | None = None
-    requeue_to_quorum_s: float | None = None
-    requeue_time: float | None = None  # injected resume/requeue/restart, else attempt start
-    requeue_source: str = ""  # e.g. "injected restart", "launch", "manager-start"
-
-
-@dataclass
-class Degraded:
-    start_step: int
-    end_step: int | None
-    start_time: float | None
-    end_time: float | None
-    replicas: int
-    group_size: int
-    open: bool = False  # the run's logs end while degraded
-
-    @property
-    def seconds(self) -> float | None:
-        if self.start_time is None or self.end_time is None:
-            return None
-        return self.end_time - self.start_time
-
-
-@dataclass
-class Entry:
-    """One line of the text timeline."""
-
-    time: float | None
-    kind: str
-    text: str
-    replica: str | None = None
-    rid: str | None = None  # the full replica id it is about, when that decides if it is ours
-
-
-@dataclass
-class ReplicaSteps:
-    attempted: int = 0
-    committed: int = 0
-    last_step: int | None = None
-
-
-@dataclass
-class Report:
-    """Everything `ftslurm report` prints; `to_json()` is the stable, documented form."""
-
-    quorums: list[Quorum]
-    failures: list[Failure]
-    commit_failures: list[CommitFailure]
-    attempts: list[Attempt]
-    recoveries: list[Recovery]
-    degraded: list[Degraded]
-    timeline: list[Entry]
-    steps: dict[str, ReplicaSteps]
-    group_size: int
-    prefixes: list[str]
-    stats: ParseStats
-    first_time: float | None
-    last_time: float | None
-    max_step: int | None
-    init_syncs: int = 0
-    foreign_quorums: int = 0
-
-    @property
-    def requeues(self) -> int:
-        return sum(1 for a in self.attempts if a.number > 0)
-
-    def summary(self) -> dict[str, Any]:
-        from ftslurm.report.render import summary_dict
-
-        return summary_dict(self)
-
-    def to_json(self) -> dict[str, Any]:
-        from ftslurm.report.render import to_json
-
-        return to_json(self)
-
-    def to_text(self) -> str:
-        from ftslurm.report.render import to_text
-
-        return to_text(self)
-
-    def to_plot(self, path: str | Path) -> Path:
-        from ftslurm.report.render import to_plot
-
-        return to_plot(self, Path(path))
 
 
 # ---------------------------------------------------------------- the state machine
@@ -792,7 +648,7 @@ def _degraded(quorums: list[Quorum], group: int, last_time: float | None,
 # ---------------------------------------------------------------- entry point
 
 
-def build_report(
+def build_model(
     *paths: str | Path | Sequence[str | Path],
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
@@ -800,8 +656,9 @@ def build_report(
 ) -> Report:
     """Read the files of one run (see find_run_files) and build its Report, in one pass.
 
-    `build_report("outputs/torchft/tft-12")`, `build_report("a.out", "b.out")` and
-    `build_report(["a.out", "b.out"])` are the same; no path: the newest run.
+    `build_model("outputs/torchft/tft-12")`, `build_model("a.out", "b.out")` and
+    `build_model(["a.out", "b.out"])` are the same; no path: the newest run. The data only:
+    `ftslurm.report.build_report` adds the renderings.
     """
     flat: list[str | Path] = []
     for p in paths:
