@@ -66,12 +66,9 @@ from typing import Any
 from ftslurm import paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from ftslurm.resources import CLASSIC_JOB_NAME, CPU_NODE, FT_JOB_NAME, GPU_NODE
 
 SUBMITIT_DIRNAME = "submitit"
-FT_JOB_NAME = "tft_replica"
-CLASSIC_JOB_NAME = "llama3_8b"
-# What the sbatch scripts ask for on GPU nodes (their #SBATCH lines).
-GPU_CPUS_PER_TASK = 128
 # Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
 _MEMORY_OPTIONS = frozenset({"mem", "mem_gb", "mem_per_cpu", "mem_per_gpu"})
 # Slurm variables name the replica inside an array: stale copies exported from the
@@ -446,10 +443,12 @@ def executor_parameters(
         "stderr_to_stdout": True,
     }
     if device == "cpu":
-        params.update(gpus_per_node=0, cpus_per_task=1)
-    else:
-        params.update(gpus_per_node=gpus_per_node, cpus_per_task=GPU_CPUS_PER_TASK,
-                      exclusive=True)  # fmt: skip
+        node = CPU_NODE
+        params.update(gpus_per_node=node.gpus_per_task, cpus_per_task=node.cpus_per_task)
+    else:  # the GPUs the plan uses (GPUS_PER_NODE), the node's CPUs, the node to itself
+        node = GPU_NODE
+        params.update(gpus_per_node=gpus_per_node, cpus_per_task=node.cpus_per_task,
+                      exclusive=node.exclusive)  # fmt: skip
     extra = {}
     for key, value in slurm_options.items():
         name = key.removeprefix("slurm_")
@@ -457,10 +456,11 @@ def executor_parameters(
             extra.update(value or {})
         else:
             params[name] = value
-    if device != "cpu" and not _MEMORY_OPTIONS & {k.replace("-", "_") for k in [*params, *extra]}:
+    sized = _MEMORY_OPTIONS & {k.replace("-", "_") for k in [*params, *extra]}
+    if node.mem_gb is not None and not sized:
         # --exclusive gives every CPU and GPU but only the memory asked for (sbatch(1)):
         # mem_gb=0 (--mem=0GB) asks for all of it, as the scripts' `#SBATCH --mem=0`
-        params["mem_gb"] = 0
+        params["mem_gb"] = node.mem_gb
     params["additional_parameters"] = {**extra, "requeue": True} if requeue else extra
     return params
 

@@ -38,11 +38,11 @@ from typing import Any
 
 from ftslurm import paths, procs
 from ftslurm.errors import UserError
+from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo
 
 MODES = ("node-down", "kill", "requeue")
-FT_JOB_NAME = "tft_replica"  # the FT sbatch script's --job-name
 LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
 # The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
 # interpreter followed only by options, so torchrun's own command line (`python .../torchrun
@@ -159,7 +159,9 @@ def resolve_target(
     if job is None:
         job = newest_ft_job(jobs, user)
         if job is None and replica is not None:
-            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+            raise UserError(
+                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
+            )
     tasks = job_tasks(jobs, job) if job is not None else {}
     if replica is not None:
         t = tasks.get(replica)

@@ -507,19 +507,6 @@ def _no_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in SECRET_ENV}
 
 
-def sbatch_device_options(device: str) -> list[str]:
-    """sbatch options that turn the scripts' GPU #SBATCH lines into a CPU-node request.
-
-    The scripts carry the GPU settings (--gpus-per-task=8 --cpus-per-task=128 --exclusive) so a
-    plain `sbatch` works on GPU nodes; on a CPU cluster (CPUs=1 per node, no GRES) these
-    command-line options override them (command line beats #SBATCH), and DEVICE=cpu reaches
-    the job. Verified with Slurm 22.05: `--gpus-per-task=0` is accepted without a gpu GRES.
-    """
-    if device == "cpu":
-        return ["--gpus-per-task=0", "--cpus-per-task=1", "--export=ALL,DEVICE=cpu"]
-    return []
-
-
 def banner(time_text: str, plan: Plan, hostname: str) -> str:
     """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
     `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
