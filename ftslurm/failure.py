@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import paths, procs
+from ftslurm import knobs, paths, procs
 from ftslurm.errors import UserError
 from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
@@ -382,9 +382,7 @@ def find_local_workers(ns: str, raw_job_id: int, regex: str = TRAIN_CMD_RE) -> K
 def kill_selection(target: Target) -> KillSelection:
     """Local pids on the local cluster; `srun` + `pkill` elsewhere, or anywhere with
     FTSLURM_KILL_VIA=srun (the real-cluster path, also right on the local cluster)."""
-    via = os.environ.get("FTSLURM_KILL_VIA", "").strip().lower()
-    if via not in ("", "auto", "srun", "local"):
-        raise UserError(f"FTSLURM_KILL_VIA={via!r} is unknown; use srun, local or auto")
+    via = knobs.get(os.environ, "FTSLURM_KILL_VIA")
     ns = None if via == "srun" else local_node_ns(target.node)
     if ns is None or target.raw_job_id is None:
         if via == "local":

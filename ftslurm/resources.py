@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm import paths
+from ftslurm import knobs, paths
 
 FT_JOB_NAME = "tft_replica"  # the FT script's --job-name: how FT array tasks are recognised
 CLASSIC_JOB_NAME = "llama3_8b"
@@ -40,8 +40,8 @@ class NodeRequest:
         ]
 
 
-# A whole GPU node: all its GPUs (8, as GPUS_PER_NODE), 128 CPUs, all its memory.
-GPU_NODE = NodeRequest(8, 128, exclusive=True, mem_gb=0)
+# A whole GPU node: all its GPUs (the cuda default of GPUS_PER_NODE), 128 CPUs, all its memory.
+GPU_NODE = NodeRequest(knobs.KNOBS["GPUS_PER_NODE"].default, 128, exclusive=True, mem_gb=0)
 # A CPU node (the local cluster's CPUs=1 nodes, no GRES). As sbatch options it overrides only
 # the GPU and CPU counts of the scripts' #SBATCH lines (their --exclusive --mem=0 stay).
 CPU_NODE = NodeRequest(0, 1, exclusive=False, mem_gb=None)
@@ -74,5 +74,5 @@ def device_overrides(env: Mapping[str, str], script: str = "") -> list[str]:
     elif name == paths.CLASSIC_SCRIPT:
         device = planlib.preflight_classic(env, paths.project_root()).device
     else:
-        device = env.get("DEVICE", "").strip().lower()
+        device = knobs.get(env, "DEVICE")
     return sbatch_device_options(device)

@@ -202,6 +202,22 @@ def test_ft_script_outside_an_array_says_how(tmp_path: Path) -> None:
     assert "sbatch --array=0-1" in out.stderr
 
 
+def test_ft_script_refuses_a_bad_knob_in_one_line(tmp_path: Path) -> None:
+    """The launcher's own start checks every knob, also those only the training worker reads:
+    one line and exit 2 (no requeue), not a traceback on every rank."""
+    env = _clean_env(tmp_path, SLURM_ARRAY_JOB_ID="3", SLURM_ARRAY_TASK_ID="0",
+                     SLURM_ARRAY_TASK_COUNT="2", FTSLURM_CHECKSUM_ASYNC="sometimes")  # fmt: skip
+    out = subprocess.run(
+        ["bash", str(FT_SCRIPT)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 2
+    log = (tmp_path / "outputs" / "torchft" / "tft-3" / "tft-3_0.out").read_text()
+    assert log == (
+        "Error: FTSLURM_CHECKSUM_ASYNC='sometimes' is not a boolean: use 1/0, true/false, "
+        "yes/no or on/off\n"
+    )
+
+
 def test_classic_script_dry_run_gpu_defaults(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
