@@ -4,6 +4,8 @@ the tables generated from it (README, both sbatch scripts), which must not drift
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,46 @@ def test_the_launcher_dry_run_takes_yes_as_true(tmp_path: Path, capsys) -> None:
            "FTSLURM_GROUP_SIZE": "1", "FTSLURM_OUTPUTS": str(tmp_path), "PATH": ""}  # fmt: skip
     assert launcher.main(["job"], env) == 0
     assert "dry run (FTSLURM_DRY_RUN=1): nothing started" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# Generated tables
+
+
+@pytest.mark.parametrize("path", sorted(knobs.rendered(ROOT)), ids=lambda p: p.name)
+def test_committed_knob_tables_match_the_registry(path: Path) -> None:
+    """Fails when README.md or a script's header no longer says what the registry says:
+    run `python -m ftslurm.knobs --write`."""
+    assert path.read_text() == knobs.rendered(ROOT)[path], (
+        f"{path.name}: its knob table drifted from ftslurm/knobs.py; run "
+        "`python -m ftslurm.knobs --write`"
+    )
+
+
+def test_the_tables_name_every_public_knob_once_and_no_internal_one() -> None:
+    md = knobs.markdown()
+    for k in knobs.KNOBS.values():
+        assert md.count(f"| `{k.name}` |") == (1 if k.public else 0), k.name
+    ft, classic = knobs.shell_comment("ft"), knobs.shell_comment("classic")
+    assert "RDZV_PORT" in classic and "RDZV_PORT" not in ft
+    assert "FTSLURM_FIX_HEAL_TIMEOUT" in ft and "FTSLURM_FIX_HEAL_TIMEOUT" not in classic
+    assert "| `STEPS` | `1000` (`200` with `DEVICE=cpu`) | training steps (>= 1) |" in md
+    assert re.search(r"^#   STEPS +training steps \[1000 \(200 with DEVICE=cpu\)\]$", ft, re.M)
+    assert max(len(line) for line in (ft + classic).splitlines()) <= 100
+
+
+def test_a_drifted_block_is_found_and_rewritten(tmp_path: Path) -> None:
+    for name in [knobs.README, *knobs.SCRIPTS.values()]:
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    readme = tmp_path / knobs.README
+    readme.write_text(readme.read_text().replace("| `STEPS` |", "| `STEPZ` |"))
+    assert knobs.rendered(tmp_path)[readme] == (ROOT / knobs.README).read_text()
+    (tmp_path / knobs.SCRIPTS["ft"]).write_text("#!/bin/bash\n# no knob block\n")
+    with pytest.raises(UserError, match="no knob block"):
+        knobs.rendered(tmp_path)
+
+
+def test_the_command_line_prints_the_tables() -> None:
+    out = subprocess.run([sys.executable, "-m", "ftslurm.knobs", "--shell-comment", "classic"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0 and out.stdout == knobs.shell_comment("classic")
