@@ -10,16 +10,58 @@
 #     --mem=0 below asks for all node memory; to size it, pass --mem=<size>: on Slurm 22.05
 #     --mem-per-cpu / --mem-per-gpu clash with it (sbatch: fatal: ... mutually exclusive).
 #
-# Knobs (environment variables exported to the job; all of them in ftslurm/replica/plan.py):
-#   DEVICE=cuda|cpu                 cpu = the debug model with the debug_cpu preset
-#   FTSLURM_PRESET                  llama3_8b_ft (default) | llama3_8b_diloco | debug_cpu
-#   STEPS=1000  GPUS_PER_NODE=8  FT_MODE=per-step|diloco  SYNC_STEPS  NUM_FRAGMENTS
-#   PROCESS_GROUP=nccl  PG_TIMEOUT_S  CHECKPOINT_FOLDER  FTSLURM_HEAL_TIMEOUT_S=600
-#   TORCHFT_LIGHTHOUSE=http://login-0:29510  TORCHFT_QUORUM_RETRIES=3
-#   FT_MAX_REQUEUES=5               self-requeues after a crash (OOM kill, dead worker)
-#   WANDB_API_KEY                   W&B on replica 0 only, when set
-#   FTSLURM_PYTHON=python3          interpreter of the environment with ftslurm installed
-#   FTSLURM_DRY_RUN=1               print the exact command, run nothing
+# Knobs (environment variables exported to the job; booleans take 1/0, true/false, yes/no or on/off;
+# generated from ftslurm/knobs.py by `python -m ftslurm.knobs --write`):
+#   DEVICE                               cpu: the debug model on CPU nodes (cuda or cpu) [cuda (cpu
+#                                        with FTSLURM_PRESET=debug_cpu)]
+#   FTSLURM_PRESET                       TOML and defaults (llama3_8b_ft, llama3_8b_diloco,
+#                                        debug_cpu or llama3_8b) [llama3_8b_ft (classic: llama3_8b;
+#                                        DEVICE=cpu: debug_cpu)]
+#   STEPS                                training steps [1000 (200 with DEVICE=cpu)]
+#   GPUS_PER_NODE                        ranks per node = FSDP degree in the node; 1 on cpu [8 (1
+#                                        with DEVICE=cpu)]
+#   PROCESS_GROUP                        torchft's cross-replica process group (nccl or gloo) [nccl
+#                                        (gloo with DEVICE=cpu)]
+#   FT_MODE                              per-step: HSDP, a cross-replica all-reduce every step
+#                                        (per-step or diloco) [from the preset]
+#   SYNC_STEPS                           DiLoCo: inner steps between outer syncs [from the TOML]
+#   NUM_FRAGMENTS                        DiLoCo: model fragments, synced in turn [from the TOML]
+#   PG_TIMEOUT_S                         cross-replica process-group timeout, seconds [from the
+#                                        TOML]
+#   CHECKPOINT_FOLDER                    torchtitan's checkpoint folder [<dump folder>/checkpoint]
+#   TORCHFT_LIGHTHOUSE                   the address ftslurm lighthouse start prints
+#                                        [http://login-0:29510]
+#   TORCHFT_QUORUM_RETRIES               quorum retries: replicas outlive a Lighthouse restart [3]
+#   FT_MAX_REQUEUES                      self-requeues after a crash (per SLURM_RESTART_COUNT) [5]
+#   WANDB_API_KEY                        W&B logging (FT: from replica 0 only); never printed
+#                                        [unset]
+#   FTSLURM_HEAL_TIMEOUT_S               a survivor's wait for a healing peer's download (torchft:
+#                                        60 s) [600]
+#   FTSLURM_CHECKSUM_EVERY               parameter checksum every N committed steps; 0 = off [50 (1
+#                                        with DEVICE=cpu)]
+#   FTSLURM_CHECKSUM_ASYNC               hash on a thread, from a pinned host copy [1 (0 with
+#                                        DEVICE=cpu)]
+#   FTSLURM_FIX_ASYNC_QUORUM             fix 1 (fixes.py): the quorum ends before forward starts; 0:
+#                                        upstream's way [1]
+#   FTSLURM_FIX_OPTIMIZER_STATE          fix 2 (fixes.py): a heal sends the live optimizer state; 0:
+#                                        upstream's way [1]
+#   FTSLURM_FIX_UNSHARDED_ALLREDUCE      fix 3 (fixes.py): 1-rank replicas average gradients; 0:
+#                                        upstream's way [1]
+#   FTSLURM_FIX_HEAL_TIMEOUT             fix 4 (fixes.py): a heal may take FTSLURM_HEAL_TIMEOUT_S;
+#                                        0: upstream's way [1]
+#   FTSLURM_FIX_FT_CHECKPOINT_RETENTION  fix 5 (fixes.py): one FT dataloader checkpoint kept; 0:
+#                                        upstream's way [1]
+#   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica syncs after one step [1]
+#   FTSLURM_EXTRA_ARGS                   torchtitan arguments, shell-quoted, appended last
+#   FTSLURM_DUMP_FOLDER                  torchtitan's dump folder [<outputs>/torchft/tft-<job>;
+#                                        classic: <outputs>/classic-<job>]
+#   FTSLURM_OUTPUTS                      the outputs folder: logs, runs, state (the CLI's too)
+#                                        [<checkout>/outputs]
+#   FTSLURM_PYTHON                       interpreter the scripts exec on the nodes [the submitting
+#                                        one (ftslurm submit); else python3]
+#   FTSLURM_TORCHRUN                     torchrun executable [beside that interpreter, else
+#                                        torchrun]
+#   FTSLURM_DRY_RUN                      print the exact command; run nothing [0]
 #
 # Logs: outputs/torchft/tft-<array job>/tft-<array job>_<task>.out, appended by every attempt;
 # outputs/ is $FTSLURM_OUTPUTS (`ftslurm submit` passes the checkout's), else the submit folder's.

@@ -14,7 +14,7 @@ What runs where. submitit's Slurm executor pickles a callable (`ReplicaTask`) in
 array task). On the node, submitit's `python -m submitit.core._submit` (with the *same
 interpreter path* as the submitting Python, `sys.executable`: a venv on the shared filesystem)
 unpickles it, and the callable runs the same launcher as the sbatch script,
-`ftslurm.replica.job.main(["job"], env)`, with the env knobs of `ftslurm/replica/plan.py`
+`ftslurm.replica.job.main(["job"], env)`, with the env knobs of `ftslurm/knobs.py`
 (DEVICE, STEPS, TORCHFT_LIGHTHOUSE, ...). It appends its stdout/stderr (and torchrun's, which
 inherits them) to `outputs/torchft/tft-<job>/tft-<job>_<i>.out`, the file the sbatch script
 writes, so the launcher's banner line (`launching replica i (attempt a) on node`) starts every
@@ -63,25 +63,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftslurm import knobs as knoblib
 from ftslurm import paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from ftslurm.resources import CLASSIC_JOB_NAME, CPU_NODE, FT_JOB_NAME, GPU_NODE
 
 SUBMITIT_DIRNAME = "submitit"
-FT_JOB_NAME = "tft_replica"
-CLASSIC_JOB_NAME = "llama3_8b"
-# What the sbatch scripts ask for on GPU nodes (their #SBATCH lines).
-GPU_CPUS_PER_TASK = 128
 # Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
 _MEMORY_OPTIONS = frozenset({"mem", "mem_gb", "mem_per_cpu", "mem_per_gpu"})
-# Slurm variables name the replica inside an array: stale copies exported from the
-# submitting shell must not override them.
-_REPLICA_OVERRIDES = (
-    "FTSLURM_REPLICA_ID",
-    "FTSLURM_GROUP_SIZE",
-    "FTSLURM_ATTEMPT",
-    "FTSLURM_RUN_ID",
-)
+# The launcher's internal channels (replica id, group size, attempt, run id...): Slurm's
+# variables name the replica inside an array, and stale copies exported from the submitting
+# shell must not override them.
+_REPLICA_OVERRIDES = knoblib.INTERNAL
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
 
@@ -94,8 +88,8 @@ FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY
 class ReplicaTask:
     """The callable submitit runs on a node: the replica launcher, output in the run's log.
 
-    `kind` is `job` (an FT replica) or `classic`; `knobs` are the env knobs of plan.py; they win
-    over the node's environment (which Slurm exports from the submitting shell, and which
+    `kind` is `job` (an FT replica) or `classic`; `knobs` are env knobs (ftslurm/knobs.py);
+    they win over the node's environment (which Slurm exports from the submitting shell, and which
     carries the secrets: they are never pickled). `outputs` is the outputs folder.
     """
 
@@ -352,24 +346,33 @@ def _count(name: str, value: Any) -> None:
 
 
 def _knobs(config: str | Mapping[str, str] | None) -> dict[str, str]:
-    """`config`: a preset name (FTSLURM_PRESET) or a mapping of plan.py env knobs."""
+    """`config`: a preset name (FTSLURM_PRESET) or a mapping of the knobs read on the nodes
+    (ftslurm/knobs.py); their values are checked with the plan (preflight)."""
     if config is None:
         return {}
     if isinstance(config, str):
         return {"FTSLURM_PRESET": config}
-    knobs = {str(k): str(v) for k, v in config.items()}
-    secrets = [k for k in knobs if k in planlib.SECRET_ENV]
+    given = {str(k): str(v) for k, v in config.items()}
+    secrets = [k for k in given if k in knoblib.SECRETS]
     if secrets:
         raise UserError(
             f"{', '.join(secrets)} must not be in config (it would be pickled to disk): export "
             "it in the submitting shell; Slurm passes the environment on to the job"
         )
-    return knobs
+    known = {k.name for k in knoblib.public("job")}
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        raise UserError(
+            f"config has {', '.join(unknown)}: not a knob read on the nodes (`python -m "
+            "ftslurm.knobs --markdown` lists them); export other variables in the submitting "
+            "shell: Slurm passes the environment on to the job"
+        )
+    return given
 
 
 def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
     if lighthouse is None:
-        return env.get("TORCHFT_LIGHTHOUSE") or planlib.DEFAULT_LIGHTHOUSE
+        return knoblib.get(env, "TORCHFT_LIGHTHOUSE")
     address = getattr(lighthouse, "address", lighthouse)
     problem = (
         planlib.lighthouse_address_problem(address) if isinstance(address, str) else "not text"
@@ -446,10 +449,12 @@ def executor_parameters(
         "stderr_to_stdout": True,
     }
     if device == "cpu":
-        params.update(gpus_per_node=0, cpus_per_task=1)
-    else:
-        params.update(gpus_per_node=gpus_per_node, cpus_per_task=GPU_CPUS_PER_TASK,
-                      exclusive=True)  # fmt: skip
+        node = CPU_NODE
+        params.update(gpus_per_node=node.gpus_per_task, cpus_per_task=node.cpus_per_task)
+    else:  # the GPUs the plan uses (GPUS_PER_NODE), the node's CPUs, the node to itself
+        node = GPU_NODE
+        params.update(gpus_per_node=gpus_per_node, cpus_per_task=node.cpus_per_task,
+                      exclusive=node.exclusive)  # fmt: skip
     extra = {}
     for key, value in slurm_options.items():
         name = key.removeprefix("slurm_")
@@ -457,10 +462,11 @@ def executor_parameters(
             extra.update(value or {})
         else:
             params[name] = value
-    if device != "cpu" and not _MEMORY_OPTIONS & {k.replace("-", "_") for k in [*params, *extra]}:
+    sized = _MEMORY_OPTIONS & {k.replace("-", "_") for k in [*params, *extra]}
+    if node.mem_gb is not None and not sized:
         # --exclusive gives every CPU and GPU but only the memory asked for (sbatch(1)):
         # mem_gb=0 (--mem=0GB) asks for all of it, as the scripts' `#SBATCH --mem=0`
-        params["mem_gb"] = 0
+        params["mem_gb"] = node.mem_gb
     params["additional_parameters"] = {**extra, "requeue": True} if requeue else extra
     return params
 
@@ -536,7 +542,7 @@ def submit_ft_array(
 
     config: a preset name (`llama3_8b_ft`, `llama3_8b_diloco`, `debug_cpu`) or a mapping of
     the launcher's env knobs (`{"DEVICE": "cpu", "STEPS": "100", "FT_MODE": "diloco"}`; see
-    ftslurm/replica/plan.py); secrets are refused (export them instead).
+    ftslurm/knobs.py); secrets are refused (export them instead).
     lighthouse: `http://host:port`, or the `LighthouseInfo` that `ftslurm.lighthouse.start`
     returned; default $TORCHFT_LIGHTHOUSE, else http://login-0:29510.
     outputs: the outputs folder (default `ftslurm.paths.outputs_dir()`, on the shared FS).

@@ -283,7 +283,7 @@ class SlurmBackend(Backend):
         addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
         env = {**os.environ, **_replica_env(self.cfg, addr)}
         env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
-        from ftslurm.commands.submit import device_overrides
+        from ftslurm.resources import device_overrides
 
         (self.cfg.outputs / "torchft").mkdir(parents=True, exist_ok=True)
         opts = [

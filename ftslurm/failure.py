@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import paths, procs
+from ftslurm import knobs, paths, procs
 from ftslurm.errors import UserError
+from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo
 
 MODES = ("node-down", "kill", "requeue")
-FT_JOB_NAME = "tft_replica"  # the FT sbatch script's --job-name
 LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
 # The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
 # interpreter followed only by options, so torchrun's own command line (`python .../torchrun
@@ -159,7 +159,9 @@ def resolve_target(
     if job is None:
         job = newest_ft_job(jobs, user)
         if job is None and replica is not None:
-            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+            raise UserError(
+                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
+            )
     tasks = job_tasks(jobs, job) if job is not None else {}
     if replica is not None:
         t = tasks.get(replica)
@@ -380,9 +382,7 @@ def find_local_workers(ns: str, raw_job_id: int, regex: str = TRAIN_CMD_RE) -> K
 def kill_selection(target: Target) -> KillSelection:
     """Local pids on the local cluster; `srun` + `pkill` elsewhere, or anywhere with
     FTSLURM_KILL_VIA=srun (the real-cluster path, also right on the local cluster)."""
-    via = os.environ.get("FTSLURM_KILL_VIA", "").strip().lower()
-    if via not in ("", "auto", "srun", "local"):
-        raise UserError(f"FTSLURM_KILL_VIA={via!r} is unknown; use srun, local or auto")
+    via = knobs.get(os.environ, "FTSLURM_KILL_VIA")
     ns = None if via == "srun" else local_node_ns(target.node)
     if ns is None or target.raw_job_id is None:
         if via == "local":

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm import lighthouse
+from ftslurm import knobs, lighthouse
 from ftslurm.replica import checksum
 from ftslurm.slurm import client
 from ftslurm.wait import free_port
@@ -19,12 +19,12 @@ FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
 CLASSIC_SCRIPT = ROOT / "llama3.1-8b-pretraining.sh"
 STEP_RE = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
-# every launcher knob and Slurm/sbatch input variable: tests drop the caller's, so they see
-# the defaults whatever the shell that runs pytest has exported
+# every knob of the registry and every Slurm/sbatch input variable: tests drop the caller's,
+# so they see the defaults whatever the shell that runs pytest has exported
 KNOB_ENV_RE = re.compile(
-    r"^(SLURM_|SBATCH_|FTSLURM_|DEVICE$|STEPS$|GPUS_PER_NODE$|PROCESS_GROUP$|FT_MODE$|"
-    r"SYNC_STEPS$|NUM_FRAGMENTS$|PG_TIMEOUT_S$|CHECKPOINT_FOLDER$|TORCHFT_|WANDB_|"
-    r"FT_MAX_REQUEUES$|RDZV_PORT$)"
+    r"^(SLURM_|SBATCH_|FTSLURM_|TORCHFT_|WANDB_)|^("
+    + "|".join(re.escape(name) for name in knobs.KNOBS)
+    + ")$"
 )
 
 

@@ -284,15 +284,6 @@ def test_banner_matches_the_guide_format() -> None:
     assert line == "[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0"
 
 
-def test_sbatch_device_options() -> None:
-    assert planlib.sbatch_device_options("cuda") == []
-    assert planlib.sbatch_device_options("cpu") == [
-        "--gpus-per-task=0",
-        "--cpus-per-task=1",
-        "--export=ALL,DEVICE=cpu",
-    ]
-
-
 def test_presets_point_at_existing_tomls() -> None:
     for preset in planlib.PRESETS.values():
         assert (REPO / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml

@@ -17,7 +17,7 @@ import pytest
 
 from ftslurm import runner
 from ftslurm.replica import checksum
-from ftslurm.replica.plan import sbatch_device_options
+from ftslurm.resources import sbatch_device_options
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import lighthouse_argv
 

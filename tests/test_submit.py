@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -88,11 +89,17 @@ def test_cpu_preset_alone_asks_for_a_cpu_node(tmp_path: Path, fake_sbatch: Path)
     [
         ({"DEVICE": "gpu"}, "DEVICE='gpu' is not supported"),
         ({"FTSLURM_PRESET": "llama3_8b"}, "preset llama3_8b is for the classic script"),
-        ({"FTSLURM_PRESET": "debug"}, "FTSLURM_PRESET='debug' is unknown"),
+        ({"FTSLURM_PRESET": "debug"}, "FTSLURM_PRESET='debug' is not supported"),
         ({"TORCHFT_LIGHTHOUSE": "http://login-0"}, "no port"),
         ({"STEPS": "-5"}, "STEPS=-5 must be at least 1"),
         ({"FTSLURM_EXTRA_ARGS": "'unclosed"}, "does not parse"),
-        ({"PROCESS_GROUP": "mpi"}, "PROCESS_GROUP='mpi' is unknown"),
+        ({"PROCESS_GROUP": "mpi"}, "PROCESS_GROUP='mpi' is not supported"),
+        # read by the training worker only, yet refused here rather than on every rank
+        ({"FTSLURM_CHECKSUM_EVERY": "abc"}, "FTSLURM_CHECKSUM_EVERY='abc' is not an integer"),
+        ({"FTSLURM_CHECKSUM_ASYNC": "maybe"}, "FTSLURM_CHECKSUM_ASYNC='maybe' is not a boolean"),
+        ({"FTSLURM_FIX_HEAL_TIMEOUT": "2"}, "FTSLURM_FIX_HEAL_TIMEOUT='2' is not a boolean"),
+        # a knob of the other mode: refused too, not ignored
+        ({"SYNC_STEPS": "ten"}, "SYNC_STEPS='ten' is not an integer"),
     ],
 )
 def test_bad_device_or_preset_is_refused_before_sbatch(
@@ -101,6 +108,20 @@ def test_bad_device_or_preset_is_refused_before_sbatch(
     """Every task would fail on its node after the queue wait: refused here instead."""
     r = _submit(tmp_path / "s", "--array=0-1", str(FT), FTSLURM_OUTPUTS=str(tmp_path / "o"), **env)
     assert r.exit_code != 0 and message in str(r.exception)
+    assert not fake_sbatch.exists()
+
+
+def test_a_knob_only_the_workers_read_is_one_error_line_and_exit_2(
+    tmp_path: Path, fake_sbatch: Path
+):
+    """`FTSLURM_CHECKSUM_EVERY=abc` used to pass and fail on every rank after the queue wait."""
+    env = dict(os.environ, FTSLURM_OUTPUTS=str(tmp_path / "o"), FTSLURM_CHECKSUM_EVERY="abc")
+    argv = [sys.executable, "-m", "ftslurm", "submit", "--array=0-1", str(FT)]
+    out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr == (
+        "Error: FTSLURM_CHECKSUM_EVERY='abc' is not an integer: expected a whole number >= 0\n"
+    )
     assert not fake_sbatch.exists()
 
 

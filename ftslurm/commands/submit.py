@@ -10,35 +10,14 @@ from pathlib import Path
 
 import click
 
+from ftslurm import knobs
 from ftslurm.errors import UserError
-
-
-def device_overrides(env: dict[str, str], script: str = "") -> list[str]:
-    """sbatch options implied by the device (DEVICE, or FTSLURM_PRESET=debug_cpu) that moves a
-    job to CPU nodes. For this project's two scripts every knob is checked here as the
-    launcher will check it on each node (the API does the same): a typo fails now, not after
-    the queue wait."""
-    from ftslurm import paths
-    from ftslurm.replica import plan as planlib
-
-    name = Path(script).name
-    if name == paths.FT_SCRIPT:
-        device = planlib.preflight_ft(env, paths.project_root()).device
-    elif name == paths.CLASSIC_SCRIPT:
-        device = planlib.preflight_classic(env, paths.project_root()).device
-    else:
-        device = env.get("DEVICE", "").strip().lower()
-    return planlib.sbatch_device_options(device)
-
+from ftslurm.resources import device_overrides
 
 # getopt takes any unambiguous prefix of a long option: --exp, --expo, --expor, --export
 _EXPORT_OPTION = re.compile(r"--exp(o(r(t)?)?)?$")
-# knobs the launcher reads besides FTSLURM_*; passed by name under a restricting --export
-LAUNCHER_KNOBS = (
-    "DEVICE", "STEPS", "GPUS_PER_NODE", "PROCESS_GROUP", "FT_MODE", "SYNC_STEPS",
-    "NUM_FRAGMENTS", "PG_TIMEOUT_S", "CHECKPOINT_FOLDER", "TORCHFT_LIGHTHOUSE",
-    "TORCHFT_QUORUM_RETRIES", "FT_MAX_REQUEUES", "WANDB_API_KEY", "RDZV_PORT",
-)  # fmt: skip
+# knobs read on the nodes besides FTSLURM_*; passed by name under a restricting --export
+LAUNCHER_KNOBS = tuple(k.name for k in knobs.public("job") if not k.name.startswith("FTSLURM_"))
 
 
 def _export_on_command_line(options: list[str]) -> tuple[str | None, set[int]]:

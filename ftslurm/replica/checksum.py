@@ -27,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from ftslurm import knobs
 
 PREFIX = "ftslurm-checksum"
 LINE_RE = re.compile(
@@ -222,14 +224,17 @@ class Checksummer:
             self._pending.result()  # one worker: the last one submitted finishes last
 
 
-def _every(env: os._Environ[str] | dict[str, str]) -> int:
-    default = "1" if env.get("FTSLURM_DEVICE", "cuda") == "cpu" else "50"
-    return int(env.get("FTSLURM_CHECKSUM_EVERY", default) or 0)
+def _device(env: Mapping[str, str]) -> str:
+    """The device the launcher resolved for this worker (cuda when run without it)."""
+    return knobs.get(env, "FTSLURM_DEVICE") or "cuda"
 
 
-def _background(env: os._Environ[str] | dict[str, str]) -> bool:
-    default = "0" if env.get("FTSLURM_DEVICE", "cuda") == "cpu" else "1"
-    return env.get("FTSLURM_CHECKSUM_ASYNC", default).strip() not in ("0", "", "false", "no")
+def _every(env: Mapping[str, str]) -> int:
+    return knobs.get(env, "FTSLURM_CHECKSUM_EVERY", _device(env))
+
+
+def _background(env: Mapping[str, str]) -> bool:
+    return knobs.get(env, "FTSLURM_CHECKSUM_ASYNC", _device(env))
 
 
 def install() -> None:
@@ -246,7 +251,7 @@ def install() -> None:
     # the trainer, read live: a heal inside a DiLoCo sync reloads trainer.step mid-train_step
     state: dict[str, Any] = {
         "trainer": None,
-        "replica": int(os.environ.get("FTSLURM_REPLICA_ID", 0)),
+        "replica": knobs.get(os.environ, "FTSLURM_REPLICA_ID") or 0,
     }
 
     upstream_train_step = FTTrainer.train_step

@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ftslurm.replica.plan import DEFAULT_HEAL_TIMEOUT_S, HEAL_TIMEOUT_VAR
+from ftslurm import knobs
 
 SWITCHES = {
     "async_quorum": "FTSLURM_FIX_ASYNC_QUORUM",
@@ -69,13 +69,13 @@ class Fix:
 
 
 def switch_on(variable: str, env: Mapping[str, str] | None = None) -> bool:
-    """A launcher switch (a fix, the early first sync) is on unless it is 0/false/off/no."""
-    env = os.environ if env is None else env
-    return env.get(variable, "1").strip().lower() not in ("0", "false", "off", "no")
+    """A launcher switch (a fix, the early first sync): a boolean knob, on unless set to
+    0/false/no/off (the launcher's plan has already refused other values)."""
+    return knobs.get(os.environ if env is None else env, variable)
 
 
 def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """A fix is on unless its switch is 0/false/off/no."""
+    """A fix is on unless its switch is 0/false/no/off."""
     return switch_on(SWITCHES[name], env)
 
 
@@ -94,8 +94,7 @@ def _quorum_line(manager: object) -> str:
 
 def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
     """FTSLURM_HEAL_TIMEOUT_S as seconds (the launcher's plan has already refused bad values)."""
-    env = os.environ if env is None else env
-    return int(env.get(HEAL_TIMEOUT_VAR, "").strip() or DEFAULT_HEAL_TIMEOUT_S)
+    return knobs.get(os.environ if env is None else env, "FTSLURM_HEAL_TIMEOUT_S")
 
 
 def fix_heal_timeout() -> None:
@@ -221,7 +220,7 @@ FIXES = (
     Fix(
         "heal_timeout",
         SWITCHES["heal_timeout"],
-        f"a healing peer's download may take {HEAL_TIMEOUT_VAR}, not torchft's 60 s",
+        "a healing peer's download may take FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
         fix_heal_timeout,
     ),
     Fix(

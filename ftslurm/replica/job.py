@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import paths, runner
+from ftslurm import knobs, paths, runner
 from ftslurm.errors import UserError
 from ftslurm.replica import config_error, train
 from ftslurm.replica import plan as planlib
@@ -33,8 +33,8 @@ from ftslurm.replica import plan as planlib
 def default_torchrun(env: Mapping[str, str]) -> list[str]:
     """torchrun of the interpreter running us (the sbatch script picks it with
     FTSLURM_PYTHON), so the training runs in the same environment as the launcher."""
-    if env.get("FTSLURM_TORCHRUN"):
-        return [env["FTSLURM_TORCHRUN"]]
+    if torchrun := knobs.get(env, "FTSLURM_TORCHRUN"):
+        return [torchrun]
     sibling = Path(sys.executable).parent / "torchrun"
     return [str(sibling)] if sibling.exists() else ["torchrun"]
 
@@ -50,10 +50,6 @@ def head_node(env: Mapping[str, str]) -> str:
     if not out:
         raise UserError(f"`scontrol show hostnames {nodelist}` printed nothing; check Slurm")
     return out[0]
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _say(line: str) -> None:
@@ -102,7 +98,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     _say("command: " + plan.command_line())
     for note in plan.notes:
         _say(f"note: {note}")
-    if _truthy(env.get("FTSLURM_DRY_RUN")):
+    if knobs.get(env, "FTSLURM_DRY_RUN"):
         _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
         return 0
     if plan.device == "cpu":

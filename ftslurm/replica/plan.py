@@ -4,47 +4,9 @@ No I/O, no torch, no subprocesses: everything here is a function of the env mapp
 given (plus the project root and the node's hostname / head node passed in), so the sbatch
 scripts can be checked with a dry run and the argv can be tested against golden lists.
 
-Knobs (environment variables; defaults in brackets):
-
-    FTSLURM_PRESET          llama3_8b_ft | llama3_8b_diloco | debug_cpu | llama3_8b (classic)
-                            [llama3_8b_ft for FT jobs, llama3_8b for classic; debug_cpu on cpu]
-    DEVICE                  cuda | cpu [cuda; cpu implies the debug_cpu preset]
-    STEPS                   training steps [1000 on cuda, 200 on cpu]
-    GPUS_PER_NODE           ranks per node = dp_shard degree inside the node [8 on cuda, 1 on cpu]
-    PROCESS_GROUP           torchft's cross-replica process group [nccl on cuda, gloo on cpu]
-    FT_MODE                 per-step | diloco [from the preset: 8B ft = per-step, others diloco]
-    SYNC_STEPS              DiLoCo inner steps between outer syncs [from the TOML]
-    NUM_FRAGMENTS           DiLoCo model fragments [from the TOML]
-    PG_TIMEOUT_S            cross-replica process-group timeout in seconds, 1..86400 [TOML]
-    CHECKPOINT_FOLDER       torchtitan checkpoint folder [<dump folder>/checkpoint]
-    TORCHFT_LIGHTHOUSE      Lighthouse address [http://login-0:29510]
-    TORCHFT_QUORUM_RETRIES  quorum retries before a replica crashes, so replicas survive a
-                            Lighthouse restart [3]
-    FT_MAX_REQUEUES         self-requeues after a crash (counted by SLURM_RESTART_COUNT) [5]
-    WANDB_API_KEY           W&B logging on replica 0 only when set (never printed)
-    FTSLURM_REPLICA_ID / SLURM_ARRAY_TASK_ID       replica index
-    FTSLURM_GROUP_SIZE / SLURM_ARRAY_TASK_COUNT    number of replicas
-    FTSLURM_ATTEMPT / SLURM_RESTART_COUNT          attempt number [0]
-    FTSLURM_RUN_ID / SLURM_ARRAY_JOB_ID            names the run folder tft-<id> [local]
-    FTSLURM_DUMP_FOLDER     torchtitan dump folder [<outputs>/torchft/tft-<run id>]
-    FTSLURM_OUTPUTS         outputs folder [<project>/outputs]
-    FTSLURM_EXTRA_ARGS      extra torchtitan arguments, shell-quoted, appended last
-    FTSLURM_TORCHRUN        torchrun executable [torchrun]
-    RDZV_PORT               classic mode: c10d rendezvous port on the head node [29500]
-    FTSLURM_SINGLE_NODE=1   classic mode on this machine only: no srun, no head node lookup,
-                            one torchrun with its rendezvous on localhost (bench/gpu_overhead.py
-                            runs the classic baseline this way on a machine without Slurm)
-    FTSLURM_DRY_RUN=1       print banner, env and command; run nothing
-    FTSLURM_CHECKSUM_EVERY  parameter checksum every N committed steps [1 on cpu, 50 on
-                            cuda; 0 = off] (checksum.py)
-    FTSLURM_CHECKSUM_ASYNC  hash on a background thread from a host copy [1 on cuda, 0 on cpu];
-                            on cuda the copy is one pinned buffer of the rank's shard,
-                            page-locked at the first step (11.2 GB: ~8 s once on an H100)
-    FTSLURM_FIX_ASYNC_QUORUM / FTSLURM_FIX_OPTIMIZER_STATE / FTSLURM_FIX_UNSHARDED_ALLREDUCE /
-    FTSLURM_FIX_HEAL_TIMEOUT / FTSLURM_FIX_FT_CHECKPOINT_RETENTION
-                            =0 turns a fix off (fixes.py) [all on]
-    FTSLURM_HEAL_TIMEOUT_S  how long a survivor waits for a healing peer's checkpoint download,
-                            in seconds, 1..86400 [600; torchft's own is 60] (fixes.py)
+The knobs (environment variables), their types, defaults and ranges are in one registry,
+ftslurm/knobs.py (`python -m ftslurm.knobs --markdown` prints them); every one is read through
+it here, and `knobs.check` refuses a bad value before anything is built.
 """
 
 from __future__ import annotations
@@ -55,37 +17,32 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftslurm import knobs
 from ftslurm.errors import UserError
 
-DEFAULT_LIGHTHOUSE = "http://login-0:29510"
-DEFAULT_QUORUM_RETRIES = 3
-DEFAULT_MAX_REQUEUES = 5
-DEFAULT_RDZV_PORT = 29500
-HEAL_TIMEOUT_VAR = "FTSLURM_HEAL_TIMEOUT_S"
-DEFAULT_HEAL_TIMEOUT_S = 600  # an 8B heal (~12 GB per rank) at 25 Gbit/s per node: ~30 s
+DEFAULT_LIGHTHOUSE = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default  # doctor and the API show it
 TRAIN_MODULE = "ftslurm.replica.train"
 CONFIG_DIR = Path("slurm") / "configs"
-FT_MODES = ("per-step", "diloco")
 
 # Env names that must never be printed, whatever happens.
-SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN")
+SECRET_ENV = knobs.SECRETS
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A TOML config plus the defaults that go with it."""
+    """A TOML config plus the defaults that go with it (STEPS and the others that depend on
+    the device come from the knob registry)."""
 
     toml: str
     device: str
     ft_mode: str | None  # None: a classic (non-FT) preset
-    steps: int
 
 
-PRESETS: dict[str, Preset] = {
-    "llama3_8b_ft": Preset("llama3_8b_ft.toml", "cuda", "per-step", 1000),
-    "llama3_8b_diloco": Preset("llama3_8b_diloco.toml", "cuda", "diloco", 1000),
-    "debug_cpu": Preset("debug_cpu.toml", "cpu", "diloco", 200),
-    "llama3_8b": Preset("llama3_8b.toml", "cuda", None, 1000),
+PRESETS: dict[str, Preset] = {  # the names are FTSLURM_PRESET's choices in ftslurm/knobs.py
+    "llama3_8b_ft": Preset("llama3_8b_ft.toml", "cuda", "per-step"),
+    "llama3_8b_diloco": Preset("llama3_8b_diloco.toml", "cuda", "diloco"),
+    "debug_cpu": Preset("debug_cpu.toml", "cpu", "diloco"),
+    "llama3_8b": Preset("llama3_8b.toml", "cuda", None),
 }
 
 
@@ -143,42 +100,14 @@ def model_checkpoints_on(tt_args: list[str]) -> bool:
     return on
 
 
-MAX_PG_TIMEOUT_S = 86400
-PORT_RANGE = "is not a port (1 to 65535)"
-
-
-def _seconds(env: Mapping[str, str], name: str, default: int, example: int) -> int:
-    """A timeout knob in seconds, 1 s to a day: a typo (ms for s) would let a hung peer stall
-    a replica for days."""
-    too_long = (f"is more than a day ({MAX_PG_TIMEOUT_S} s); it is in seconds "
-                f"(e.g. {name}={example})")  # fmt: skip
-    return _int(env, [name], default, name, 1, (MAX_PG_TIMEOUT_S, too_long))
-
-
-def _int(
-    env: Mapping[str, str],
-    names: Sequence[str],
-    default: int | None,
-    what: str,
-    minimum: int | None = None,
-    maximum: tuple[int, str] | None = None,
-) -> int:
-    """The first of `names` set in `env` as an int, else `default`. `maximum`: (bound, what
-    the error says of a larger value), e.g. (65535, PORT_RANGE)."""
+def _first_int(env: Mapping[str, str], names: Sequence[str], default: int | None, what: str) -> int:
+    """The first of `names` set in `env` (the launcher's own knob, then the Slurm variable
+    that says the same), read by the rules of the knob `names[0]` if it is one; else
+    `default`."""
+    rules = knobs.KNOBS.get(names[0])
     for name in names:
-        raw = env.get(name, "").strip()
-        if raw:
-            try:
-                value = int(raw)
-            except ValueError:
-                raise UserError(
-                    f"{name}={raw!r} is not an integer; set {what} as a whole number"
-                ) from None
-            if minimum is not None and value < minimum:
-                raise UserError(f"{name}={value} must be at least {minimum}")
-            if maximum is not None and value > maximum[0]:
-                raise UserError(f"{name}={value} {maximum[1]}")
-            return value
+        if knobs.is_set(env, name):
+            return rules.parse(env[name], name) if rules else knobs.to_int(name, env[name])
     if default is None:
         raise UserError(
             f"{what} is unknown: run inside a Slurm job array or set {' / '.join(names)}"
@@ -188,16 +117,10 @@ def _int(
 
 def resolve_preset(env: Mapping[str, str], classic: bool = False) -> tuple[str, Preset, str]:
     """Pick the preset and the device; DEVICE=cpu alone means the debug_cpu preset."""
-    device = env.get("DEVICE", "").strip().lower()
-    name = env.get("FTSLURM_PRESET", "").strip()
-    if device and device not in ("cuda", "cpu"):
-        raise UserError(f"DEVICE={device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
+    device = knobs.get(env, "DEVICE") if knobs.is_set(env, "DEVICE") else None
+    name = knobs.get(env, "FTSLURM_PRESET")
     if not name:
         name = "debug_cpu" if device == "cpu" else ("llama3_8b" if classic else "llama3_8b_ft")
-    if name not in PRESETS:
-        raise UserError(
-            f"FTSLURM_PRESET={name!r} is unknown; use one of {', '.join(sorted(PRESETS))}"
-        )
     preset = PRESETS[name]
     device = device or preset.device
     if device != preset.device:
@@ -220,7 +143,7 @@ def resolve_preset(env: Mapping[str, str], classic: bool = False) -> tuple[str, 
 
 def _extra_args(env: Mapping[str, str]) -> list[str]:
     try:
-        return shlex.split(env.get("FTSLURM_EXTRA_ARGS", ""))
+        return shlex.split(knobs.get(env, "FTSLURM_EXTRA_ARGS") or "")
     except ValueError as e:  # "No closing quotation", "No escaped character"
         raise UserError(
             f"FTSLURM_EXTRA_ARGS={env['FTSLURM_EXTRA_ARGS']!r} does not parse ({e}): quote "
@@ -246,11 +169,15 @@ def lighthouse_address_problem(address: str) -> str | None:
 
 
 def _run_id(env: Mapping[str, str]) -> str:
-    return env.get("SLURM_ARRAY_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
+    return env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
 
 
 def _outputs(env: Mapping[str, str], root: Path) -> Path:
-    return Path(env["FTSLURM_OUTPUTS"]) if env.get("FTSLURM_OUTPUTS") else root / "outputs"
+    return Path(knobs.get(env, "FTSLURM_OUTPUTS") or root / "outputs")
+
+
+def _dump(env: Mapping[str, str], default: Path) -> str:
+    return knobs.get(env, "FTSLURM_DUMP_FOLDER") or str(default)
 
 
 def local_assets(root: Path) -> tuple[Path, Path]:
@@ -276,16 +203,14 @@ def _common_tt_args(
         args += [f"--model.hf_assets_path={tok}", f"--training.dataset_path={data}"]
     else:
         args.append(f"--model.hf_assets_path={hf_assets(root)}")
-    args.append(f"--training.steps={_int(env, ['STEPS'], preset.steps, 'STEPS', 1)}")
-    if env.get("CHECKPOINT_FOLDER"):
-        args.append(f"--checkpoint.folder={env['CHECKPOINT_FOLDER']}")
+    args.append(f"--training.steps={knobs.get(env, 'STEPS', device)}")
+    if folder := knobs.get(env, "CHECKPOINT_FOLDER"):
+        args.append(f"--checkpoint.folder={folder}")
     return args
 
 
 def _gpus(env: Mapping[str, str], device: str) -> int:
-    gpus = _int(env, ["GPUS_PER_NODE"], 8 if device == "cuda" else 1, "GPUS_PER_NODE")
-    if gpus < 1:
-        raise UserError(f"GPUS_PER_NODE={gpus} must be at least 1")
+    gpus = knobs.get(env, "GPUS_PER_NODE", device)
     if device == "cpu" and gpus != 1:
         raise UserError(
             "DEVICE=cpu runs one rank per replica (FSDP's reduce-scatter needs PREMUL_SUM, "
@@ -305,25 +230,22 @@ def _cpu_env(env: Mapping[str, str]) -> dict[str, str]:
 def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous)."""
+    knobs.check(env)
     name, preset, device = resolve_preset(env)
-    replica_id = _int(env, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
-    group_size = _int(env, ["FTSLURM_GROUP_SIZE", "SLURM_ARRAY_TASK_COUNT"], None, "group size")
+    replica_id = _first_int(env, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
+    group_size = _first_int(env, ["FTSLURM_GROUP_SIZE", "SLURM_ARRAY_TASK_COUNT"], None,
+                            "group size")  # fmt: skip
     if not 0 <= replica_id < group_size:
         raise UserError(
             f"replica id {replica_id} is outside 0..{group_size - 1}; "
             "submit with --array=0-<N-1> or fix FTSLURM_REPLICA_ID / FTSLURM_GROUP_SIZE"
         )
-    attempt = _int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt", 0)
+    attempt = _first_int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
     gpus = _gpus(env, device)
     run_id = _run_id(env)
-    dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / "torchft" / f"tft-{run_id}")
-
-    ft_mode = (env.get("FT_MODE") or preset.ft_mode or "per-step").strip().lower()
-    if ft_mode not in FT_MODES:
-        raise UserError(f"FT_MODE={ft_mode!r} is unknown; use FT_MODE=per-step or FT_MODE=diloco")
-    pg = (env.get("PROCESS_GROUP") or ("nccl" if device == "cuda" else "gloo")).strip().lower()
-    if pg not in ("nccl", "gloo"):
-        raise UserError(f"PROCESS_GROUP={pg!r} is unknown; use nccl (GPU) or gloo (CPU)")
+    dump = _dump(env, _outputs(env, root) / "torchft" / f"tft-{run_id}")
+    ft_mode = knobs.get(env, "FT_MODE") or preset.ft_mode or "per-step"
+    pg = knobs.get(env, "PROCESS_GROUP", device)
 
     tt = _common_tt_args(env, root, preset, device, dump)
     tt += [
@@ -334,23 +256,20 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         f"--fault_tolerance.group_size={group_size}",
         f"--fault_tolerance.process_group={pg}",
     ]
-    if env.get("FT_MODE") and ft_mode != preset.ft_mode:
+    if knobs.is_set(env, "FT_MODE") and ft_mode != preset.ft_mode:
         tt.append(
             "--fault_tolerance.semi_sync_method=" + ("diloco" if ft_mode == "diloco" else "None")
         )
     if ft_mode == "diloco":
-        if env.get("SYNC_STEPS", "").strip():
-            sync = _int(env, ["SYNC_STEPS"], 0, "SYNC_STEPS", 1)
+        if (sync := knobs.get(env, "SYNC_STEPS")) is not None:
             tt.append(f"--fault_tolerance.sync_steps={sync}")
-        if env.get("NUM_FRAGMENTS", "").strip():
-            n = _int(env, ["NUM_FRAGMENTS"], 1, "NUM_FRAGMENTS", 1)
+        if (n := knobs.get(env, "NUM_FRAGMENTS")) is not None:
             tt.append(f"--fault_tolerance.num_fragments={n}")
-    if env.get("PG_TIMEOUT_S", "").strip():
-        ms = _seconds(env, "PG_TIMEOUT_S", 0, 120) * 1000
-        tt.append(f"--fault_tolerance.process_group_timeout_ms={ms}")
-    heal_timeout = _seconds(env, HEAL_TIMEOUT_VAR, DEFAULT_HEAL_TIMEOUT_S, 900)
+    if (timeout_s := knobs.get(env, "PG_TIMEOUT_S")) is not None:
+        tt.append(f"--fault_tolerance.process_group_timeout_ms={timeout_s * 1000}")
+    heal_timeout = knobs.get(env, "FTSLURM_HEAL_TIMEOUT_S")
     notes = []
-    if env.get("WANDB_API_KEY"):
+    if knobs.is_set(env, "WANDB_API_KEY"):
         if replica_id == 0:
             tt.append("--metrics.enable_wandb")
         else:
@@ -359,14 +278,14 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
     if not model_checkpoints_on(tt):
         notes.append(NO_MODEL_CHECKPOINTS_NOTE)
 
-    lighthouse = env.get("TORCHFT_LIGHTHOUSE") or DEFAULT_LIGHTHOUSE
+    lighthouse = knobs.get(env, "TORCHFT_LIGHTHOUSE")
     problem = lighthouse_address_problem(lighthouse)
     if problem:
         raise UserError(
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
-    argv = list(torchrun or [env.get("FTSLURM_TORCHRUN") or "torchrun"])
+    argv = list(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"])
     argv += [
         "--nnodes=1",
         f"--nproc_per_node={gpus}",
@@ -379,13 +298,13 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
     ]
     child_env = {
         "TORCHFT_LIGHTHOUSE": lighthouse,
-        "TORCHFT_QUORUM_RETRIES": env.get("TORCHFT_QUORUM_RETRIES") or str(DEFAULT_QUORUM_RETRIES),
+        "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
         "FTSLURM_DEVICE": device,
         "FTSLURM_FT_MODE": ft_mode,
         "FTSLURM_REPLICA_ID": str(replica_id),
         "FTSLURM_GROUP_SIZE": str(group_size),
         "FTSLURM_ATTEMPT": str(attempt),
-        HEAL_TIMEOUT_VAR: str(heal_timeout),
+        "FTSLURM_HEAL_TIMEOUT_S": str(heal_timeout),
     }
     if device == "cpu":
         child_env.update(_cpu_env(env))
@@ -401,7 +320,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         run_id=run_id,
         dump_folder=dump,
         ft_mode=ft_mode,
-        max_requeues=_int(env, ["FT_MAX_REQUEUES"], DEFAULT_MAX_REQUEUES, "FT_MAX_REQUEUES", 0),
+        max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
         notes=notes,
     )
@@ -409,7 +328,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
 
 def single_node(env: Mapping[str, str]) -> bool:
     """FTSLURM_SINGLE_NODE=1: the classic job runs on this machine alone, without srun."""
-    return env.get("FTSLURM_SINGLE_NODE", "").strip().lower() in ("1", "true", "yes", "on")
+    return knobs.get(env, "FTSLURM_SINGLE_NODE")
 
 
 def preflight_ft(env: Mapping[str, str], root: Path, group_size: int = 1) -> Plan:
@@ -442,15 +361,18 @@ def build_classic_plan(
     With FTSLURM_SINGLE_NODE=1 the same torchrun command runs on this machine only (no srun,
     rendezvous on localhost), so a one-machine benchmark runs the very launcher path.
     """
+    knobs.check(env)
     name, preset, device = resolve_preset(env, classic=True)
     local = single_node(env)
     nnodes = (
-        1 if local else _int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
+        1
+        if local
+        else _first_int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
     )
     gpus = _gpus(env, device)
-    run_id = env.get("SLURM_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
-    dump = env.get("FTSLURM_DUMP_FOLDER") or str(_outputs(env, root) / f"classic-{run_id}")
-    port = _int(env, ["RDZV_PORT"], DEFAULT_RDZV_PORT, "RDZV_PORT", 1, (65535, PORT_RANGE))
+    run_id = env.get("SLURM_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
+    dump = _dump(env, _outputs(env, root) / f"classic-{run_id}")
+    port = knobs.get(env, "RDZV_PORT")
     tt = _common_tt_args(env, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
@@ -461,7 +383,7 @@ def build_classic_plan(
             "--fault_tolerance.no-enable",
         ]
     tt += _extra_args(env)
-    if env.get("WANDB_API_KEY"):
+    if knobs.is_set(env, "WANDB_API_KEY"):
         tt.append("--metrics.enable_wandb")
     srun = [
         "srun",
@@ -473,7 +395,7 @@ def build_classic_plan(
     ]
     argv = [
         *([] if local else srun),
-        *(torchrun or [env.get("FTSLURM_TORCHRUN") or "torchrun"]),
+        *(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
         f"--nnodes={nnodes}",
         f"--nproc_per_node={gpus}",
         "--rdzv_backend=c10d",
@@ -495,7 +417,7 @@ def build_classic_plan(
         device=device,
         replica_id=0,
         group_size=1,
-        attempt=_int(env, ["SLURM_RESTART_COUNT"], 0, "attempt"),
+        attempt=_first_int(env, ["SLURM_RESTART_COUNT"], 0, "attempt"),
         run_id=run_id,
         dump_folder=dump,
         ft_mode=None,
@@ -505,19 +427,6 @@ def build_classic_plan(
 
 def _no_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in SECRET_ENV}
-
-
-def sbatch_device_options(device: str) -> list[str]:
-    """sbatch options that turn the scripts' GPU #SBATCH lines into a CPU-node request.
-
-    The scripts carry the GPU settings (--gpus-per-task=8 --cpus-per-task=128 --exclusive) so a
-    plain `sbatch` works on GPU nodes; on a CPU cluster (CPUs=1 per node, no GRES) these
-    command-line options override them (command line beats #SBATCH), and DEVICE=cpu reaches
-    the job. Verified with Slurm 22.05: `--gpus-per-task=0` is accepted without a gpu GRES.
-    """
-    if device == "cpu":
-        return ["--gpus-per-task=0", "--cpus-per-task=1", "--export=ALL,DEVICE=cpu"]
-    return []
 
 
 def banner(time_text: str, plan: Plan, hostname: str) -> str:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ftslurm import knobs
+
 # The launcher's pid (set by job.py for torchrun): torchrun may die before this worker's
 # interpreter even starts, and an orphan's parent is then init, so `os.getppid()` alone cannot
 # tell; the launcher must still be an ancestor of a worker that may train.
@@ -33,13 +35,13 @@ def main() -> None:
 
     parent = os.getppid()
     die_with_parent()
-    launcher = os.environ.get(LAUNCHER_ENV, "")
+    launcher = knobs.get(os.environ, LAUNCHER_ENV)
     if os.getppid() != parent or (
-        launcher.isdigit() and not descends_from(int(launcher), os.getpid())
+        launcher is not None and not descends_from(launcher, os.getpid())
     ):
         sys.exit("torchrun (this worker's parent) is gone: not training as an orphan")
-    device = os.environ.get("FTSLURM_DEVICE") or os.environ.get("DEVICE") or "cuda"
-    fault_tolerant = bool(os.environ.get("FTSLURM_FT_MODE"))
+    device = knobs.get(os.environ, "FTSLURM_DEVICE") or knobs.get(os.environ, "DEVICE")
+    fault_tolerant = knobs.get(os.environ, "FTSLURM_FT_MODE") is not None
     argv = sys.argv[1:]
     if device == "cpu":
         from ftslurm.replica import cpu

@@ -1,0 +1,409 @@
+"""Every environment variable ftslurm reads (its "knobs"), in one typed registry.
+
+Why one registry: the knobs used to be listed by hand in plan.py's docstring, in
+`ftslurm submit` (the names it passes under a restricting --export), in the tests, in both
+sbatch scripts and in the README, and booleans were parsed three ways that disagreed
+(`FTSLURM_CHECKSUM_ASYNC=off` left it on). Now:
+
+- every read of a knob goes through `get` (one parser per type, one boolean parser:
+  1/0, true/false, yes/no, on/off; anything else is a `UserError` naming the knob);
+- `check` validates every public knob set in an environment: the launcher's plan calls it,
+  so `ftslurm submit`, the Python API and the launcher's own start refuse a bad value in one
+  line (exit 2) before the queue wait, not on every rank after it;
+- the knob tables of the sbatch scripts' headers and of the README are rendered from here
+  (`python -m ftslurm.knobs --write` rewrites them; tests/test_knobs.py fails when they drift).
+
+Imports nothing heavy (the standard library, ftslurm.errors and ftslurm.paths' file names):
+the launcher, the training worker and the CLI all read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from ftslurm import paths
+from ftslurm.errors import UserError
+
+Kind = Literal["int", "float", "bool", "choice", "str", "path"]
+KINDS = get_args(Kind)
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+DAY_S = 86400
+SCRIPTS = {"ft": paths.FT_SCRIPT, "classic": paths.CLASSIC_SCRIPT}
+FT, CLASSIC, BOTH = ("ft",), ("classic",), ("ft", "classic")
+
+
+def to_int(
+    name: str, raw: str, minimum: int | None = None, maximum: int | None = None, too_big: str = ""
+) -> int:
+    """`raw` (the value of variable `name`) as an int within the bounds; the one int parser.
+    `too_big`: what the error says of a value above `maximum` (default: the bound)."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise UserError(
+            f"{name}={raw!r} is not an integer: expected a whole number"
+            f"{_range_text(minimum, maximum)}"
+        ) from None
+    if minimum is not None and value < minimum:
+        raise UserError(f"{name}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise UserError(f"{name}={value} {too_big or f'must be at most {maximum}'}")
+    return value
+
+
+def to_float(name: str, raw: str, minimum: float | None = None) -> float:
+    """`raw` as a finite float >= `minimum`."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise UserError(f"{name}={raw!r} is not a number: expected one{_range_text(minimum)}")
+    if minimum is not None and value < minimum:
+        raise UserError(f"{name}={value:g} must be at least {minimum:g}")
+    return value
+
+
+def to_bool(name: str, raw: str) -> bool:
+    """The one boolean parser: 1/0, true/false, yes/no, on/off, in any case."""
+    word = raw.strip().lower()
+    if word in TRUE:
+        return True
+    if word in FALSE:
+        return False
+    raise UserError(f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
+
+
+def to_choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    """`raw` as one of `choices` (compared in lower case)."""
+    word = raw.strip().lower()
+    if word not in choices:
+        use = [f"{name}={c}" for c in choices]
+        alternatives = " or ".join([", ".join(use[:-1]), use[-1]] if len(use) > 1 else use)
+        raise UserError(f"{name}={raw!r} is not supported; use {alternatives}")
+    return word
+
+
+def _range_text(minimum: float | None, maximum: float | None = None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" from {minimum} to {maximum}"
+    if minimum is not None:
+        return f" >= {minimum}"
+    return f" <= {maximum}" if maximum is not None else ""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable: its type, default, allowed values and what it does.
+
+    `default` is the value on `DEVICE=cuda` (None: unset, or computed: `default_doc` says
+    how); `cpu_default`, when not None, the value on `DEVICE=cpu`. `where`: "job" (read on
+    the nodes by the launcher or the training worker: passed to the job and checked before
+    submitting), "cli" (read by the `ftslurm` commands). `public=False`: a channel between
+    ftslurm's own processes (set by the launcher, Slurm or `ftslurm lighthouse start`),
+    listed here but not in the docs' tables and not checked before submitting."""
+
+    name: str
+    kind: Kind
+    doc: str
+    default: Any = None
+    cpu_default: Any = None
+    default_doc: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    too_big: str = ""
+    where: Literal["job", "cli"] = "job"
+    scripts: tuple[str, ...] = BOTH
+    public: bool = True
+    secret: bool = False
+
+    def parse(self, raw: str, name: str | None = None) -> Any:
+        """`raw` (not blank) as this knob's type; errors name `name` (default: the knob's; a
+        Slurm variable read by the same rules passes its own)."""
+        name = name or self.name
+        if self.kind == "int":
+            return to_int(name, raw, self.minimum, self.maximum, self.too_big)
+        if self.kind == "float":
+            return to_float(name, raw, self.minimum)
+        if self.kind == "bool":
+            return to_bool(name, raw)
+        if self.kind == "choice":
+            return to_choice(name, raw, self.choices)
+        return raw
+
+    def default_for(self, device: str | None) -> Any:
+        if self.cpu_default is None:
+            return self.default
+        if device is None:
+            raise ValueError(f"{self.name}'s default depends on the device: pass it")
+        return self.cpu_default if device == "cpu" else self.default
+
+
+def _seconds(name: str, doc: str, example: int, **kw: Any) -> Knob:
+    """A timeout in seconds, 1 s to a day: a typo (ms for s) would let a hung peer stall a
+    replica for days."""
+    too_big = f"is more than a day ({DAY_S} s); it is in seconds (e.g. {name}={example})"
+    return Knob(name, "int", doc, minimum=1, maximum=DAY_S, too_big=too_big, **kw)
+
+
+def _fix(name: str, n: int, what: str) -> Knob:
+    return Knob(name, "bool", f"fix {n} (fixes.py): {what}; 0: upstream's way", True,
+                scripts=FT)  # fmt: skip
+
+
+PRESETS = ("llama3_8b_ft", "llama3_8b_diloco", "debug_cpu", "llama3_8b")  # plan.PRESETS
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    # ---- read on the nodes (launcher, training worker) --------------------------------------
+    Knob("DEVICE", "choice", "`cpu`: the debug model on CPU nodes", "cuda",
+         choices=("cuda", "cpu"), default_doc="`cuda` (`cpu` with `FTSLURM_PRESET=debug_cpu`)"),
+    Knob("FTSLURM_PRESET", "choice", "TOML and defaults",
+         choices=PRESETS,
+         default_doc="`llama3_8b_ft` (classic: `llama3_8b`; `DEVICE=cpu`: `debug_cpu`)"),
+    Knob("STEPS", "int", "training steps", 1000, 200, minimum=1),
+    Knob("GPUS_PER_NODE", "int", "ranks per node = FSDP degree in the node; 1 on cpu", 8, 1,
+         minimum=1),
+    Knob("PROCESS_GROUP", "choice", "torchft's cross-replica process group", "nccl", "gloo",
+         choices=("nccl", "gloo"), scripts=FT),
+    Knob("FT_MODE", "choice", "`per-step`: HSDP, a cross-replica all-reduce every step",
+         choices=("per-step", "diloco"), scripts=FT,
+         default_doc="from the preset"),
+    Knob("SYNC_STEPS", "int", "DiLoCo: inner steps between outer syncs", minimum=1,
+         default_doc="from the TOML", scripts=FT),
+    Knob("NUM_FRAGMENTS", "int", "DiLoCo: model fragments, synced in turn", minimum=1,
+         default_doc="from the TOML", scripts=FT),
+    _seconds("PG_TIMEOUT_S", "cross-replica process-group timeout, seconds", 120,
+             default_doc="from the TOML", scripts=FT),
+    Knob("CHECKPOINT_FOLDER", "path", "torchtitan's checkpoint folder",
+         default_doc="`<dump folder>/checkpoint`"),
+    Knob("TORCHFT_LIGHTHOUSE", "str", "the address `ftslurm lighthouse start` prints",
+         "http://login-0:29510", scripts=FT),
+    Knob("TORCHFT_QUORUM_RETRIES", "int", "quorum retries: replicas outlive a Lighthouse "
+         "restart", 3, minimum=0, scripts=FT),
+    Knob("FT_MAX_REQUEUES", "int", "self-requeues after a crash (per `SLURM_RESTART_COUNT`)",
+         5, minimum=0, scripts=FT),
+    Knob("WANDB_API_KEY", "str", "W&B logging (FT: from replica 0 only); never printed",
+         default_doc="unset", secret=True),
+    Knob("RDZV_PORT", "int", "c10d rendezvous port on the head node", 29500, minimum=1,
+         maximum=65535, too_big="is not a port (1 to 65535)", scripts=CLASSIC),
+    _seconds("FTSLURM_HEAL_TIMEOUT_S", "a survivor's wait for a healing peer's download "
+             "(torchft: 60 s)", 900, default=600, scripts=FT),
+    Knob("FTSLURM_CHECKSUM_EVERY", "int", "parameter checksum every N committed steps; 0 = off",
+         50, 1, minimum=0, scripts=FT),
+    Knob("FTSLURM_CHECKSUM_ASYNC", "bool", "hash on a thread, from a pinned host copy", True,
+         False, scripts=FT),
+    _fix("FTSLURM_FIX_ASYNC_QUORUM", 1, "the quorum ends before forward starts"),
+    _fix("FTSLURM_FIX_OPTIMIZER_STATE", 2, "a heal sends the live optimizer state"),
+    _fix("FTSLURM_FIX_UNSHARDED_ALLREDUCE", 3, "1-rank replicas average gradients"),
+    _fix("FTSLURM_FIX_HEAL_TIMEOUT", 4, "a heal may take `FTSLURM_HEAL_TIMEOUT_S`"),
+    _fix("FTSLURM_FIX_FT_CHECKPOINT_RETENTION", 5, "one FT dataloader checkpoint kept"),
+    Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs after one step",
+         True, scripts=FT),
+    Knob("FTSLURM_EXTRA_ARGS", "str", "torchtitan arguments, shell-quoted, appended last"),
+    Knob("FTSLURM_DUMP_FOLDER", "path", "torchtitan's dump folder",
+         default_doc="`<outputs>/torchft/tft-<job>`; classic: `<outputs>/classic-<job>`"),
+    Knob("FTSLURM_OUTPUTS", "path", "the outputs folder: logs, runs, state (the CLI's too)",
+         default_doc="`<checkout>/outputs`"),
+    Knob("FTSLURM_PYTHON", "path", "interpreter the scripts exec on the nodes",
+         default_doc="the submitting one (`ftslurm submit`); else `python3`"),
+    Knob("FTSLURM_TORCHRUN", "path", "torchrun executable",
+         default_doc="beside that interpreter, else `torchrun`"),
+    Knob("FTSLURM_SINGLE_NODE", "bool", "no srun: one torchrun here, rendezvous on localhost",
+         False, scripts=CLASSIC),
+    Knob("FTSLURM_DRY_RUN", "bool", "print the exact command; run nothing", False),
+    # ---- read by the ftslurm commands --------------------------------------------------------
+    Knob("FTSLURM_PROJECT", "path", "the checkout the state folders are in", where="cli",
+         default_doc="the package's checkout, else the current folder"),
+    Knob("FTSLURM_CLUSTER_DIR", "path", "the local Slurm cluster's state", where="cli",
+         default_doc="`<outputs>/cluster`"),
+    Knob("FTSLURM_LIGHTHOUSE_DIR", "path", "the managed Lighthouse's state and log",
+         where="cli", default_doc="`<outputs>/lighthouse`"),
+    Knob("FTSLURM_EVENTS", "path", "the event log of injected failures", where="cli",
+         default_doc="`<outputs>/events.jsonl`"),
+    Knob("FTSLURM_LIGHTHOUSE_BIN", "path", "`ftslurm lighthouse start --binary`", where="cli",
+         default_doc="torchft's Lighthouse, loaded directly"),
+    Knob("FTSLURM_LIGHTHOUSE_ADVERTISE", "str", "`ftslurm lighthouse start --advertise`",
+         where="cli", default_doc="the bind address if specific, else this hostname"),
+    Knob("FTSLURM_KILL_VIA", "choice", "how `ftslurm simulate-failure --mode kill` reaches the "
+         "workers: by pid on the local cluster, else `srun` + `pkill`", "auto",
+         choices=("auto", "srun", "local"), where="cli"),
+    Knob("HF_TOKEN", "str", "Hugging Face token of `ftslurm assets download`; never printed",
+         where="cli", default_doc="unset", secret=True),
+    # ---- internal channels (set by Slurm, the launcher or `ftslurm lighthouse start`) ------
+    Knob("FTSLURM_REPLICA_ID", "int", "replica index (else SLURM_ARRAY_TASK_ID)", public=False),
+    Knob("FTSLURM_GROUP_SIZE", "int", "number of replicas (else SLURM_ARRAY_TASK_COUNT)",
+         public=False),
+    Knob("FTSLURM_ATTEMPT", "int", "attempt number (else SLURM_RESTART_COUNT)", 0, minimum=0,
+         public=False),
+    Knob("FTSLURM_RUN_ID", "str", "names the run folder tft-<id> outside a Slurm job", "local",
+         public=False),
+    Knob("FTSLURM_DEVICE", "choice", "the device the launcher resolved, for the workers",
+         choices=("cuda", "cpu"), public=False),
+    Knob("FTSLURM_FT_MODE", "choice", "the FT mode, for the workers (unset: classic)",
+         choices=("per-step", "diloco"), public=False),
+    Knob("FTSLURM_LAUNCHER_PID", "int", "workers check the launcher is their ancestor",
+         public=False),
+    Knob("FTSLURM_CONFIG_ERROR_FILE", "path", "where a worker notes refused options",
+         public=False),
+    Knob("FTSLURM_LIGHTHOUSE_LOG", "path", "the managed Lighthouse's log", where="cli",
+         public=False),
+    Knob("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "int", "its log's rotation size", 0, minimum=0,
+         where="cli", public=False),
+)}  # fmt: skip
+
+SECRETS = tuple(k.name for k in KNOBS.values() if k.secret)
+INTERNAL = tuple(k.name for k in KNOBS.values() if not k.public)
+
+
+def public(where: str | None = None) -> list[Knob]:
+    """The public knobs, of one `where` ("job" or "cli") if given, in registry order."""
+    return [k for k in KNOBS.values() if k.public and where in (None, k.where)]
+
+
+def is_set(env: Mapping[str, str], name: str) -> bool:
+    """A knob counts as set when its value is not blank (an empty export is unset)."""
+    return bool(env.get(name, "").strip())
+
+
+def get(env: Mapping[str, str], name: str, device: str | None = None) -> Any:
+    """Knob `name` from `env`, parsed and checked (a `UserError` naming it otherwise), else
+    its default (on `device`, for knobs whose default depends on it)."""
+    knob = KNOBS[name]
+    if is_set(env, name):
+        return knob.parse(env[name])
+    return knob.default_for(device)
+
+
+def check(env: Mapping[str, str]) -> None:
+    """Every public knob set in `env` parses and is in range: the first bad one is a
+    `UserError` (one line, naming the knob and what it takes)."""
+    for knob in public():
+        if is_set(env, knob.name):
+            knob.parse(env[knob.name])
+
+
+# --------------------------------------------------------------------------------------------
+# The tables in the scripts' headers and the README, rendered from the registry
+
+README = "README.md"
+_HOW = "generated from ftslurm/knobs.py by `python -m ftslurm.knobs --write`"
+README_BEGIN = f"<!-- knobs: {_HOW}; edit them there -->"
+README_END = "<!-- end of knobs -->"
+SCRIPT_BEGIN = "# Knobs ("
+BOOLEANS = "booleans take 1/0, true/false, yes/no or on/off"
+
+
+def _description(knob: Knob, script: str | None = None) -> str:
+    """What the knob does and takes; in the README (no `script`) also its range and which
+    script reads it."""
+    notes = []
+    if knob.kind == "choice":
+        values = [f"`{c}`" for c in knob.choices]
+        notes.append(" or ".join([", ".join(values[:-1]), values[-1]]))
+    elif knob.kind in ("int", "float") and script is None:
+        notes.append(_range_text(knob.minimum, knob.maximum).strip())
+    if script is None and knob.where == "job" and knob.scripts != BOTH:
+        notes.append("FT script only" if knob.scripts == FT else "classic script only")
+    return f"{knob.doc} ({'; '.join(notes)})" if notes else knob.doc
+
+
+def _default(knob: Knob) -> str:
+    """The default in Markdown: constants as code, computed ones as `default_doc` says."""
+    if knob.default_doc:
+        return knob.default_doc
+
+    def code(v: Any) -> str:
+        return f"`{int(v) if isinstance(v, bool) else v}`"
+
+    if knob.default is None:
+        return ""
+    if knob.cpu_default is None:
+        return code(knob.default)
+    return f"{code(knob.default)} ({code(knob.cpu_default)} with `DEVICE=cpu`)"
+
+
+def markdown() -> str:
+    """The README's knob tables (variable | default | description) between their markers."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    def table(knobs: list[Knob]) -> list[str]:
+        rows = ["| variable | default | description |", "|---|---|---|"]
+        return rows + [f"| `{k.name}` | {cell(_default(k))} | {cell(_description(k))} |"
+                       for k in knobs]  # fmt: skip
+
+    lines = [README_BEGIN, f"Read on the nodes (export them before `ftslurm submit` or `sbatch`; "
+             f"{BOOLEANS}):", "", *table(public("job")), "", "Read by the `ftslurm` commands:",
+             "", *table(public("cli")), README_END]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def shell_comment(script: str) -> str:
+    """The knob list of a script's header comment ("ft" or "classic"), through the `#` line
+    that ends it; lines wrapped at 100 characters."""
+    knobs = [k for k in public("job") if script in k.scripts]
+    indent = "#   " + " " * (max(len(k.name) for k in knobs) + 2)
+    lines = [f"{SCRIPT_BEGIN}environment variables exported to the job; {BOOLEANS};",
+             f"# {_HOW}):"]  # fmt: skip
+    for k in knobs:
+        default = _default(k)
+        text = f"{_description(k, script)}{f' [{default}]' if default else ''}".replace("`", "")
+        first = f"#   {k.name:<{len(indent) - 4}}{text}"
+        lines += textwrap.wrap(first, 100, subsequent_indent=indent, break_on_hyphens=False)
+    return "\n".join([*lines, "#"]) + "\n"
+
+
+def _replace(text: str, begin: str, end: str, block: str) -> str:
+    """`text` with the lines from the one starting with `begin` through the one equal to
+    `end` replaced by `block`."""
+    pattern = re.compile(rf"^{re.escape(begin)}.*?^{re.escape(end)}\n", re.MULTILINE | re.DOTALL)
+    new, count = pattern.subn(lambda _: block, text, count=1)
+    if count != 1:
+        raise UserError(f"no knob block ({begin!r} ... {end!r}) to replace")
+    return new
+
+
+def rendered(root: Path) -> dict[Path, str]:
+    """Each generated file's text with its knob block as the registry renders it now."""
+    out = {}
+    readme = root / README
+    out[readme] = _replace(readme.read_text(), README_BEGIN, README_END, markdown())
+    for script, name in SCRIPTS.items():
+        path = root / name
+        out[path] = _replace(path.read_text(), SCRIPT_BEGIN, "#", shell_comment(script))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ftslurm.knobs", description=__doc__.split(
+        "\n", 1)[0])  # fmt: skip
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--markdown", action="store_true", help="the README's knob tables")
+    what.add_argument("--shell-comment", choices=sorted(SCRIPTS), help="a script's knob list")
+    what.add_argument("--write", action="store_true",
+                      help="rewrite the knob blocks of the README and both scripts")  # fmt: skip
+    a = parser.parse_args(argv)
+    if a.markdown:
+        sys.stdout.write(markdown())
+    elif a.shell_comment:
+        sys.stdout.write(shell_comment(a.shell_comment))
+    else:
+        for path, text in rendered(paths.project_root()).items():
+            if path.read_text() != text:
+                path.write_text(text)
+                print(f"rewrote the knobs of {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
