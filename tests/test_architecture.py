@@ -107,7 +107,7 @@ def test_checker_finds_a_cycle_and_resolves_imports(tmp_path: Path) -> None:
     # function-level and relative imports count; `from pkg import module` names the module
     timeline = imports_of(mods["ftslurm.report.timeline"], set(mods))
     assert "ftslurm.report.lines" in timeline
-    assert "ftslurm.commands.submit" in imports_of(mods["ftslurm.demo"], set(mods))
+    assert "ftslurm.resources" in imports_of(mods["ftslurm.demo"], set(mods))
 
 
 # ---------------------------------------------------------------- the rules
@@ -128,11 +128,6 @@ def _in_commands(module: str) -> bool:
     return module == "ftslurm.commands" or module.startswith("ftslurm.commands.")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ftslurm/demo.py imports ftslurm.commands.submit.device_overrides; issue 27 moves "
-           "that function out of the CLI layer: remove this mark once that is merged",
-)
 def test_only_the_cli_imports_commands() -> None:
     bad = sorted(
         f"{m} -> {i}" for m, deps in import_graph().items()
