@@ -88,10 +88,10 @@ def test_download_fetches_the_three_files(tmp_path: Path) -> None:
 def test_cli_download_without_network_blames_the_network(tmp_path: Path) -> None:
     """The real huggingface_hub, offline (HF_HUB_OFFLINE=1: what it does when the Hub cannot
     be reached, without the retries): the error names the network, not the repository."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": TOKEN}
     r = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "assets", "download", "--dest", str(tmp_path / "dl"),
-         "--token", TOKEN], capture_output=True, text=True, timeout=60, env=env,
+        [sys.executable, "-m", "ftslurm", "assets", "download", "--dest", str(tmp_path / "dl")],
+        capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("Error: cannot download tokenizer.json from huggingface.co")
