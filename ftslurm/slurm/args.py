@@ -82,6 +82,12 @@ def srun_probe_cmd(node: str, partition: str, argv: Sequence[str]) -> list[str]:
             "--quiet", *argv]  # fmt: skip
 
 
+def srun_step_cmd(job_id: int, node: str, argv: Sequence[str]) -> list[str]:
+    """`argv` as a step of running job `job_id` on `node`, beside its running step (--overlap)."""
+    return ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", *argv]  # fmt: skip
+
+
 _JOB_ID_LINE = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
 
 
