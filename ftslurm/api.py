@@ -44,7 +44,7 @@ resume from its own checkpoint: it heals from a live peer. So the sbatch array k
   partition's (`timeout_min=` sets one).
 
 submitit runs `sbatch` itself (its own subprocess call, inside the library this API is built
-on); everything else here (state, cancel) goes through `ftslurm.slurm.client` / the runner.
+on); everything else here (state, cancel) goes through `ftslurm.slurm.client`.
 `submitit`'s job state uses `sacct`, which clusters without accounting (the local cluster)
 lack, so states come from `squeue`.
 """
@@ -68,6 +68,7 @@ from ftslurm import paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.resources import CLASSIC_JOB_NAME, CPU_NODE, FT_JOB_NAME, GPU_NODE
+from ftslurm.slurm import client
 
 SUBMITIT_DIRNAME = "submitit"
 # Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
@@ -201,8 +202,6 @@ class ReplicaHandle:
     @property
     def state(self) -> str:
         """Slurm's state (PENDING, RUNNING, COMPLETED, ...), or UNKNOWN once Slurm forgot it."""
-        from ftslurm.slurm import client
-
         for j in client.jobs(self.array_job_id):
             if j.key == self.job_id or (j.array_task_id is None and str(j.job_id) == self.job_id):
                 return j.state
@@ -236,7 +235,7 @@ class ReplicaHandle:
             return ""
 
     def cancel(self) -> None:
-        _scancel(self.job_id)
+        client.scancel(self.job_id)
 
     def wait(self, timeout: float = 3600, interval: float = 2.0) -> str:
         """Wait until Slurm says this job finished; return its final state (UNKNOWN when
@@ -264,7 +263,6 @@ class FTArray:
 
     def _snapshot(self) -> tuple[dict[int, str], set[int]]:
         """The states and the replicas held by Slurm (`scontrol release`), one squeue call."""
-        from ftslurm.slurm import client
         from ftslurm.slurm.parse import is_held
 
         by_task = {j.array_task_id: j for j in client.jobs(self.job_id)}
@@ -315,18 +313,12 @@ class FTArray:
 
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""
-        _scancel(str(self.job_id))
+        client.scancel(str(self.job_id))
 
     def report_command(self, lighthouse_log: str | Path | None = None) -> list[str]:
         """The `ftslurm report` command line for this run."""
         cmd = ["ftslurm", "report", str(self.log_dir)]
         return [*cmd, "--lighthouse", str(lighthouse_log)] if lighthouse_log else cmd
-
-
-def _scancel(job: str) -> None:
-    from ftslurm.slurm import client
-
-    client._slurm(["scancel", job])
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,41 +377,10 @@ def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
     return address
 
 
-def parse_time_limit(text: str) -> int:
-    """sinfo's `%l` (`infinite`, `1-00:00:00`, `2:00:00`, `30:00`, `30`) -> minutes, 0 = none."""
-    text = text.strip().lower()
-    if not text or text in ("infinite", "unlimited", "n/a"):
-        return 0
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 3:
-        h, m, s = parts
-    elif len(parts) == 2:
-        h, (m, s) = (0, parts) if not days else (parts[0], (parts[1], 0))
-    else:
-        h, m, s = (parts[0], 0, 0) if days else (0, parts[0], 0)
-    return days * 24 * 60 + h * 60 + m + (1 if s else 0)
-
-
 def partition_time_limit(partition: str | None) -> int:
     """The partition's time limit in minutes (0 = none): a replica should run as long as the
     partition allows. submitit always writes --time (default 5 min), so we pass this one."""
-    from ftslurm.slurm import client
-
-    out = client._slurm(["sinfo", "-h", "-o", "%P %l"]).stdout
-    limits = {}
-    default = None
-    for line in out.splitlines():
-        if not line.strip():
-            continue
-        name, limit = line.split()[:2]
-        if name.endswith("*"):
-            name = name.rstrip("*")
-            default = name
-        limits[name] = parse_time_limit(limit)
+    limits, default = client.partition_limits()
     key = partition or default
     if key not in limits:
         raise UserError(
@@ -476,8 +437,6 @@ def _slurm_conf_for_submitit() -> Iterator[None]:
     """submitit runs `sbatch` with os.environ: give it SLURM_CONF when ftslurm would find the
     local cluster's, for the duration of the submission only (it is exported to the job too,
     where the launcher's `scontrol requeue` needs it)."""
-    from ftslurm.slurm import client
-
     conf = client.slurm_env().get("SLURM_CONF")
     if conf is None or "SLURM_CONF" in os.environ:
         yield

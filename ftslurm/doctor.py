@@ -21,16 +21,18 @@ import json
 import os
 import re
 import secrets as pysecrets
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ftslurm import paths
+from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from ftslurm.runner import CommandError
+from ftslurm.slurm import client
+from ftslurm.slurm.parse import NodeRow
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
-SLURM_TOOLS = ("sinfo", "squeue", "sbatch", "srun", "scontrol", "scancel")
 SRUN_TIMEOUT_S = 60.0
 # A probe run on a compute node with the interpreter the sbatch scripts exec.
 LIGHTHOUSE_PROBE = (
@@ -101,35 +103,6 @@ class Probe:
     ok: bool
     output: str  # its last line (stdout, else stderr)
     where: str  # node name, or "login node"
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    """One line of `sinfo -N -o '%N|%P|%T|%G'` (a node in two partitions is two rows)."""
-
-    name: str
-    partition: str
-    state: str
-    gres: str
-
-    @property
-    def idle(self) -> bool:
-        """Idle capacity, power-saving states included (`idle~`: Slurm powers it up)."""
-        return self.state.rstrip("*~#!%$@^").lower() == "idle"
-
-    @property
-    def ready(self) -> bool:
-        """Idle and usable this minute, for the srun probes: `idle*` (not responding), `idle~`
-        (powered down), `idle#`, `idle%`, `idle@`, ... would make a probe fail or wait past
-        its --immediate, and blame the Lighthouse address or the filesystem."""
-        return self.state.lower() == "idle"
-
-    @property
-    def responding(self) -> bool:
-        base = re.split(r"[*~#!%$@^+\-]", self.state.lower(), maxsplit=1)[0]
-        return "*" not in self.state and base not in (
-            "down", "drained", "drain", "fail", "future", "unknown", "inval", "maint",
-        )  # fmt: skip
 
 
 @dataclass
@@ -206,27 +179,6 @@ def check_controller(rc: int | None, output: str, slurm_conf: str | None) -> Che
         "start slurmctld (systemctl start slurmctld, or on one machine: sudo ftslurm cluster "
         "up) or point SLURM_CONF at the running cluster's slurm.conf",
     )  # fmt: skip
-
-
-def parse_sinfo_rows(text: str) -> list[NodeRow]:
-    """`sinfo -h -N -o '%N|%P|%T|%G'` -> rows (the default partition loses its `*`)."""
-    rows = []
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 4:
-            name, part, state, gres = (p.strip() for p in parts)
-            rows.append(NodeRow(name, part.rstrip("*"), state, gres))
-    return rows
-
-
-def parse_partitions(text: str) -> dict[str, str]:
-    """`sinfo -h -o '%R|%a'` -> {partition: up|down|drain|inact}."""
-    out = {}
-    for line in text.splitlines():
-        if "|" in line:
-            name, avail = line.strip().split("|", 1)
-            out[name.strip()] = avail.strip().lower()
-    return out
 
 
 def check_partitions(
@@ -658,15 +610,11 @@ def _last_line(*texts: str, limit: int = 200) -> str:
     return ""
 
 
-def _srun(node: NodeRow, argv: Sequence[str], env: Mapping[str, str], limit: int = 200) -> Probe:
-    from ftslurm.runner import CommandError, run
-
-    cmd = ["srun", "-N1", "-n1", "-w", node.name, "-p", node.partition, "-t", "1",
-           "--immediate=30", "--quiet", *argv]  # fmt: skip
+def _srun(node: NodeRow, argv: Sequence[str], slurm: client.SlurmClient, limit: int = 200) -> Probe:
     try:
-        out = run(cmd, timeout=SRUN_TIMEOUT_S, env=env, check=False)
-    except CommandError as e:
-        return Probe(False, e.reason or e.one_line(), node.name)
+        out = slurm.probe(node.name, node.partition, argv, timeout=SRUN_TIMEOUT_S)
+    except (CommandError, UserError) as e:  # srun missing or past its timeout
+        return Probe(False, getattr(e, "reason", "") or str(e), node.name)
     return Probe(out.returncode == 0, _last_line(out.stdout, out.stderr, limit=limit), node.name)
 
 
@@ -703,13 +651,11 @@ def _installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
 
 def run_checks(cfg: DoctorConfig) -> list[Check]:
     """Observe and judge, in order; a dead controller skips what needs it."""
-    from ftslurm.runner import CommandError, run
-    from ftslurm.slurm import client
-
     checks: list[Check] = []
     env = client.slurm_env(check_conf=False)
     env.update({k: v for k, v in cfg.env.items() if k == "SLURM_CONF"})
-    found = {t: shutil.which(t, path=env.get("PATH")) for t in SLURM_TOOLS}
+    slurm = client.current(env=env)
+    found = slurm.tools()
     checks.append(check_tools(found))
     controller_ok = False
     conf = env.get("SLURM_CONF")
@@ -717,11 +663,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         checks.append(Check("slurm controller", FAIL, f"SLURM_CONF={conf} is not a file",
                             "unset SLURM_CONF, or export the cluster's slurm.conf"))  # fmt: skip
     elif found["scontrol"]:
-        try:
-            out = run(["scontrol", "ping"], timeout=30, env=env, check=False)
-            ctl = check_controller(out.returncode, out.stdout + out.stderr, env.get("SLURM_CONF"))
-        except CommandError as e:
-            ctl = check_controller(None, e.one_line(), env.get("SLURM_CONF"))
+        ctl = check_controller(*slurm.ping(), env.get("SLURM_CONF"))
         checks.append(ctl)
         controller_ok = ctl.status == PASS
     else:
@@ -734,15 +676,10 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     skipped = "the Slurm controller is not answering"
     if controller_ok:
         try:
-            rows = parse_sinfo_rows(
-                run(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%G"], timeout=30, env=env).stdout
-            )
-            parts = parse_partitions(
-                run(["sinfo", "-h", "-o", "%R|%a"], timeout=30, env=env).stdout
-            )
+            rows, parts = slurm.node_rows(), slurm.partitions()
             checks.append(check_partitions(parts, rows, cfg.replicas))
-        except CommandError as e:
-            checks.append(Check("partitions and idle nodes", FAIL, e.one_line(),
+        except (CommandError, UserError) as e:
+            checks.append(Check("partitions and idle nodes", FAIL, str(e),
                                 "check the controller's log (slurmctld.log)"))  # fmt: skip
         idle_node = probe_node(rows, parts)
         try:
@@ -761,7 +698,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     node_probe = None
     if idle_node is not None:
         node_probe = _srun(idle_node, [cfg.node_python, "-c", LIGHTHOUSE_PROBE, cfg.lighthouse],
-                           env)  # fmt: skip
+                           slurm)  # fmt: skip
     managed = None if (node_probe and node_probe.ok) else _managed_lighthouse_address()
     checks.append(check_lighthouse(cfg.lighthouse, cfg.lighthouse_from_env, node_probe, login,
                                    skipped, managed))  # fmt: skip
@@ -781,8 +718,8 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     for name in planlib.SECRET_ENV:
         checks.append(check_secret(name, cfg.env, cfg.device, tok.status == PASS))
 
-    checks.append(_shared_fs(cfg, idle_node, env, skipped))
-    checks.append(_peer_addresses(cfg, idle_node, rows, parts, env, skipped))
+    checks.append(_shared_fs(cfg, idle_node, slurm, skipped))
+    checks.append(_peer_addresses(cfg, idle_node, rows, parts, slurm, skipped))
     return checks
 
 
@@ -791,23 +728,23 @@ def _peer_addresses(
     node: NodeRow | None,
     rows: Sequence[NodeRow],
     parts: Mapping[str, str],
-    env: Mapping[str, str],
+    slurm: client.SlurmClient,
     skipped: str,
 ) -> Check:
     if node is None:
         return check_peer_addresses(None, None, skipped)
-    advertiser = _srun(node, [cfg.node_python, "-c", ADVERTISE_PROBE], env, limit=1000)
+    advertiser = _srun(node, [cfg.node_python, "-c", ADVERTISE_PROBE], slurm, limit=1000)
     info = parse_advertise_probe(advertiser.output) if advertiser.ok else None
     if info is None:
         return check_peer_addresses(advertiser, None)
     others = [r for r in rows if r.name != node.name]
     peer = probe_node(others, parts) or node
     names = [info["host"], info["fqdn"]]
-    resolver = _srun(peer, [cfg.node_python, "-c", RESOLVE_PROBE, *names], env, limit=2000)
+    resolver = _srun(peer, [cfg.node_python, "-c", RESOLVE_PROBE, *names], slurm, limit=2000)
     return check_peer_addresses(advertiser, resolver)
 
 
-def _shared_fs(cfg: DoctorConfig, node: NodeRow | None, env: Mapping[str, str],
+def _shared_fs(cfg: DoctorConfig, node: NodeRow | None, slurm: client.SlurmClient,
                skipped: str) -> Check:  # fmt: skip
     probe_dir = cfg.outputs / ".doctor"
     token = pysecrets.token_hex(8)
@@ -821,7 +758,7 @@ def _shared_fs(cfg: DoctorConfig, node: NodeRow | None, env: Mapping[str, str],
         return Check("shared filesystem", FAIL, f"cannot write {path}: {e.strerror}",
                      "make the outputs folder writable (or set FTSLURM_OUTPUTS)")  # fmt: skip
     try:
-        return check_shared_fs(path, _srun(node, ["cat", str(path)], env), token)
+        return check_shared_fs(path, _srun(node, ["cat", str(path)], slurm), token)
     finally:
         path.unlink(missing_ok=True)
 

@@ -17,8 +17,10 @@ import pytest
 import ftslurm
 from ftslurm import api, lighthouse
 from ftslurm.errors import UserError
-from ftslurm.slurm import client
+from ftslurm.slurm import args, client
 from ftslurm.wait import free_port, wait_for
+from tests import fakeslurm
+from tests.fakeslurm import FakeSlurm
 from tests.ftjob import ANSI_RE, KNOB_ENV_RE, resume_all_nodes, start_lighthouse
 
 submitit = pytest.importorskip("submitit")
@@ -34,32 +36,17 @@ def test_package_exports_the_api_lazily():
 
 
 @pytest.mark.parametrize(
-    "text,minutes",
-    [("infinite", 0), ("UNLIMITED", 0), ("30", 30), ("30:00", 30), ("2:00:00", 120),
-     ("1-00:00:00", 1440), ("1-02:30:00", 1590), ("10:30", 11)],
-)  # fmt: skip
-def test_parse_time_limit(text, minutes):
-    assert api.parse_time_limit(text) == minutes
-
-
-@pytest.mark.parametrize(
     "recorded, partition, minutes",
     [("infinite", None, 0), ("infinite", "main", 0), ("2days", None, 2 * 1440 + 3 * 60 + 5)],
 )
-def test_partition_time_limit_from_sinfo(recorded, partition, minutes, tmp_path, monkeypatch):
+def test_partition_time_limit_from_sinfo(recorded, partition, minutes, monkeypatch):
     """`sinfo -h -o '%P %l'` recorded on the local cluster (MaxTime UNLIMITED, and
     2-03:04:05, which Slurm shows rounded up to 2-03:05:00): the --time every replica gets,
-    the default partition's (marked *) when none is named. sinfo is a stand-in on PATH that
-    prints the recording."""
-    out = Path(__file__).parent / "fixtures" / "slurm" / f"sinfo_partition_limits_{recorded}.txt"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sinfo").write_text(f'#!/bin/sh\ncat "{out}"\n')
-    (bin_dir / "sinfo").chmod(0o755)
-    (tmp_path / "slurm.conf").write_text("")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    the default partition's (marked *) when none is named."""
+    fake = FakeSlurm().install(monkeypatch)
+    fake.on(args.sinfo_limits_cmd(), fakeslurm.recorded(f"sinfo_partition_limits_{recorded}.txt"))
     assert api.partition_time_limit(partition) == minutes
+    assert fake.calls == [["sinfo", "-h", "-o", "%P %l"]]
     with pytest.raises(UserError, match=r"partition 'h100' not found \(sinfo lists main\)"):
         api.partition_time_limit("h100")
 
@@ -243,23 +230,28 @@ def test_wait_until_stops_when_a_replica_has_ended(tmp_path):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("recorded", ["squeue_requeue_hold.json", "squeue_requeue_hold.txt"])
-def test_wait_until_stops_on_a_held_replica(tmp_path, monkeypatch, fixtures_dir, recorded):
+def test_wait_until_stops_on_a_held_replica(tmp_path, monkeypatch, recorded):
     """Recorded on Slurm 22.05 after `scontrol requeuehold 4_0`: PENDING with a hold reason
-    (JobHeldUser in --json, "job requeued in held state" in text); it never runs by itself,
-    so wait_until says so instead of waiting out its timeout."""
-    from ftslurm.slurm import client, parse
-
-    text = (fixtures_dir / "slurm" / recorded).read_text()
-    jobs = (parse.parse_squeue_json if recorded.endswith(".json") else parse.parse_squeue_text)(
-        text)  # fmt: skip
-    monkeypatch.setattr(client, "jobs",
-                        lambda job=None: [j for j in jobs if job in (j.job_id, j.array_job_id)])
+    (JobHeldUser in --json, "job requeued in held state" in text, from a Slurm without
+    `squeue --json`); it never runs by itself, so wait_until says so instead of waiting out
+    its timeout."""
+    squeue = args.squeue_json_cmd() if recorded.endswith(".json") else ["squeue", "-r"]
+    fake = FakeSlurm().on(squeue, fakeslurm.recorded(recorded)).install(monkeypatch)
     handles = [api.ReplicaHandle(f"4_{i}", i, tmp_path / "x") for i in range(3)]
     run = api.FTArray(4, handles, tmp_path, "", tmp_path)
     assert run.states()[0] == "PENDING"
     with pytest.raises(ftslurm.ReplicaEnded, match=r"replica 0 of job 4 is held \(PENDING\): "
                        r"it will not be RUNNING until released \(scontrol release 4_0\)"):
         run.wait_until("RUNNING", timeout=20, interval=0.02, ended_grace=0.2)
+    assert {tuple(c[:2]) for c in fake.calls} <= {("squeue", "--json"), ("squeue", "-r"),
+                                                  ("scontrol", "show")}  # fmt: skip
+
+
+def test_cancel_is_one_scancel_of_the_array(tmp_path, monkeypatch):
+    fake = FakeSlurm().on(["scancel"], "").install(monkeypatch)
+    api.FTArray(4, [api.ReplicaHandle("4_1", 1, tmp_path / "x")], tmp_path, "", tmp_path).cancel()
+    api.ReplicaHandle("4_1", 1, tmp_path / "x").cancel()
+    assert fake.calls == [["scancel", "4"], ["scancel", "4_1"]]
 
 
 def test_replica_task_env_lets_slurm_name_the_replica_and_pickles(tmp_path):

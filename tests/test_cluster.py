@@ -17,8 +17,10 @@ from ftslurm.cli import cli
 from ftslurm.cluster import local
 from ftslurm.cluster.config import ClusterSpec, node_command, render_hosts, render_slurm_conf
 from ftslurm.errors import UserError
-from ftslurm.slurm import client
+from ftslurm.runner import Completed
+from ftslurm.slurm import args, client
 from ftslurm.wait import wait_for
+from tests.fakeslurm import FakeSlurm, recorded
 from tests.ftjob import env_without
 
 GOLDEN = Path(__file__).parent / "fixtures" / "cluster"
@@ -205,6 +207,26 @@ def test_missing_packages_name_the_install_command(monkeypatch):
         UserError, match="apt-get install -y --no-install-recommends slurm-wlm munge"
     ):
         local.ensure_packages(install=False)
+
+
+def test_nodes_and_jobs_of_a_cluster_through_the_client(tmp_path, monkeypatch):
+    """`up` waits on the nodes' states and refuses to restart under queued jobs; a controller
+    that does not answer yet (any refusal) is no nodes and no jobs, not an error."""
+    spec = ClusterSpec(state_dir=str(tmp_path))
+    ids = "\n".join(r.split("|")[0] for r in recorded("squeue_requeue_hold.txt").splitlines())
+    fake = FakeSlurm().install(monkeypatch)
+    fake.on(args.sinfo_nodes_cmd(), recorded("sinfo_down.txt")).on(args.squeue_ids_cmd(), ids)
+    assert local.node_states(spec) == {"worker-0": "allocated", "worker-1": "down"}
+    assert local.active_jobs(spec) == ["1", "3", "4", "7"]
+    assert fake.calls == [args.sinfo_nodes_cmd(), args.squeue_ids_cmd()]
+    no_conf = Completed([], 1, "", "squeue: error: Could not establish a configuration source")
+    FakeSlurm().on(["squeue"], no_conf).install(monkeypatch)
+    assert local.active_jobs(spec) == []  # the UserError, swallowed
+    FakeSlurm().install(monkeypatch)
+    assert local.active_jobs(spec) == []  # exit code 1
+    FakeSlurm(missing=["sinfo"]).install(monkeypatch)
+    with pytest.raises(UserError, match="`sinfo` not found"):
+        local.node_states(spec)
 
 
 def test_wait_helper_times_out_quickly():

@@ -17,9 +17,11 @@ import pytest
 from ftslurm import doctor as d
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from ftslurm.runner import Completed
+from ftslurm.slurm import args
+from ftslurm.slurm.parse import parse_partitions, parse_sinfo_rows
+from tests.fakeslurm import FakeSlurm, recorded
 from tests.ftjob import ROOT
-
-SLURM_FIX = Path(__file__).parent / "fixtures" / "slurm"
 
 # hand-written, not recorded (no GPU cluster here): `sinfo -N -o '%N|%P|%T|%G'` rows as Slurm
 # prints GRES with socket affinity, `gpu:<type>:<count>(S:<sockets>)`
@@ -52,22 +54,22 @@ def test_controller_up_down_and_unconfigured():
 
 def _sinfo(name: str) -> str:
     """The doctor's own sinfo calls, recorded on the local cluster (tests/fixtures/slurm)."""
-    return (SLURM_FIX / f"doctor_sinfo_{name}.txt").read_text()
+    return recorded(f"doctor_sinfo_{name}.txt")
 
 
 def test_partitions_and_idle_nodes():
-    rows = d.parse_sinfo_rows(_sinfo("nodes_idle"))
+    rows = parse_sinfo_rows(_sinfo("nodes_idle"))
     assert [(r.name, r.partition) for r in rows] == [("worker-0", "main"), ("worker-1", "main")]
-    up = d.parse_partitions(_sinfo("partitions_up"))
+    up = parse_partitions(_sinfo("partitions_up"))
     assert up == {"main": "up"}
     ok = d.check_partitions(up, rows, 2)
     assert ok.status == d.PASS and ok.detail == (
         "partitions up: main; 2 idle of 2 nodes (worker-0, worker-1)")
     too_many = d.check_partitions(up, rows, 3)
     assert too_many.status == d.WARN and "--array=0-1" in too_many.fix
-    down = d.check_partitions(d.parse_partitions(_sinfo("partitions_down")), rows, 2)
+    down = d.check_partitions(parse_partitions(_sinfo("partitions_down")), rows, 2)
     assert down.status == d.FAIL and down.detail == "no partition is up: main (down)"
-    busy = d.parse_sinfo_rows(_sinfo("nodes_alloc_down"))  # worker-0 allocated, worker-1 down
+    busy = parse_sinfo_rows(_sinfo("nodes_alloc_down"))  # worker-0 allocated, worker-1 down
     wait = d.check_partitions(up, busy, 1)
     assert wait.status == d.WARN and "will wait" in wait.detail
     assert "0 idle of 2 nodes (not usable: worker-1)" in wait.detail
@@ -81,12 +83,12 @@ def test_probes_run_only_on_a_usable_idle_node():
     local cluster does not run) is hand-written in the same `sinfo -N -o '%N|%P|%T|%G'`
     shape, state code from `man sinfo`; it still counts as capacity. A node of a partition
     that is down is not used either."""
-    recorded = d.parse_sinfo_rows(_sinfo("nodes_not_responding"))
+    recorded = parse_sinfo_rows(_sinfo("nodes_not_responding"))
     assert [(r.name, r.state, r.ready, r.responding) for r in recorded] == [
         ("worker-0", "idle", True, True), ("worker-1", "idle*", False, False)]
     assert d.probe_node(recorded, {"main": "up"}).name == "worker-0"
     assert d.probe_node(recorded[1:], {"main": "up"}) is None
-    rows = d.parse_sinfo_rows(
+    rows = parse_sinfo_rows(
         "worker-0|main*|idle*|(null)\nworker-1|main*|idle~|(null)\n"
         "worker-2|old|idle|(null)\nworker-3|main*|idle|(null)\n"
     )
@@ -125,14 +127,14 @@ def test_gpus_vs_the_scripts_gpus_per_task():
     script = (ROOT / "llama3.1-8b-pretraining-torchft.sh").read_text()
     wanted = d.script_gpus_per_task(script)
     assert wanted == 8
-    local = d.parse_sinfo_rows(_sinfo("nodes_alloc_down"))
+    local = parse_sinfo_rows(_sinfo("nodes_alloc_down"))
     cpu = d.check_gpus("cpu", local, wanted, "ft.sh")
     assert cpu.status == d.PASS and "--gpus-per-task=0" in cpu.detail
     no_gres = d.check_gpus("cuda", local, wanted, "ft.sh")
     assert no_gres.status == d.FAIL and "Gres=gpu:8" in no_gres.fix and "DEVICE=cpu" in no_gres.fix
-    mixed = d.check_gpus("cuda", d.parse_sinfo_rows(SINFO_GPU), wanted, "ft.sh")
+    mixed = d.check_gpus("cuda", parse_sinfo_rows(SINFO_GPU), wanted, "ft.sh")
     assert mixed.status == d.WARN and "3 nodes" in mixed.detail
-    gpu_only = d.parse_sinfo_rows(SINFO_GPU.split("cpu-0")[0])
+    gpu_only = parse_sinfo_rows(SINFO_GPU.split("cpu-0")[0])
     assert d.check_gpus("cuda", gpu_only, wanted, "ft.sh").status == d.PASS
     assert d.check_gpus("cuda", gpu_only, 16, "ft.sh").status == d.FAIL
 
@@ -306,6 +308,68 @@ def test_peer_address_verdicts():
     assert no_peer.status == d.WARN and "not resolved on a peer (srun: error: x)" in no_peer.detail
     skipped = d.check_peer_addresses(None, None, "the Slurm controller is not answering")
     assert skipped.status == d.WARN and "controller" in skipped.fix
+
+
+def _on_this_machine(cmd: list[str]) -> Completed:
+    """An srun probe run here, as srun would run it on the node."""
+    argv = cmd[cmd.index("--quiet") + 1 :]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return Completed(cmd, out.returncode, out.stdout, out.stderr)
+
+
+def _doctor(tmp_path, monkeypatch, fake: FakeSlurm, conf: Path) -> dict[str, d.Check]:
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(tmp_path / "lighthouse"))
+    fake.install(monkeypatch)
+    cfg = d.DoctorConfig(device="cpu", lighthouse="http://127.0.0.1:9", outputs=tmp_path,
+                         node_python=sys.executable, env={"SLURM_CONF": str(conf)})  # fmt: skip
+    return {c.name: c for c in d.run_checks(cfg)}
+
+
+UP = "Slurmctld(primary) at vm is UP\n"
+
+
+def test_run_checks_probe_an_idle_node_through_slurm(tmp_path, monkeypatch):
+    """The runner layer on recorded sinfo (2 idle nodes): the probes go to those nodes
+    through srun (here: run on this machine) and are judged."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    fake = FakeSlurm().on(args.ping_cmd(), UP).on(["srun"], _on_this_machine)
+    fake.on(args.sinfo_rows_cmd(), _sinfo("nodes_idle"))
+    fake.on(args.sinfo_partitions_cmd(), _sinfo("partitions_up"))
+    checks = _doctor(tmp_path, monkeypatch, fake, conf)
+    assert checks["slurm client tools"].detail.endswith("in /fake/bin")
+    assert checks["slurm controller"].detail == f"{UP.strip()} (SLURM_CONF={conf})"
+    assert checks["partitions and idle nodes"].status == d.PASS
+    assert checks["shared filesystem"].status == d.PASS
+    assert "is read on worker-0" in checks["shared filesystem"].detail
+    assert checks["replica addresses"].detail.startswith("worker-0 advertises http://")
+    assert " on worker-1: " in checks["replica addresses"].detail  # a peer resolved them
+    srun = [c[:11] for c in fake.calls if c[0] == "srun"]
+    assert srun == [args.srun_probe_cmd("worker-0", "main", [])] * 3 + [
+        args.srun_probe_cmd("worker-1", "main", [])]
+    assert not list((tmp_path / ".doctor").iterdir())  # the shared-fs probe file is removed
+
+
+def test_run_checks_skip_what_a_dead_controller_cannot_answer(tmp_path, monkeypatch):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    down = Completed([], 1, "Slurmctld(primary) at vm is DOWN\n", "")
+    fake = FakeSlurm().on(args.ping_cmd(), down)
+    checks = _doctor(tmp_path, monkeypatch, fake, conf)
+    assert checks["slurm controller"].status == d.FAIL
+    assert checks["partitions and idle nodes"].detail.startswith("not checked: the Slurm")
+    assert checks["shared filesystem"].status == d.WARN
+    assert fake.calls == [args.ping_cmd()]  # no sinfo, no srun
+    fake = FakeSlurm().on(args.ping_cmd(), UP)  # up, but sinfo fails
+    checks = _doctor(tmp_path, monkeypatch, fake, conf)
+    assert checks["partitions and idle nodes"].status == d.FAIL
+    assert "`sinfo -h -N -o '%N|%P|%T|%G'` failed (exit code 1)" in (
+        checks["partitions and idle nodes"].detail)
+    fake = FakeSlurm(missing=["scontrol"])
+    checks = _doctor(tmp_path, monkeypatch, fake, tmp_path / "none.conf")
+    assert checks["slurm client tools"].status == d.FAIL
+    assert checks["slurm controller"].detail == f"SLURM_CONF={tmp_path / 'none.conf'} is not a file"
+    assert fake.calls == []
 
 
 def test_render_and_json_say_the_fix_and_the_verdict():

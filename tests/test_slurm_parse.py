@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from ftslurm.errors import UserError
+from ftslurm.runner import Completed
+from ftslurm.slurm import args, client
 from ftslurm.slurm.args import node_update_cmd, parse_sbatch_parsable, requeue_cmd
 from ftslurm.slurm.parse import (
+    SQUEUE_FORMAT,
     UNKNOWN,
+    array_tasks,
+    conf_value,
     expand_array_tasks,
     job_from_scontrol,
     normalize_job_state,
+    parse_job_ids,
     parse_node_state,
+    parse_partition_limits,
+    parse_partitions,
     parse_sinfo_nodes,
+    parse_sinfo_rows,
     parse_squeue_json,
     parse_squeue_text,
+    parse_time_limit,
     split_scontrol_records,
 )
+from tests.fakeslurm import FakeSlurm, recorded
 
 
 def read(fixtures_dir, name: str) -> str:
@@ -166,6 +179,11 @@ def test_arg_builders():
         "scontrol", "update", "NodeName=worker-1", "State=DOWN", "Reason=ftslurm test",
     ]  # fmt: skip
     assert requeue_cmd("12_1") == ["scontrol", "requeue", "12_1"]
+    from ftslurm import failure  # the same command as the one kill mode runs today
+
+    assert args.srun_step_cmd(8, "worker-1", ["sh", "-c", failure.PKILL_ON_NODE, "ftslurm-kill",
+                                              failure.TRAIN_CMD_RE]) == (
+        failure.srun_pkill_cmd(8, "worker-1"))  # fmt: skip
     assert parse_sbatch_parsable("42\n") == 42
     assert parse_sbatch_parsable("42;mini\n") == 42
     # a site wrapper that talks first, or ignores --parsable
@@ -176,28 +194,103 @@ def test_arg_builders():
             parse_sbatch_parsable(garbage)
 
 
-def test_jobs_without_squeue_json_take_restarts_from_scontrol(fixtures_dir, tmp_path, monkeypatch):
-    """A Slurm whose squeue has no --json: `squeue -o` rows (recorded) plus restart counts
-    from `scontrol show job` (recorded), which squeue's text lacks. The two tools are shell
-    stand-ins on PATH that print the recorded output; --json fails as on such a Slurm."""
-    from ftslurm.slurm import client
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    slurm = fixtures_dir / "slurm"
-    tools = {
-        "squeue": f'case " $* " in *" --json "*) exit 1;; esac\n'
-                  f'cat "{slurm}/squeue_requeue_hold.txt"',
-        "scontrol": f'[ "$1 $2" = "show job" ] && cat "{slurm}/scontrol_job_requeue_hold.txt"',
-    }
-    for name, body in tools.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    conf = tmp_path / "slurm.conf"
-    conf.write_text("")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_CONF", str(conf))
+def test_jobs_without_squeue_json_take_restarts_from_scontrol(monkeypatch):
+    """A Slurm whose squeue has no --json (it fails, as the fake does for any command without
+    an answer): `squeue -o` rows (recorded) plus restart counts from `scontrol show job`
+    (recorded), which squeue's text lacks."""
+    fake = FakeSlurm().install(monkeypatch)
+    fake.on(["squeue", "-r"], recorded("squeue_requeue_hold.txt"))
+    fake.on(args.show_job_cmd(), recorded("scontrol_job_requeue_hold.txt"))
     found = by_key(client.jobs())
     assert found["4_0"].state == "PENDING" and found["4_0"].restarts == 1
     assert found["1_1"].restarts == 0 and found["3"].state == "NODE_FAIL"
+    assert fake.calls == [args.squeue_json_cmd(),
+                          args.squeue_text_cmd(SQUEUE_FORMAT), args.show_job_cmd()]
     assert sorted(by_key(client.jobs(4))) == ["4_0", "4_1", "4_2"]
+    assert fake.calls[-2:] == [args.squeue_text_cmd(SQUEUE_FORMAT, "4"),
+                               args.show_job_cmd("4")]  # fmt: skip
+
+
+def test_doctors_sinfo_rows_and_partitions():
+    rows = parse_sinfo_rows(recorded("doctor_sinfo_nodes_not_responding.txt"))
+    assert [(r.name, r.partition, r.state, r.gres) for r in rows] == [
+        ("worker-0", "main", "idle", "(null)"), ("worker-1", "main", "idle*", "(null)")]
+    assert [(r.idle, r.ready, r.responding) for r in rows] == [(True, True, True),
+                                                               (True, False, False)]
+    down = parse_sinfo_rows(recorded("doctor_sinfo_nodes_alloc_down.txt"))
+    assert [(r.state, r.idle, r.responding) for r in down] == [("allocated", False, True),
+                                                               ("down", False, False)]
+    assert parse_partitions(recorded("doctor_sinfo_partitions_up.txt")) == {"main": "up"}
+    assert parse_partitions(recorded("doctor_sinfo_partitions_down.txt")) == {"main": "down"}
+
+
+@pytest.mark.parametrize(
+    "text,minutes",
+    [("infinite", 0), ("UNLIMITED", 0), ("30", 30), ("30:00", 30), ("2:00:00", 120),
+     ("1-00:00:00", 1440), ("1-02:30:00", 1590), ("10:30", 11)],
+)  # fmt: skip
+def test_parse_time_limit(text, minutes):
+    assert parse_time_limit(text) == minutes
+
+
+def test_partition_limits_name_the_default_partition():
+    """Recorded with MaxTime UNLIMITED, and 2-03:04:05 (which sinfo shows as 2-03:05:00)."""
+    assert parse_partition_limits(recorded("sinfo_partition_limits_infinite.txt")) == (
+        {"main": 0}, "main")
+    assert parse_partition_limits(recorded("sinfo_partition_limits_2days.txt")) == (
+        {"main": 2 * 1440 + 3 * 60 + 5}, "main")
+
+
+def test_job_ids_count_an_arrays_tasks_once():
+    """`squeue -h -o %i` prints squeue's first column: the `%i` field of recorded rows."""
+    ids = "\n".join(line.split("|")[0] for line in
+                    recorded("squeue_requeue_hold.txt").splitlines())  # fmt: skip
+    assert parse_job_ids(ids) == ["1", "3", "4", "7"]
+    pending = [line.split("|")[0] for line in recorded("squeue_array_pending.txt").splitlines()]
+    assert "21_[2-3]" in pending and parse_job_ids("\n".join(pending)) == ["21"]
+
+
+def test_array_tasks_prefer_the_live_entry(fixtures_dir):
+    jobs = parse_squeue_json(read(fixtures_dir, "squeue_node_down.json"))
+    tasks = array_tasks(jobs, 1)
+    assert {t: (j.state, j.restarts) for t, j in tasks.items()} == {
+        0: ("RUNNING", 0), 1: ("PENDING", 1)}
+    ended = dataclasses.replace(tasks[1], state="NODE_FAIL")
+    assert array_tasks([ended, *jobs], 1)[1].state == "PENDING"
+    assert array_tasks([*jobs, ended], 1)[1].state == "PENDING"
+    assert array_tasks(jobs, 2) == {}
+
+
+def test_local_controller_is_the_one_its_slurm_conf_names(tmp_path, monkeypatch):
+    """The local cluster's slurm.conf (golden) names the pidfile of its slurmctld; a live pid
+    there whose command is slurmctld makes the client use that conf, anything else not."""
+    golden = (Path(__file__).parent / "fixtures" / "cluster" / "slurm.conf.golden").read_text()
+    assert conf_value(golden, "slurmctldpidfile") == "/state/run/slurmctld.pid"
+    assert conf_value(golden, "ClusterName") == "ftslurm" and conf_value(golden, "Nope") is None
+    pidfile = tmp_path / "slurmctld.pid"
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(golden.replace("/state/run/slurmctld.pid", str(pidfile)))
+    assert not client.controller_running(conf)  # no pidfile
+    assert not client.controller_running(tmp_path / "none.conf")
+    ctld = subprocess.Popen(["bash", "-c", "exec -a slurmctld sleep 30"])
+    try:
+        pidfile.write_text(f"{ctld.pid}\n")
+        assert client.controller_running(conf)
+        monkeypatch.delenv("SLURM_CONF", raising=False)
+        assert client.SlurmClient(local_conf=conf).environment()["SLURM_CONF"] == str(conf)
+    finally:
+        ctld.kill()
+        ctld.wait()
+    assert not client.controller_running(conf)  # its pid is gone
+    assert "SLURM_CONF" not in client.SlurmClient(local_conf=conf).environment()
+
+
+def test_refusals_become_the_one_line_fix(monkeypatch):
+    """What Slurm's tools print without a configuration (as recorded for tests/test_doctor.py)
+    becomes a UserError with the fix, whatever the call."""
+    no_conf = Completed([], 1, "", "scontrol: error: Could not establish a configuration source")
+    FakeSlurm(missing=["scancel"]).on(["scontrol"], no_conf).install(monkeypatch)
+    with pytest.raises(UserError, match=r"^Slurm has no configuration: export SLURM_CONF"):
+        client.requeue("4_0")
+    with pytest.raises(UserError, match=r"^`scancel` not found: run on a Slurm login node"):
+        client.scancel("4")

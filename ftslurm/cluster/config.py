@@ -39,8 +39,8 @@ class ClusterSpec:
 
     def pidfile(self, daemon: str) -> Path:
         """The pidfile of one daemon `up` started: munged, slurmctld, node-<name> (the
-        namespace holder). slurm.conf, `down`, `ftslurm simulate-failure` and the client's
-        is-the-local-controller-up check all read this one path."""
+        namespace holder). `down` and `ftslurm simulate-failure` read this one path; the
+        Slurm client finds it through slurm.conf's SlurmctldPidFile."""
         return self.path("run", f"{daemon}.pid")
 
     def node_pidfile(self, node: str) -> Path:

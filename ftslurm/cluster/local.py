@@ -31,7 +31,7 @@ from ftslurm.cluster.config import (
 )
 from ftslurm.errors import UserError
 from ftslurm.runner import CommandError, run, spawn
-from ftslurm.slurm.parse import parse_sinfo_nodes
+from ftslurm.slurm import client
 from ftslurm.wait import WaitTimeout, wait_for
 
 REQUIRED_BINARIES = ("slurmctld", "slurmd", "sinfo", "sbatch", "scontrol", "squeue", "munged")
@@ -154,19 +154,17 @@ def _all_alive(spec: ClusterSpec) -> bool:
 
 
 def node_states(spec: ClusterSpec, timeout: float = 10) -> dict[str, str]:
-    out = run(["sinfo", "-h", "-N", "-o", "%N %T"], env=slurm_env(spec), timeout=timeout)
-    return parse_sinfo_nodes(out.stdout)
+    """{node: state}; CommandError or UserError when the controller does not answer."""
+    return client.current(env=slurm_env(spec), timeout=timeout).nodes()
 
 
 def active_jobs(spec: ClusterSpec, timeout: float = 10) -> list[str]:
     """Ids of the jobs queued or running on the cluster (squeue's default states), so that
     nothing restarts a cluster under a user's job; [] when its controller does not answer."""
     try:
-        out = run(["squeue", "-h", "-o", "%i"], env=slurm_env(spec), timeout=timeout)
-    except CommandError:
+        return client.current(env=slurm_env(spec), timeout=timeout).active_job_ids()
+    except (CommandError, UserError):
         return []
-    ids = {line.split("_")[0] for line in out.stdout.split()}
-    return sorted(ids, key=lambda i: (len(i), i))
 
 
 def _prepare_state_dir(spec: ClusterSpec) -> None:
@@ -241,7 +239,7 @@ def _wait_idle(spec: ClusterSpec, timeout: float, progress: Progress) -> None:
     def all_idle() -> bool:
         try:
             states = node_states(spec, timeout=5)
-        except CommandError:
+        except (CommandError, UserError):
             return False
         return len(states) == spec.nodes and all(
             s.rstrip("*~#") in ("idle", "allocated", "mixed", "completing") for s in states.values()
@@ -298,6 +296,6 @@ def status(state_dir: Path | None = None) -> ClusterStatus:
     if running:
         try:
             nodes = node_states(spec, timeout=5)
-        except CommandError:
+        except (CommandError, UserError):
             nodes = {}
     return ClusterStatus(str(state_dir), running, nodes, str(spec.conf_path))

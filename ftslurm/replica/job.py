@@ -28,6 +28,7 @@ from ftslurm import knobs, paths, runner
 from ftslurm.errors import UserError
 from ftslurm.replica import config_error, train
 from ftslurm.replica import plan as planlib
+from ftslurm.slurm import client
 
 
 def default_torchrun(env: Mapping[str, str]) -> list[str]:
@@ -46,7 +47,7 @@ def head_node(env: Mapping[str, str]) -> str:
         raise UserError(
             "SLURM_JOB_NODELIST is not set: run the classic script with sbatch -N <nodes>"
         )
-    out = runner.run(["scontrol", "show", "hostnames", nodelist], timeout=30).stdout.split()
+    out = client.current(env=env).hostnames(nodelist)
     if not out:
         raise UserError(f"`scontrol show hostnames {nodelist}` printed nothing; check Slurm")
     return out[0]
@@ -188,7 +189,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
         f"{plan.max_requeues})"
     )
     try:
-        runner.run(["scontrol", "requeue", target], timeout=60)
-    except runner.CommandError as e:
-        _say(f"requeue failed: {e.one_line()}")
+        client.current(env=env, timeout=60).requeue(target)
+    except (runner.CommandError, UserError) as e:
+        _say(f"requeue failed: {e}")
     return code

@@ -1,4 +1,5 @@
-"""Pure builders of Slurm command lines (argument lists; printable as a dry run)."""
+"""Pure builders of Slurm command lines (argument lists; printable as a dry run). The output of
+each has one parser in `parse` (e.g. sinfo_rows_cmd: parse_sinfo_rows)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,49 @@ def squeue_text_cmd(fmt: str, jobs: str | None = None) -> list[str]:
     return ["squeue", "-r", "-h", "-t", "all", "-o", fmt, *(["-j", jobs] if jobs else [])]
 
 
+def squeue_ids_cmd() -> list[str]:
+    return ["squeue", "-h", "-o", "%i"]
+
+
 def sinfo_nodes_cmd() -> list[str]:
     return ["sinfo", "-h", "-N", "-o", "%N %T"]
+
+
+def sinfo_rows_cmd() -> list[str]:
+    return ["sinfo", "-h", "-N", "-o", "%N|%P|%T|%G"]
+
+
+def sinfo_partitions_cmd() -> list[str]:
+    return ["sinfo", "-h", "-o", "%R|%a"]
+
+
+def sinfo_limits_cmd() -> list[str]:
+    return ["sinfo", "-h", "-o", "%P %l"]
+
+
+def ping_cmd() -> list[str]:
+    return ["scontrol", "ping"]
+
+
+def hostnames_cmd(nodelist: str) -> list[str]:
+    return ["scontrol", "show", "hostnames", nodelist]
+
+
+def scancel_cmd(job: str) -> list[str]:
+    return ["scancel", job]
+
+
+def srun_probe_cmd(node: str, partition: str, argv: Sequence[str]) -> list[str]:
+    """`argv` as one task on `node` for at most a minute; --immediate=30: give up when the node
+    is not free within 30 s instead of queueing."""
+    return ["srun", "-N1", "-n1", "-w", node, "-p", partition, "-t", "1", "--immediate=30",
+            "--quiet", *argv]  # fmt: skip
+
+
+def srun_step_cmd(job_id: int, node: str, argv: Sequence[str]) -> list[str]:
+    """`argv` as a step of running job `job_id` on `node`, beside its running step (--overlap)."""
+    return ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", *argv]  # fmt: skip
 
 
 _JOB_ID_LINE = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")

@@ -89,6 +89,102 @@ def parse_sinfo_nodes(text: str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class NodeRow:
+    """One line of `sinfo -N -o '%N|%P|%T|%G'` (a node in two partitions is two rows)."""
+
+    name: str
+    partition: str
+    state: str
+    gres: str
+
+    @property
+    def idle(self) -> bool:
+        """Idle capacity, power-saving states included (`idle~`: Slurm powers it up)."""
+        return self.state.rstrip("*~#!%$@^").lower() == "idle"
+
+    @property
+    def ready(self) -> bool:
+        """Idle and usable this minute, for the srun probes: `idle*` (not responding), `idle~`
+        (powered down), `idle#`, `idle%`, `idle@`, ... would make a probe fail or wait past
+        its --immediate, and blame the Lighthouse address or the filesystem."""
+        return self.state.lower() == "idle"
+
+    @property
+    def responding(self) -> bool:
+        st = parse_node_state(self.state)
+        return not st.not_responding and st.base not in (
+            "down", "drained", "drain", "fail", "future", "unknown", "inval", "maint",
+        )  # fmt: skip
+
+
+def parse_sinfo_rows(text: str) -> list[NodeRow]:
+    """`sinfo -h -N -o '%N|%P|%T|%G'` -> rows (the default partition loses its `*`)."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4:
+            name, part, state, gres = (p.strip() for p in parts)
+            rows.append(NodeRow(name, part.rstrip("*"), state, gres))
+    return rows
+
+
+def parse_partitions(text: str) -> dict[str, str]:
+    """`sinfo -h -o '%R|%a'` -> {partition: up|down|drain|inact}."""
+    out = {}
+    for line in text.splitlines():
+        if "|" in line:
+            name, avail = line.strip().split("|", 1)
+            out[name.strip()] = avail.strip().lower()
+    return out
+
+
+def parse_time_limit(text: str) -> int:
+    """sinfo's `%l` (`infinite`, `1-00:00:00`, `2:00:00`, `30:00`, `30`) -> minutes, 0 = none."""
+    text = text.strip().lower()
+    if not text or text in ("infinite", "unlimited", "n/a"):
+        return 0
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 3:
+        h, m, s = parts
+    elif len(parts) == 2:
+        h, (m, s) = (0, parts) if not days else (parts[0], (parts[1], 0))
+    else:
+        h, m, s = (parts[0], 0, 0) if days else (0, parts[0], 0)
+    return days * 24 * 60 + h * 60 + m + (1 if s else 0)
+
+
+def parse_partition_limits(text: str) -> tuple[dict[str, int], str | None]:
+    """`sinfo -h -o '%P %l'` -> ({partition: time limit in minutes, 0 = none}, the default
+    partition (marked `*`) or None)."""
+    limits: dict[str, int] = {}
+    default = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, limit = line.split()[:2]
+        if name.endswith("*"):
+            name = default = name.rstrip("*")
+        limits[name] = parse_time_limit(limit)
+    return limits, default
+
+
+def parse_job_ids(text: str) -> list[str]:
+    """`squeue -h -o %i` -> the job ids (an array's tasks `21_0`, `21_[2-3]` count as `21`)."""
+    ids = {line.split("_")[0] for line in text.split()}
+    return sorted(ids, key=lambda i: (len(i), i))
+
+
+def conf_value(text: str, key: str) -> str | None:
+    """The value of `key` in slurm.conf text (keys are case-insensitive; the last one wins)."""
+    found = re.findall(rf"^\s*{key}\s*=\s*([^\s#]+)", text, re.IGNORECASE | re.MULTILINE)
+    return found[-1] if found else None
+
+
 _KV = re.compile(r"([A-Za-z][\w:/.]*)=(.*?)(?=\s+[A-Za-z][\w:/.]*=|\s*$)")
 
 
@@ -277,3 +373,19 @@ def job_from_scontrol(rec: dict[str, str]) -> JobInfo:
         user=rec.get("UserId", "").split("(", 1)[0],
         stdout=rec.get("StdOut", ""),
     )
+
+
+LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
+
+
+def array_tasks(jobs: list[JobInfo], job: int) -> dict[int, JobInfo]:
+    """The tasks of array `job`: task id -> its entry; a live entry wins over a finished one
+    of the same task (squeue can list both while a task is requeued)."""
+    out: dict[int, JobInfo] = {}
+    for j in jobs:
+        if j.array_job_id != job or j.array_task_id is None:
+            continue
+        prev = out.get(j.array_task_id)
+        if prev is None or (prev.state not in LIVE_STATES and j.state in LIVE_STATES):
+            out[j.array_task_id] = j
+    return out
