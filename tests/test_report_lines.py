@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import logvocab as L
 from ftslurm.report import events as E
-from ftslurm.report import lines as L
 from ftslurm.report import reader as R
 
 FIX = Path(__file__).parent / "fixtures" / "report"

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ftslurm.report.lines import split_replica_id
+from ftslurm.logvocab import split_replica_id
 
 if TYPE_CHECKING:
     from ftslurm.report.timeline import Degraded, Failure, Recovery, Report

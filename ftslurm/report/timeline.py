@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm.report import lines as L
+from ftslurm import logvocab as L
+from ftslurm.logvocab import Event, split_replica_id
 from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
-from ftslurm.report.lines import Event, split_replica_id
 from ftslurm.report.reader import ParseStats
 from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 
