@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftslurm.errors import UserError
+from ftslurm.logvocab import banner  # noqa: F401 (moved: the log vocabulary writes and reads it)
 
 DEFAULT_LIGHTHOUSE = "http://login-0:29510"
 DEFAULT_QUORUM_RETRIES = 3
@@ -518,16 +519,6 @@ def sbatch_device_options(device: str) -> list[str]:
     if device == "cpu":
         return ["--gpus-per-task=0", "--cpus-per-task=1", "--export=ALL,DEVICE=cpu"]
     return []
-
-
-def banner(time_text: str, plan: Plan, hostname: str) -> str:
-    """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
-    `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
-    if plan.kind == "classic":
-        return f"[{time_text}]  launching classic job {plan.run_id} on {hostname}"
-    return (
-        f"[{time_text}]  launching replica {plan.replica_id} (attempt {plan.attempt}) on {hostname}"
-    )
 
 
 def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:
