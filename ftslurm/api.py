@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm import knobs as knoblib
-from ftslurm import paths
+from ftslurm import logvocab, paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.resources import CLASSIC_JOB_NAME, CPU_NODE, FT_JOB_NAME, GPU_NODE
@@ -145,7 +145,7 @@ def _log_path(kind: str, outputs: Path, env: Mapping[str, str]) -> Path:
         return outputs / f"classic-{env.get('SLURM_JOB_ID', 'local')}.out"
     job = env.get("SLURM_ARRAY_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
     task = env.get("SLURM_ARRAY_TASK_ID") or env.get("FTSLURM_REPLICA_ID") or "0"
-    return outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{task}.out"
+    return logvocab.replica_log(job, task, logvocab.run_dir(job, outputs))
 
 
 @contextlib.contextmanager
@@ -538,7 +538,7 @@ def submit_ft_array(
         env = ({"SLURM_ARRAY_JOB_ID": str(array_id), "SLURM_ARRAY_TASK_ID": str(i)}
                if "_" in jid else {"FTSLURM_RUN_ID": jid, "FTSLURM_REPLICA_ID": "0"})  # fmt: skip
         handles.append(ReplicaHandle(jid, i, _log_path("job", out, env), j))
-    return FTArray(array_id, handles, out / "torchft" / f"tft-{array_id}",
+    return FTArray(array_id, handles, logvocab.run_dir(array_id, out),
                    knobs["TORCHFT_LIGHTHOUSE"], folder)  # fmt: skip
 
 

@@ -431,21 +431,10 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def tail_lines(path: Path, n: int, block: int = 65536) -> list[str]:
-    """The last `n` lines of a text file without reading all of it (logs can be large)."""
-    if n <= 0:
-        return []
+    """The last `n` lines of a log, the one being written included (`logtail.read_tail`)."""
+    from ftslurm.logtail import read_tail
+
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            end = f.tell()
-            data = b""
-            pos = end
-            while pos > 0 and data.count(b"\n") <= n:
-                step = min(block, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
+        return read_tail(path, max(n, 0), block, partial=True)[0]
     except FileNotFoundError:
         return []
-    lines = data.decode(errors="replace").splitlines()
-    return lines[-n:]

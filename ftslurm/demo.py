@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import signal
 import sys
@@ -26,17 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import paths, procs
+from ftslurm import logvocab, paths, procs
 from ftslurm.errors import UserError
 from ftslurm.report.events import InjectedEvent
 from ftslurm.wait import WaitTimeout, free_port, wait_for
 
 Say = Callable[[str], None]
-
-_STEP = re.compile(rb"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
-_LAUNCH = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)")
-_LOADED = re.compile(rb" - step (\d+)\] Loaded state dict")
-_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 
 
 def slurm_possible() -> str | None:
@@ -136,15 +130,13 @@ class ReplicaLog:
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
-        for line in lines:
-            if m := _LAUNCH.search(line):
-                self.attempt = int(m.group(2))
-            elif m := _LOADED.search(line):
-                step = int(m.group(1))
-                if step > 0 and self.attempt > 0:
-                    self.healed_step.setdefault(self.attempt, step)
-            elif b"loss:" in line and (m := _STEP.search(_ANSI.sub(b"", line))):
-                self.last_step = int(m.group(1))
+        for ev in filter(None, map(logvocab.parse_line, lines)):
+            if ev.kind == logvocab.LAUNCH and ev.rank is not None:
+                self.attempt = ev.rank
+            elif ev.kind == logvocab.HEALED and (ev.step or 0) > 0 and self.attempt > 0:
+                self.healed_step.setdefault(self.attempt, ev.step)
+            elif ev.kind == logvocab.TITAN_STEP and ev.step is not None:
+                self.last_step = ev.step
 
 
 class Backend:
@@ -188,9 +180,9 @@ class Backend:
             self.say("Lighthouse stopped")
 
     def attach_logs(self) -> None:
-        self.run_dir = self.cfg.outputs / "torchft" / f"tft-{self.run_id}"
+        self.run_dir = logvocab.run_dir(self.run_id, self.cfg.outputs)
         self.logs = [
-            ReplicaLog(self.run_dir / f"tft-{self.run_id}_{i}.out")
+            ReplicaLog(logvocab.replica_log(self.run_id, i, self.run_dir))
             for i in range(self.cfg.replicas)
         ]
 
@@ -219,8 +211,8 @@ class Backend:
         from ftslurm.daemon import tail_lines
 
         for line in reversed(tail_lines(Path(self.lighthouse.log_path), 50)):
-            if "Quorum! Quorum {" in line:
-                return len(set(re.findall(r'replica_id: "[^"]*?_(\d+):', line)))
+            if "Quorum! Quorum {" in line and (q := logvocab.parse_line(line.encode())):
+                return len({logvocab.split_replica_id(m.replica_id)[1] for m in q.members})
         return 0
 
     # -- backend specific ----------------------------------------------------------------
@@ -285,11 +277,12 @@ class SlurmBackend(Backend):
         env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
         from ftslurm.resources import device_overrides
 
-        (self.cfg.outputs / "torchft").mkdir(parents=True, exist_ok=True)
+        runs = paths.torchft_runs_dir(self.cfg.outputs)
+        runs.mkdir(parents=True, exist_ok=True)
         opts = [
             *device_overrides(env),
             f"--array=0-{self.cfg.replicas - 1}",
-            f"--output={self.cfg.outputs}/torchft/slurm-%A_%a.out",
+            f"--output={runs}/slurm-%A_%a.out",
         ]
         from ftslurm.runner import run
         from ftslurm.slurm.args import parse_sbatch_parsable, sbatch_cmd

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import knobs, paths, procs
+from ftslurm import knobs, logvocab, procs
 from ftslurm.errors import UserError
 from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
@@ -543,27 +543,6 @@ def record(plan: FailurePlan, action: str, detail: str, events_path: Path | None
     )
 
 
-def _log_path(job: int, replica: int) -> Path:
-    return paths.torchft_runs_dir() / f"tft-{job}" / f"tft-{job}_{replica}.out"
-
-
-def _attempt_banner_count(path: Path) -> int:
-    """How many `launching replica` lines the log has (reads it in blocks, not at once)."""
-    n = 0
-    try:
-        with open(path, "rb") as fh:
-            carry = b""
-            while chunk := fh.read(1 << 20):
-                data = carry + chunk
-                n += data.count(b"launching replica")
-                carry = data[-32:]
-                n -= carry.count(b"launching replica")
-            n += carry.count(b"launching replica")
-    except OSError:
-        return 0
-    return n
-
-
 def _state_text(j: JobInfo) -> str:
     return f"{j.state} {j.reason}" if j.reason and j.reason != "None" else j.state
 
@@ -592,8 +571,8 @@ def execute(
     last = 0.0
     running_again: JobInfo | None = None
     if log_path is None and t.job is not None and t.replica is not None:
-        log_path = _log_path(t.job, t.replica)
-    banners_before = _attempt_banner_count(log_path) if log_path else 0
+        log_path = logvocab.replica_log(t.job, t.replica)
+    banners_before = logvocab.count_banners(log_path) if log_path else 0
 
     def phase(name: str) -> None:
         nonlocal last
@@ -700,7 +679,7 @@ def execute(
                 out.new_node, out.restarts = running_again.node, running_again.restarts
                 if log_path is not None and log_path.parent.exists():
                     wait_until(
-                        lambda: _attempt_banner_count(log_path) > banners_before,
+                        lambda: logvocab.count_banners(log_path) > banners_before,
                         timeout,
                         f"a new `launching replica` line in {log_path}",
                     )

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,6 +25,10 @@ def open_log(path: Path) -> BinaryIO:
         import gzip
 
         fh = gzip.open(path, "rb")
-        fh.peek(1)  # raise OSError now if it is not gzip
+        try:
+            fh.peek(1)  # raise OSError now if it is not gzip
+        except (EOFError, zlib.error) as e:  # cut in its header, or junk: a corrupt archive
+            fh.close()
+            raise OSError(f"{path}: {e}") from e
         return fh  # type: ignore[return-value]
     return open(path, "rb")  # noqa: SIM115

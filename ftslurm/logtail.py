@@ -2,7 +2,8 @@
 
 Why it reads backwards: replica logs of a long run reach gigabytes, and `logs -n 20` or
 `status` must answer at once, so only the tail of each file is read (seek from the end, one
-block at a time, until enough lines are found), never the whole file.
+block at a time, until enough lines are found), never the whole file. `read_tail` is the one
+tail reader (`status`, the Lighthouse's log and `demo` use it too).
 
 Merging: lines are ordered by the timestamp at their start (torchtitan's `[titan] 2026-11-23
 10:10:51,647`, the Rust `2026-11-23T10:10:51.647`, the launcher's `[2026-11-23 10:10:51]`).
@@ -21,82 +22,69 @@ import re
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
+from ftslurm import logvocab
 from ftslurm.logfile import is_gzip, open_log
+from ftslurm.logvocab import line_time
 
 BLOCK = 64 * 1024
 CONTEXT = 200  # lines read before a tail to date its first, untimed lines
 
-# date + time at the start of a line, after an optional `[titan] ` / `[` prefix
-_TS_RE = re.compile(
-    r"^(?:\[titan\]\s+|\[)?(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
-)
-# C++ (glog) lines of torch: `W1123 10:12:54.001000 11604 file.py:1028] ...` (no year)
-_GLOG_RE = re.compile(r"^\[?[IWEF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s")
-_EPOCH = datetime(1970, 1, 1)
 
+def read_tail(
+    path: Path, n: int = -1, block: int = BLOCK, *, max_bytes: int | None = None,
+    partial: bool = False,
+) -> tuple[list[str], int]:
+    """The last `n` lines of `path` (all if n < 0) within its last `max_bytes` (all if None),
+    and the offset just after the last complete line (where following resumes).
 
-def line_time(line: str, year: int | None = None) -> float | None:
-    """Seconds (the log's local wall clock read as UTC, only for ordering) or None. A glog
-    line has no year: `year` (default: this year) is assumed."""
-    m = _TS_RE.match(line)
-    if m:
-        date, clock, frac_text = m.group(1), m.group(2), m.group(3)
-    else:
-        g = _GLOG_RE.match(line)
-        if not g:
-            return None
-        date = f"{year or datetime.now().year:04d}-{g.group(1)}-{g.group(2)}"
-        clock, frac_text = g.group(3), g.group(4)
-    try:
-        dt = datetime.fromisoformat(f"{date}T{clock}")
-    except ValueError:
-        return None
-    frac = float("0." + frac_text) if frac_text else 0.0
-    return (dt - _EPOCH).total_seconds() + frac
-
-
-def read_tail(path: Path, n: int, block: int = BLOCK) -> tuple[list[str], int]:
-    """The last `n` complete lines of `path` and the offset just after them (where following
-    resumes). Reads backwards from the end in blocks; an unterminated last line (a writer in
-    the middle of a line) is left for the follower. A gzipped log is read by
-    `read_archive_tail`."""
+    Reads backwards from the end in blocks, only as far as it needs; the first line it reads
+    is dropped unless the file starts there (it may be the middle of a line). An unterminated
+    last line (a writer in the middle of it) is left for the follower unless `partial`. A
+    gzipped log (`tft-12_0.out.gz`, or gzipped in place) cannot be read backwards: it is read
+    through once; nothing writes to an archive, so its last line counts even without a newline
+    and the offset is the file's end.
+    """
     if is_gzip(path):
-        return read_archive_tail(path, n)
+        return _archive_tail(path, n, max_bytes), path.stat().st_size
     with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        pos = size
-        data = b""
-        while pos > 0:
-            step = min(block, pos)
+        size = fh.seek(0, os.SEEK_END)
+        floor = 0 if max_bytes is None else max(0, size - max_bytes)
+        pos, chunks, newlines = size, [], 0
+        while pos > floor and (n < 0 or newlines <= n):
+            step = min(block, pos - floor)
             pos -= step
             fh.seek(pos)
-            data = fh.read(step) + data
-            if data.count(b"\n") > n:
-                break
-    end = data.rfind(b"\n") + 1  # only complete lines
-    complete = data[:end]
-    lines = complete.split(b"\n")[:-1]
+            chunks.append(fh.read(step))
+            newlines += chunks[-1].count(b"\n")
+    data = b"".join(reversed(chunks))
+    end = data.rfind(b"\n") + 1  # after the last complete line
+    lines = (data if partial else data[:end]).split(b"\n")
+    if not lines[-1]:
+        lines.pop()  # after the last newline
     if pos > 0:
         lines = lines[1:]  # the first piece may be the middle of a line
     if n >= 0:
         lines = lines[-n:] if n else []
-    offset = size - (len(data) - end)
-    return [b.decode(errors="replace").rstrip("\r") for b in lines], offset
+    return [_text(b) for b in lines], size - (len(data) - end)
 
 
-def read_archive_tail(path: Path, n: int) -> tuple[list[str], int]:
-    """`read_tail` of a gzipped log (`tft-12_0.out.gz`, or gzipped in place). A gzip stream
-    cannot be read backwards, so it is read through once keeping the last `n` lines (all if
-    n < 0); an archive is not written to, so its last line counts even without a newline and
-    the offset is the file's end."""
-    keep = deque(_archive_lines(path), maxlen=n if n >= 0 else None)
-    return [_text(b) for b in keep], path.stat().st_size
+def _archive_tail(path: Path, n: int, max_bytes: int | None) -> list[str]:
+    """`read_tail`'s lines of a gzipped log, read through once."""
+    lines: Iterable[bytes] = _archive_lines(path)
+    if max_bytes is not None:
+        window: deque[bytes] = deque()
+        size = 0
+        for raw in lines:
+            window.append(raw)
+            size += len(raw)
+            while size > max_bytes:
+                size -= len(window.popleft())
+        lines = window
+    return [_text(b) for b in deque(lines, maxlen=n if n >= 0 else None)]
 
 
 def _archive_lines(path: Path) -> Iterator[bytes]:
@@ -111,29 +99,6 @@ def _archive_lines(path: Path) -> Iterator[bytes]:
 
 def _text(raw: bytes) -> str:
     return raw.rstrip(b"\n").decode(errors="replace").rstrip("\r")
-
-
-def read_tail_bytes(path: Path, nbytes: int) -> str:
-    """Up to the last `nbytes` of `path`, starting at a line boundary (for summaries)."""
-    if is_gzip(path):
-        keep: deque[bytes] = deque()
-        size = 0
-        for raw in _archive_lines(path):
-            keep.append(raw)
-            size += len(raw)
-            while size > nbytes:
-                size -= len(keep.popleft())
-        return b"".join(keep).decode(errors="replace")
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        start = max(0, size - nbytes)
-        fh.seek(start)
-        data = fh.read()
-    if start > 0:
-        cut = data.find(b"\n")
-        data = data[cut + 1 :] if cut >= 0 else b""
-    return data.decode(errors="replace")
 
 
 @dataclass
@@ -228,7 +193,7 @@ class Follower:
             return []
         try:
             if src.offset == 0 and is_gzip(src.path):  # an archive (new, or a log gzipped in place)
-                lines, src.offset = read_archive_tail(src.path, -1)
+                lines, src.offset = read_tail(src.path)
                 return self._keyed(src, lines)
             with open(src.path, "rb") as fh:
                 fh.seek(src.offset)
@@ -239,7 +204,7 @@ class Follower:
         data = src.partial + data
         end = data.rfind(b"\n") + 1
         src.partial = data[end:]
-        lines = [b.decode(errors="replace").rstrip("\r") for b in data[:end].split(b"\n")[:-1]]
+        lines = [_text(b) for b in data[:end].split(b"\n")[:-1]]
         return self._keyed(src, lines)
 
     @staticmethod
@@ -266,36 +231,23 @@ def _label_order(label: str) -> tuple[int, str]:
 # --------------------------------------------------------------------------------------------
 # Finding the files of a run (no Slurm call: works from the login node)
 
-_TASK_RE = re.compile(r"^tft-(.+)_(\d+)\.out(\.gz)?$")  # .gz: an archived run
-
-
-def newest_run_dir(runs_dir: Path) -> Path | None:
-    """The most recently modified `tft-*` run folder under `runs_dir`."""
-    try:
-        dirs = [p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith("tft-")]
-    except OSError:
-        return None
-    return max(dirs, key=lambda p: p.stat().st_mtime, default=None)
-
 
 def job_logs(run_dir: Path) -> dict[str, dict[int, Path]]:
     """job id -> {replica: `tft-<job>_<i>.out`} of the logs in `run_dir`; in a `tft-<job>`
     folder only that job's. An archived `tft-<job>_<i>.out.gz` counts when there is no
     `.out`."""
-    folder = run_dir.resolve().name
-    only = folder[len("tft-") :] if folder.startswith("tft-") else None
+    only = logvocab.run_job(run_dir.resolve().name)
     try:
         names = sorted(os.listdir(run_dir))
     except OSError:
         return {}
     jobs: dict[str, dict[int, Path]] = {}
     for name in names:
-        m = _TASK_RE.match(name)
-        if m and (only is None or m.group(1) == only):
-            logs = jobs.setdefault(m.group(1), {})
-            replica = int(m.group(2))
-            if replica not in logs or not m.group(3):  # the live log before its archive
-                logs[replica] = run_dir / name
+        log = logvocab.parse_log_name(name)
+        if log and (only is None or log.job == only):
+            logs = jobs.setdefault(log.job, {})
+            if log.replica not in logs or not log.archived:  # the live log before its archive
+                logs[log.replica] = run_dir / name
     return jobs
 
 

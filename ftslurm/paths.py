@@ -52,9 +52,10 @@ def lighthouse_dir() -> Path:
     return Path(env).resolve() if env else outputs_dir() / "lighthouse"
 
 
-def torchft_runs_dir() -> Path:
-    """Where the FT sbatch script writes `tft-<job>/tft-<job>_<task>.out`."""
-    return outputs_dir() / "torchft"
+def torchft_runs_dir(outputs: Path | None = None) -> Path:
+    """Where the FT sbatch script writes its runs' log folders (`logvocab.run_dir`), under
+    `outputs` (default: `outputs_dir()`)."""
+    return (outputs_dir() if outputs is None else outputs) / "torchft"
 
 
 def events_log() -> Path:

@@ -9,20 +9,17 @@ tested on recorded output; only `collect` touches Slurm and the files.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftslurm import logvocab
 from ftslurm.failure import job_tasks
-from ftslurm.logtail import read_tail_bytes
+from ftslurm.logtail import read_tail
 from ftslurm.slurm.parse import JobInfo
 
 TAIL_BYTES = 256 * 1024
-STEP_RE = re.compile(r"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaif]+)")
-ATTEMPT_RE = re.compile(r"launching replica (\d+) \(attempt (\d+)\)")
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -33,7 +30,7 @@ class LogSummary:
     exists: bool = False
     last_step: int | None = None
     last_loss: float | None = None
-    attempt: int | None = None  # from the last `launching replica R (attempt A)` line
+    attempt: int | None = None  # from the last banner (`launching replica R (attempt A)`)
     mtime: float | None = None
     commits: int = 0  # `should_commit=True` lines of the current attempt
     torchft: bool = False  # the tail has torchft commit lines at all
@@ -46,18 +43,18 @@ class LogSummary:
 
 
 def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> LogSummary:
-    """Pure: the attempt number (last `launching replica` line) and the last step/loss of
-    that attempt found in a log tail."""
-    text = _ANSI_RE.sub("", text)
+    """Pure: the attempt number (the last banner) and the last step/loss of that attempt
+    found in a log tail."""
+    data = logvocab.strip_ansi(text.encode(errors="replace"))
     s = LogSummary(path=path, exists=True, mtime=mtime)
-    s.torchft = "should_commit=" in text
-    attempts = list(ATTEMPT_RE.finditer(text))
-    if attempts:
-        s.attempt = int(attempts[-1].group(2))
+    s.torchft = b"should_commit=" in data
+    banner = logvocab.last_banner(data)
+    if banner:
+        s.attempt = int(banner.group(2))
         # only the current attempt's steps: a restarted replica shows '-' until it trains
-        text = text[attempts[-1].end() :]
-    s.commits = text.count("should_commit=True")
-    steps = STEP_RE.findall(text)
+        data = data[banner.end() :]
+    s.commits = data.count(b"should_commit=True")
+    steps = logvocab.STEP.findall(data)
     if steps:
         s.last_step = int(steps[-1][0])
         try:
@@ -70,10 +67,10 @@ def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> Log
 def read_summary(path: Path, tail_bytes: int = TAIL_BYTES) -> LogSummary:
     try:
         mtime = path.stat().st_mtime
-        text = read_tail_bytes(path, tail_bytes)
+        lines = read_tail(path, max_bytes=tail_bytes, partial=True)[0]
     except OSError:
         return LogSummary(path=str(path))
-    return summarize_tail(text, str(path), mtime)
+    return summarize_tail("\n".join(lines), str(path), mtime)
 
 
 @dataclass

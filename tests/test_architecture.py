@@ -104,7 +104,7 @@ def test_checker_finds_a_cycle_and_resolves_imports(tmp_path: Path) -> None:
     assert "ftslurm.report.render" in mods and "ftslurm" in mods
     # function-level and relative imports count; `from pkg import module` names the module
     timeline = imports_of(mods["ftslurm.report.timeline"], set(mods))
-    assert "ftslurm.report.lines" in timeline
+    assert "ftslurm.logvocab" in timeline
     assert "ftslurm.resources" in imports_of(mods["ftslurm.demo"], set(mods))
 
 

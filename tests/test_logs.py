@@ -1,7 +1,7 @@
-"""`ftslurm logs` and ftslurm.logtail: timestamps of the three log formats, tail reading that
-never reads a whole file, merging in time order with untimed lines kept in place, and
-following growth, new files, new attempts and truncation; the CLI (CliRunner and -f through
-the real console script)."""
+"""`ftslurm logs` and ftslurm.logtail: tail reading that never reads a whole file, merging in
+time order with untimed lines kept in place, and following growth, new files, new attempts
+and truncation; the CLI (CliRunner and -f through the real console script). The timestamps
+themselves: tests/test_logvocab.py."""
 
 from __future__ import annotations
 
@@ -16,28 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ftslurm import logtail
+from ftslurm import logtail, logvocab
 from ftslurm.cli import cli
 
 FIX = Path(__file__).parent / "fixtures" / "failure"
-
-
-def test_line_time_formats():
-    t = logtail.line_time("[titan] 2026-11-23 10:10:51,647 - root - INFO - step:  3")
-    assert t == logtail.line_time("2026-11-23T10:10:51.647 [INFO] [torchft::manager] - x")
-    banner = logtail.line_time("[2026-11-23 10:10:51]  launching replica 1 (attempt 1) on w")
-    assert banner is not None and t - banner == pytest.approx(0.647)
-    glog = logtail.line_time("W1123 10:10:52.001000 11604 site-packages/x.py:1] y", year=2026)
-    assert glog - t == pytest.approx(0.354)
-    for untimed in (
-        "Traceback (most recent call last):",
-        "NoneType: None",
-        "",
-        "  }",
-        "INFO:torchft.manager:[x/0 - step 3] ok",
-        "[2026-13-45 99:00:00] bad",
-    ):
-        assert logtail.line_time(untimed) is None, untimed  # fmt: skip
 
 
 def test_read_tail_last_lines_and_partial_line(tmp_path):
@@ -51,6 +33,10 @@ def test_read_tail_last_lines_and_partial_line(tmp_path):
     empty = tmp_path / "e.out"
     empty.write_text("")
     assert logtail.read_tail(empty, 5) == ([], 0)
+    # the line being written, for a reader that shows it (the Lighthouse's log, status)
+    assert logtail.read_tail(p, 2, block=16, partial=True)[0] == ["line 99", "half a li"]
+    assert logtail.read_tail(p, max_bytes=20, partial=True)[0] == ["line 99", "half a li"]
+    assert logtail.read_tail(p, max_bytes=20) == (["line 99"], offset)
 
 
 def test_read_tail_never_reads_the_whole_file(tmp_path, monkeypatch):
@@ -87,8 +73,8 @@ def test_read_tail_never_reads_the_whole_file(tmp_path, monkeypatch):
     assert lines[-1].endswith("step: 299999") and len(lines) == 20
     assert sum(read) <= 2 * logtail.BLOCK
     read.clear()
-    logtail.read_tail_bytes(p, 4096)
-    assert sum(read) <= 4096
+    lines, _ = logtail.read_tail(p, max_bytes=4096, partial=True)
+    assert sum(read) <= 4096 and lines[-1].endswith("step: 299999") and len(lines) > 20
 
 
 def test_untimed_lines_stay_with_their_line_and_files_keep_their_order():
@@ -105,7 +91,7 @@ def test_untimed_lines_stay_with_their_line_and_files_keep_their_order():
     ]  # fmt: skip
     # leading untimed lines take the first time found (or the time before the tail)
     assert logtail.keyed(["  }", "2026-11-23T10:00:05.000 x"], "r0")[0].key == pytest.approx(
-        logtail.line_time("2026-11-23T10:00:05.000")
+        logvocab.line_time("2026-11-23T10:00:05.000")
     )
     assert logtail.keyed(["  }"], "r0", last=7.0)[0].key == 7.0
 
@@ -128,7 +114,7 @@ def test_cli_logs_merges_real_logs_in_time_order(tmp_path, monkeypatch):
     assert len(lines) == 10
     assert sum(x.startswith("[r0] ") for x in lines) == 5
     assert sum(x.startswith("[r1] ") for x in lines) == 5
-    times = [logtail.line_time(x[5:]) for x in lines]
+    times = [logvocab.line_time(x[5:]) for x in lines]
     known = [t for t in times if t is not None]
     assert known == sorted(known)
     only1 = CliRunner().invoke(cli, ["logs", "-n", "2", "--replica", "1", "--job", "8"])
@@ -171,7 +157,8 @@ def test_cli_logs_reads_archived_logs(tmp_path, monkeypatch):
     lines, offset = logtail.read_tail(cut, 1000)
     assert 0 < len(lines) < len(whole) and lines == whole[: len(lines)]
     assert offset == cut.stat().st_size
-    assert logtail.read_tail_bytes(cut, 100) in "\n".join(whole)
+    last = logtail.read_tail(cut, max_bytes=2000)[0]
+    assert last and sum(len(x) + 1 for x in last) <= 2000 and last == lines[-len(last) :]
     # following an archive: read once, never as bytes
     f = logtail.Follower(lambda: {"r1": in_place / "tft-8_1.out"})
     assert [e.text for e in f.start(2)] == whole[-2:]
@@ -327,10 +314,10 @@ def test_follow_in_a_folder_of_several_jobs_stays_with_one_job(tmp_path):
 
 
 def test_newest_run_dir(tmp_path):
-    assert logtail.newest_run_dir(tmp_path / "none") is None
+    assert logvocab.newest_run_dir(tmp_path / "none") is None
     old, new = tmp_path / "tft-1", tmp_path / "tft-2"
     old.mkdir()
     new.mkdir()
     os.utime(old, (time.time() - 100, time.time() - 100))
     (tmp_path / "slurm-3_0.out").write_text("")
-    assert logtail.newest_run_dir(tmp_path) == new
+    assert logvocab.newest_run_dir(tmp_path) == new

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import logvocab
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 
@@ -280,7 +281,7 @@ def test_requeue_decision() -> None:
 
 def test_banner_matches_the_guide_format() -> None:
     p = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, SLURM_RESTART_COUNT="1"), ROOT)
-    line = planlib.banner("2025-07-16 13:51:42", p, "worker-0")
+    line = logvocab.banner("2025-07-16 13:51:42", p, "worker-0")
     assert line == "[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0"
 
 

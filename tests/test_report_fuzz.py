@@ -1,9 +1,11 @@
-"""Mutated real logs never make the report raise (hypothesis)."""
+"""Mutated real logs never make the report raise, and the line dispatcher fuzzed here is the
+one the report's reader uses (hypothesis)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -11,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ftslurm import logvocab as L
 from ftslurm.report import build_report
 from ftslurm.report import events as E
-from ftslurm.report import lines as L
+from ftslurm.report import reader as R
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 
@@ -62,8 +65,6 @@ def _mutate(line: bytes, m: tuple) -> bytes:
     if kind == "crlf":
         return line + b"\r"
     if kind == "digits":
-        import re
-
         return re.sub(rb"\d+", m[1], line, count=2)
     return m[1]
 
@@ -91,8 +92,18 @@ def test_mutated_logs_never_raise(files, missing):
             (run / name).write_bytes(b"\n".join(body))
         gone = [run / "gone-lighthouse.log"] if missing else []
         rep = build_report([run], lighthouse=gone)
-        json.dumps(rep.to_json())
-        assert rep.to_text()
+        data = json.loads(json.dumps(rep.to_json()))
+        text = rep.to_text()
+        # every line written was read, once, and the text says what the JSON says
+        written = [(run / n).read_bytes() for n in names[: len(files)]]
+        lines = sum(b.count(b"\n") + (not b.endswith(b"\n")) for b in written if b)
+        assert rep.stats.lines == lines
+        s = rep.stats
+        assert f"Parsed: {lines} lines, {s.events} events, {s.skipped} skipped" in text
+        assert text.startswith(f"Run: {len(s.files)} file")
+        assert f"\n  failures          {len(data['failures'])}\n" in text
+        assert f"\n  recoveries        {len(data['recoveries'])}\n" in text
+        assert (f"Missing: {run / 'gone-lighthouse.log'}" in text) == missing
         if missing:
             assert rep.stats.missing == [str(run / "gone-lighthouse.log")]
 
@@ -100,9 +111,39 @@ def test_mutated_logs_never_raise(files, missing):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_parse_line_on_arbitrary_bytes(data):
-    L.parse_line(data)
-    L.parse_time(data)
-    E.parse_event_line(data)
+    ev = L.parse_line(data)
+    assert ev is None or ev.kind in _KINDS
+    t = L.parse_time(data)
+    assert t is None or re.match(rb"(\[titan\] |\[)?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", data)
+    inj = E.parse_event_line(data)
+    assert inj is None or (inj.action and E.to_seconds(inj.time, 0.0) is not None)
+
+
+_KINDS = {L.QUORUM, L.LIGHTHOUSE_START, L.COMMIT, L.ERROR, L.PEERS_RECOVER, L.HEAL_REQUIRED,
+          L.HEAL_FETCH, L.HEALED, L.RECONFIGURE, L.MANAGER_START, L.LAUNCH, L.TITAN_STEP,
+          L.FINISHED}  # fmt: skip
+
+
+def _fields(ev: L.Event) -> tuple:
+    return (ev.kind, ev.replica, ev.step, ev.rank, ev.quorum_id, ev.members, ev.ranks, ev.ok,
+            ev.detail, ev.node)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(idx=st.integers(0, len(SAMPLE) - 1), muts=st.lists(mutation, max_size=3))
+def test_reader_events_are_the_dispatchers(idx, muts):
+    """Each event the streaming reader finds in a mutated real line (a mutation may make it
+    several) is what `parse_line` makes of that line: the reader has no parser of its own."""
+    line = SAMPLE[idx]
+    for m in muts:
+        line = _mutate(line, m)
+    parsed = [_fields(ev) for ev in map(L.parse_line, line.split(b"\n")) if ev is not None]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, kw in (("tft-3_0.out", {}), ("lighthouse.log", {"lighthouse": True})):
+            path = Path(tmp) / name
+            path.write_bytes(line + b"\n")
+            for ev in R.iter_file_events(path, R.ParseStats(), **kw):
+                assert _fields(ev) in parsed
 
 
 @settings(max_examples=200, deadline=None)

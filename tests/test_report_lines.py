@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import logvocab as L
 from ftslurm.report import events as E
-from ftslurm.report import lines as L
 from ftslurm.report import reader as R
 
 FIX = Path(__file__).parent / "fixtures" / "report"
@@ -208,6 +208,11 @@ def test_corrupt_gzip_is_counted_not_raised(tmp_path):
     st = R.ParseStats()
     assert list(R.iter_file_events(junk, st)) == []
     assert st.missing == [str(junk)]
+    # gzip's magic and nothing more (found by the fuzz test): EOFError inside the header
+    cut = tmp_path / "tft-3_0.out"
+    cut.write_bytes(b"\x1f\x8b\n")
+    st = R.ParseStats()
+    assert list(R.iter_file_events(cut, st)) == [] and st.missing == [str(cut)]
 
 
 def test_torchtitan_heal_excerpt(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -30,6 +29,7 @@ from ftslurm.cluster.config import (
     slurmctld_command,
 )
 from ftslurm.errors import UserError
+from ftslurm.logvocab import run_job
 from ftslurm.runner import CommandError, run, spawn
 from ftslurm.slurm import client
 from ftslurm.wait import WaitTimeout, wait_for
@@ -114,15 +114,12 @@ def choose_ports(nodes: int, preferred: int = 6817) -> int:
     raise UserError("no free block of ports for slurmctld/slurmd found")
 
 
-_RUN_DIR = re.compile(r"^tft-(\d+)$")
-
-
 def next_free_job_id(runs_dir: Path) -> int:
     """1 + the highest job id with a `tft-<id>` log folder. A fresh slurmctld starts counting
     at 1, and the FT script appends to `tft-<id>/`: without this, a new job would append its
     logs to an old run's files (and `ftslurm report` would mix the two runs)."""
     try:
-        ids = [int(m.group(1)) for p in runs_dir.iterdir() if (m := _RUN_DIR.match(p.name))]
+        ids = [int(j) for p in runs_dir.iterdir() if (j := run_job(p.name) or "").isdecimal()]
     except OSError:
         return 1
     return max(ids, default=0) + 1

@@ -178,16 +178,16 @@ def simulate_failure(
 def _live_from_logs(job: int, say):
     """Replicas whose current attempt trains (has committed), read from the tails of their
     logs; None (Slurm's RUNNING only) when the logs are not where this process looks."""
-    from ftslurm import paths
+    from ftslurm import logvocab
     from ftslurm import status as st
 
-    run_dir = paths.torchft_runs_dir() / f"tft-{job}"
+    run_dir = logvocab.run_dir(job)
     if not run_dir.is_dir():
         say(f"note: no logs in {run_dir}: live = RUNNING in Slurm")
         return None
 
     def live(tasks) -> set[int]:
-        summaries = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out", 64 * 1024) for i in tasks}
+        summaries = {i: st.read_summary(logvocab.replica_log(job, i), 64 * 1024) for i in tasks}
         return {i for i, s in summaries.items() if s.training}
 
     return live

@@ -51,7 +51,7 @@ def logs(
       ftslurm logs --job 12 --replica 1 -f
       ftslurm logs -f --lighthouse
     """
-    from ftslurm import logtail, paths, stdout_pipe
+    from ftslurm import logtail, logvocab, paths, stdout_pipe
 
     if lines < 0:
         raise UserError("-n must be >= 0")
@@ -61,9 +61,9 @@ def logs(
     runs = paths.torchft_runs_dir()
     if run_dir is None:
         if job is not None:
-            run_dir = runs / f"tft-{job}"
+            run_dir = logvocab.run_dir(job)
         else:
-            run_dir = logtail.newest_run_dir(runs)
+            run_dir = logvocab.newest_run_dir(runs)
             if run_dir is None:
                 raise UserError(f"no run folder (tft-*) under {runs}: pass --job or --run-dir")
     if not run_dir.is_dir():

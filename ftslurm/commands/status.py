@@ -38,7 +38,7 @@ def status(
       ftslurm status
       ftslurm status --job 12 --json
     """
-    from ftslurm import failure, paths
+    from ftslurm import failure, logvocab
     from ftslurm import status as st
     from ftslurm.slurm import client
 
@@ -62,10 +62,10 @@ def status(
         tasks = {only: tasks[only]}
     if log_dir is not None and not log_dir.is_dir():
         raise UserError(f"--log-dir {log_dir}: no such folder")
-    run_dir = log_dir or paths.torchft_runs_dir() / f"tft-{job}"
+    run_dir = log_dir or logvocab.run_dir(job)
     if not run_dir.is_dir():
         click.echo(f"note: no logs in {run_dir} (pass --log-dir): no steps or losses", err=True)
-    logs = {i: st.read_summary(run_dir / f"tft-{job}_{i}.out") for i in tasks}
+    logs = {i: st.read_summary(logvocab.replica_log(job, i, run_dir)) for i in tasks}
     rows = [r for r in st.build_rows(jobs, job, logs, time.time()) if r.replica in tasks]
     quorum = None if no_lighthouse else st.lighthouse_quorum()
     if as_json:

@@ -181,11 +181,11 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     from ftslurm.slurm import client
 
     options, script, script_args = split_submit_args(list(argv))
-    from ftslurm import paths
+    from ftslurm import logvocab, paths
 
     overrides = device_overrides(dict(os.environ), script)
     # the scripts' Slurm --output folder (relative to the job's working dir) and the runs
-    _make_dir(_job_dir(options) / "outputs" / "torchft",
+    _make_dir(paths.torchft_runs_dir(_job_dir(options) / "outputs"),
               "submit from a folder you can write to, or give one with --chdir")
     runs = paths.torchft_runs_dir()
     _make_dir(runs, _outputs_fix())
@@ -195,7 +195,7 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     sbatch_options = _with_exports(overrides, options, outputs, script)
     job_id = client.sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
-    log_dir = runs / f"tft-{job_id}" if is_array else None
+    log_dir = logvocab.run_dir(job_id) if is_array else None
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "log_dir": str(log_dir) if log_dir else None}))
         return

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import knobs, paths, runner
+from ftslurm import knobs, logvocab, paths, runner
 from ftslurm.errors import UserError
 from ftslurm.replica import config_error, train
 from ftslurm.replica import plan as planlib
@@ -94,7 +94,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
 
     host = socket.gethostname()
-    _say(planlib.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host))
+    _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host))
     _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
     _say("command: " + plan.command_line())
     for note in plan.notes:

@@ -429,14 +429,6 @@ def _no_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in SECRET_ENV}
 
 
-def banner(time_text: str, plan: Plan, hostname: str) -> str:
-    """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
-    `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
-    if plan.kind == "classic":
-        return f"[{time_text}]  launching classic job {plan.run_id} on {hostname}"
-    return (
-        f"[{time_text}]  launching replica {plan.replica_id} (attempt {plan.attempt}) on {hostname}"
-    )
 
 
 def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:

@@ -1,11 +1,11 @@
 """`ftslurm report`: what happened during a fault-tolerant run, read from its logs.
 
 Data flow, one pass: the run's files (`sources.py`) -> chunks searched for a few markers
-(`reader.py`) -> the lines that hold one -> events (`lines.py`, pure; `events.py` for the
-failure event log) -> merged by time -> timeline state machine (`timeline.py`) -> the data
-model (`model.py`) -> text / JSON / PNG (`render.py`). Nothing holds a whole file in memory.
-`timeline` and `render` both depend on `model` and never on each other; this package joins
-them in `build_report`.
+(`reader.py`) -> the lines that hold one -> events (`logvocab.parse_line`, pure; `events.py`
+for the failure event log) -> merged by time -> timeline state machine (`timeline.py`) -> the
+data model (`model.py`) -> text / JSON / PNG (`render.py`). Nothing holds a whole file in
+memory. `timeline` and `render` both depend on `model` and never on each other; this package
+joins them in `build_report`.
 
 Python API (also what the tests and the fixtures of later runs use)::
 

@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ftslurm.logfile import open_log
-from ftslurm.report.lines import INJECTED, Event
+from ftslurm.logvocab import INJECTED, Event
 from ftslurm.report.reader import ParseStats, iter_lines
 
 SCHEMA_VERSION = 1

@@ -3,7 +3,8 @@
 Why this shape: a 500 MB log must parse at >= 200 MB/s in pure Python. A Python loop over
 every line costs ~1 us a line before it does anything, so each 1 MiB chunk (read into one
 reused buffer) is searched with C-speed `bytes.find`/`count` and regexes that start with a
-literal, and only the rare lines that matter are sliced out and parsed (`lines.py`).
+literal, and only the rare lines that matter are sliced out and handed to the one line
+dispatcher (`logvocab.parse_line`).
 `Quorum!` is printed on EVERY quorum round (one very long line): the rounds' ids are compared
 in bulk, the participants parsed only when the id changes. Commit decisions (one per rank per
 step) are counted here, in bulk between the rare lines, not turned into events.
@@ -17,17 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftslurm.logfile import open_log
-from ftslurm.report.lines import (
-    ERROR,
-    FINISHED,
-    LIGHTHOUSE_START,
-    Event,
-    parse_launch,
-    parse_manager,
-    parse_quorum,
-    parse_rust_replica,
-    parse_time,
-)
+from ftslurm.logvocab import BANNER, ERROR, FINISHED, Event, has_time, parse_line, parse_time
 
 MAX_LINE = 8 << 20  # longer "lines" (binary junk without newlines) are dropped, not buffered
 CHUNK = 1 << 20
@@ -64,13 +55,6 @@ def iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
         if not lines[-1]:
             lines.pop()  # after the chunk's last newline
         yield from lines
-
-
-def _has_time(line: bytes) -> bool:
-    c = line[:1]
-    return (c == b"2" and line[4:5] == b"-") or (
-        c == b"[" and (line[5:6] == b"-" or line[:8] == b"[titan] ")
-    )
 
 
 class _Commits:
@@ -129,7 +113,9 @@ class _Commits:
 # Each marker costs a pass over the chunk, so there are few, and long ones: the Rust `healing is
 # required` line is not needed (the Python side logs the same heal with the replica's uuid), and
 # a Lighthouse log only needs its quorums and its start.
-_QUORUM, _LISTEN, _LAUNCH_M, _DONE = range(4)
+# A marker line that `parse_line` turns into no event is malformed if it is a banner (_LAUNCH_M),
+# else simply a line the report does not use.
+_QUORUM, _OTHER, _LAUNCH_M = range(3)
 _STEP = b" - step "
 _Q_NEEDLE = b"Quorum { quorum_id: "
 _QIDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
@@ -138,11 +124,11 @@ _QIDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
 # committed steps between them are counted in bulk (_FileScan.committed)
 _MGR = re.compile(rb" - step (?:(-?\d{1,30})\] should_commit=True)?")
 _NEEDLES = (
-    (b"Manager listening on", _LISTEN),
-    (b"launching replica ", _LAUNCH_M),
-    (b"Training completed", _DONE),
+    (b"Manager listening on", _OTHER),
+    (BANNER, _LAUNCH_M),
+    (b"Training completed", _OTHER),
 )
-_LIGHTHOUSE_NEEDLES = ((b"Lighthouse listening on", _LISTEN),)
+_LIGHTHOUSE_NEEDLES = ((b"Lighthouse listening on", _OTHER),)
 _HEAD = 48  # bytes of a line that hold its timestamp
 _BULK = True  # False: every marker line by line (the tests check both give the same result)
 def _eol(buf: bytearray, p: int, end: int) -> int:
@@ -155,7 +141,7 @@ def _first_time(buf: bytearray, end: int, utc_offset: float) -> float | None:
     s = 0
     for _ in range(64):
         head = buf[s : min(s + _HEAD, end)]
-        if _has_time(head):
+        if has_time(head):
             t = parse_time(head, utc_offset)
             if t is not None:
                 return t
@@ -174,7 +160,7 @@ def _last_time_head(buf: bytearray, end: int) -> bytes:
             break
         s = buf.rfind(b"\n", 0, e - 1) + 1
         head = bytes(buf[s : min(s + _HEAD, end)])
-        if _has_time(head):
+        if has_time(head):
             return head
         e = s
     return b""
@@ -219,7 +205,7 @@ class _FileScan:
     def time_at(self, ls: int) -> float | None:
         buf = self.buf
         head = buf[ls : min(ls + _HEAD, self.end)]
-        if not _has_time(head):
+        if not has_time(head):
             head = _last_time_head(buf, ls) if ls else b""
             if not head:
                 head = self.prev_ts
@@ -227,6 +213,16 @@ class _FileScan:
 
     def _line(self, p: int) -> tuple[int, int]:
         return self.buf.rfind(b"\n", 0, p) + 1, _eol(self.buf, p, self.end)
+
+    def parse(self, ls: int, le: int) -> Event | None:
+        """The line [ls, le) through `parse_line`, timed like every line of the file (its own
+        time, else the previous timed line's, on the logs' clock)."""
+        t = self.time_at(ls)
+        ev = parse_line(self.buf[ls:le], t)
+        if ev is not None:
+            ev.time = t
+            self._crlf(le)
+        return ev
 
     # ---------------------------------------------------------------- a chunk
 
@@ -350,12 +346,10 @@ class _FileScan:
 
     def _parse_quorum(self, p: int) -> Event | None:
         buf = self.buf
-        ls, le = self._line(p)
-        ev = parse_quorum(buf[ls:le], self.time_at(ls))
+        ev = self.parse(*self._line(p))
         if ev is None:
             self.stats.malformed += 1
             return None
-        self._crlf(le)
         if self.have_round:
             if self.round_p >= 0:
                 rs = buf.rfind(b"\n", 0, self.round_p) + 1
@@ -433,16 +427,11 @@ class _FileScan:
             if ok and c.mark == self.changes:
                 return None
             c.mark = self.changes
-            ls, le = self._line(p)
-            self._crlf(le)
-            return parse_manager(buf[ls:le], self.time_at(ls))
-        ls, le = self._line(p)
-        ev = parse_manager(buf[ls:le], None)
+            return self.parse(*self._line(p))
+        ev = self.parse(*self._line(p))
         if ev is None:
             self.matched -= 1
             return None
-        self._crlf(le)
-        ev.time = self.time_at(ls)
         if ev.kind is not ERROR:
             self.changes += 1
         return ev
@@ -455,29 +444,15 @@ class _FileScan:
         if code == _QUORUM:
             self.changes += 1
             return ev
-        buf = self.buf
         self.matched += 1
-        ls, le = self._line(p)
-        if code == _LISTEN:
-            line = buf[ls:le]
-            if b"Lighthouse listening on" in line:
-                ev = Event(LIGHTHOUSE_START, self.time_at(ls))
-            else:
-                ev = parse_rust_replica(line, None)
-                if ev is None:
-                    self.matched -= 1
-                    return None
-                ev.time = self.time_at(ls)
-        elif code == _DONE:
-            rid = self.file_rid.decode("utf-8", "replace") if self.file_rid else None
-            ev = Event(FINISHED, self.time_at(ls), replica=rid)
-        else:  # _LAUNCH_M
-            ev = parse_launch(buf[ls:le], None)
-            if ev is None:
+        ev = self.parse(*self._line(p))
+        if ev is None:
+            if code == _LAUNCH_M:
                 self.stats.malformed += 1
-                return None
-            ev.time = self.time_at(ls)
-        self._crlf(le)
+            else:
+                self.matched -= 1
+        elif ev.kind is FINISHED:  # whose: the replica of this file's commit lines
+            ev.replica = self.file_rid.decode("utf-8", "replace") if self.file_rid else None
         return ev
 
 

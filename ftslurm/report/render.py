@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ftslurm.report.lines import split_replica_id
+from ftslurm.logvocab import split_replica_id
 from ftslurm.report.model import Degraded, Failure, Recovery, Report
 
 SCHEMA_VERSION = 1

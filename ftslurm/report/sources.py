@@ -9,18 +9,17 @@ replica logs know (see timeline.py). The global event log keeps only the run's j
 from __future__ import annotations
 
 import heapq
-import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ftslurm import logvocab
 from ftslurm.errors import UserError
 from ftslurm.logfile import open_log
-from ftslurm.report import lines as L
+from ftslurm.logvocab import Event
 from ftslurm.report import reader as R
 from ftslurm.report.events import iter_event_log
-from ftslurm.report.lines import Event
 from ftslurm.report.reader import ParseStats
 
 # ---------------------------------------------------------------- files of a run
@@ -56,14 +55,14 @@ def find_run_files(
     files = RunFiles([], list(lighthouse), list(events))
     if not paths and not lighthouse:
         paths = [_newest_run(P.torchft_runs_dir(), files)]
-    elif len(paths) == 1 and Path(paths[0]).is_dir() and _runs_in(Path(paths[0])):
+    elif len(paths) == 1 and logvocab.newest_run_dir(Path(paths[0])):
         paths = [_newest_run(Path(paths[0]), files)]  # the runs directory itself
     for p in map(Path, paths):
         if p.is_dir():
             files.looked_in.append(str(p))
-            m = re.match(r"tft-(\d+)$", p.name)
-            if m:
-                files.job = m.group(1)
+            job = logvocab.run_job(p.name)
+            if job and job.isdecimal():  # a Slurm job's (a local demo's has no global events)
+                files.job = job
             for f in sorted(p.iterdir()):
                 if not f.is_file():
                     continue
@@ -110,24 +109,15 @@ def _spooled(path: str | Path) -> Path:
     return spool
 
 
-def _runs_in(root: Path) -> list[Path]:
-    """The tft-* run directories under root, oldest first."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        (d for d in root.glob("tft-*") if d.is_dir()), key=lambda d: (d.stat().st_mtime, d.name)
-    )
-
-
 def _newest_run(root: Path, files: RunFiles) -> Path:
     files.looked_in.append(str(root))
-    runs = _runs_in(root)
-    if not runs:
+    run = logvocab.newest_run_dir(root)
+    if run is None:
         raise UserError(
             f"no run found: no tft-* directory in {root} "
             "(give a run directory or log files: ftslurm report outputs/torchft/tft-<job>)"
         )
-    return runs[-1]
+    return run
 
 
 def _any_file(paths: Sequence[str | Path]) -> bool:
@@ -170,7 +160,6 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
     wall clock: their difference, rounded to 15 minutes, is the zone offset. Used only to place
     zone-aware times (event log) on the logs' clock; 0 when no quorum is found.
     """
-    pat = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
     for path in lighthouse_logs:
         try:
             with open_log(path) as fh:
@@ -179,10 +168,9 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
                         break
                     if b"Quorum! " not in line:
                         continue
-                    m = pat.search(line)
-                    t = L.parse_time(line)
-                    if m and t is not None:
-                        created = int(m.group(1)) + int(m.group(2)) / 1e9
+                    created = logvocab.quorum_created(line)
+                    t = logvocab.parse_time(line)
+                    if created is not None and t is not None:
                         return round((t - created) / 900.0) * 900.0
         except (OSError, EOFError, zlib.error):  # unreadable, or a corrupt gzip
             continue

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ftslurm.report import lines as L
+from ftslurm import logvocab as L
+from ftslurm.logvocab import Event, split_replica_id
 from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
-from ftslurm.report.lines import Event, split_replica_id
 from ftslurm.report.model import (
     Attempt,
     CommitFailure,

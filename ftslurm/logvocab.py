@@ -1,29 +1,83 @@
-"""One log line -> one event (or None), and a streaming per-file reader.
+"""The log vocabulary: every line ftslurm writes or reads in replica logs, and their file names.
 
-Every shape recognised here is copied from real logs (shared/notes/torchft-logs.md, the cluster
-guide's excerpt, shared/data/torchft-ddp-cpu-run1); nothing is guessed. Three formats interleave
-in a replica log and a fourth is the Lighthouse's:
+Why one module: `report`, `status`, `demo`, `failure` and `logs` all read the launcher's banner,
+torchtitan's steps, torchft's heal and quorum lines and the files the sbatch script names; one
+writer or parser per shape keeps them in step, and the fuzz tests fuzz the dispatcher the report
+really uses (`parse_line`). Every shape is copied from real logs (shared/notes/torchft-logs.md,
+the cluster guide's excerpt, tests/fixtures); nothing is guessed. Four formats interleave:
 
 - Rust env_logger (Lighthouse and the Rust half of the Manager):
   `2026-11-23T08:50:55.316 [INFO] [torchft::lighthouse] - Quorum! Quorum { quorum_id: 1, ...`
-- torchtitan's Python logging: `[titan] 2025-07-16 13:49:32,462 - torchft.manager - INFO - ...`
+- torchtitan's Python logging: `[titan] 2025-07-16 13:49:32,462 - torchft.manager - INFO - ...`,
+  its step lines `step: 121  loss:  5.97775 ...` (in ANSI colours);
 - bare Python logging (torchft's own examples): `INFO:torchft.manager:[train_ddp_0:<uuid>/0 -
-  step 22] ...` with NO timestamp: such a line takes the time of the nearest previous line of
-  the same file that had one (or stays unknown).
-- the launcher's attempt line: `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on w-0`.
+  step 22] ...` with NO timestamp: a file reader gives it the time of the line before;
+- the launcher's banner: `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`.
 
-Lines are bytes: the streaming reader (`reader.py`) finds the few lines that matter in big
-binary chunks and hands only those to the parsers here, which decode what they keep.
+Lines are bytes: the streaming reader (`report/reader.py`) finds the few lines that matter in
+big binary chunks and hands only those to `parse_line`, which decodes what it keeps.
+Files: `<outputs>/torchft/tft-<job>/tft-<job>_<i>.out` (`.out.gz` once archived).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-# Event kinds (Event.kind).
+from ftslurm import paths
+
+if TYPE_CHECKING:
+    from ftslurm.replica.plan import Plan
+
+# ---------------------------------------------------------------- files of a run
+
+RUN_PREFIX = "tft-"
+_LOG_NAME = re.compile(r"^tft-(.+)_(\d+)\.out(\.gz)?$")
+
+
+class LogName(NamedTuple):
+    job: str
+    replica: int
+    archived: bool  # `.out.gz`
+
+
+def run_dir(job: object, outputs: Path | None = None) -> Path:
+    """`<outputs>/torchft/tft-<job>`: where the FT sbatch script writes a run's logs."""
+    return paths.torchft_runs_dir(outputs) / f"{RUN_PREFIX}{job}"
+
+
+def replica_log(job: object, replica: object, folder: Path | None = None) -> Path:
+    """`tft-<job>_<replica>.out` in `folder` (default: the run's folder, `run_dir(job)`)."""
+    return (run_dir(job) if folder is None else folder) / f"{RUN_PREFIX}{job}_{replica}.out"
+
+
+def parse_log_name(name: str) -> LogName | None:
+    """`tft-12_1.out` -> ('12', 1, False); `tft-12_1.out.gz` -> ('12', 1, True); else None."""
+    m = _LOG_NAME.match(name)
+    return LogName(m.group(1), int(m.group(2)), bool(m.group(3))) if m else None
+
+
+def run_job(name: str) -> str | None:
+    """The job of a run folder's name (`tft-12` -> '12'), else None."""
+    job = name[len(RUN_PREFIX) :] if name.startswith(RUN_PREFIX) else ""
+    return job or None
+
+
+def newest_run_dir(root: Path) -> Path | None:
+    """The most recently modified `tft-<job>` folder under `root` (a tie: the last name)."""
+    try:
+        dirs = [p for p in root.iterdir() if run_job(p.name) and p.is_dir()]
+    except OSError:
+        return None
+    return max(dirs, key=lambda p: (p.stat().st_mtime, p.name), default=None)
+
+
+# ---------------------------------------------------------------- events
+
 QUORUM = "quorum"  # a quorum (Lighthouse `Quorum!` or the manager's `got lighthouse quorum`)
 LIGHTHOUSE_START = "lighthouse_start"  # `Lighthouse listening on: ...`
 COMMIT = "commit"  # `should_commit=True|False` (Python manager, per rank)
@@ -36,7 +90,7 @@ RECONFIGURE = "reconfigure"  # `reconfiguring for quorum_id=N`
 MANAGER_START = "manager_start"  # Rust `[Replica X] Manager listening on ...`: a new process
 LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
-INJECTED = "injected"  # one line of the simulate-failure event log (see events.py)
+INJECTED = "injected"  # one line of the simulate-failure event log (see report/events.py)
 FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
 
 
@@ -56,7 +110,8 @@ class Event:
     `time` is seconds since 1970 reading the log's wall clock as if it were UTC (the logs carry
     local time without a zone; see `timeline.clock_offset` for zone-aware inputs), or None when
     no line of the file had a time yet. `replica` is the id as logged: `prefix_<i>:<uuid>` from
-    Python lines and quorums, `prefix_<i>` from the Rust manager.
+    Python lines and quorums, `prefix_<i>` from the Rust manager. LAUNCH: `replica` is the
+    index, `rank` the attempt.
     """
 
     kind: str
@@ -76,8 +131,6 @@ class Event:
     job: str = ""  # INJECTED: the Slurm job id
 
 
-# ---------------------------------------------------------------- replica ids
-
 _RID = re.compile(r"^(.*)_(\d+)(?::(.*))?$")
 
 
@@ -95,8 +148,19 @@ def split_replica_id(rid: str) -> tuple[str, int | None, str | None]:
 _TS = re.compile(
     rb"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?"
 )
+# C++ (glog) lines of torch: `W1123 10:12:54.001000 11604 file.py:1028] ...` (no year)
+_GLOG = re.compile(rb"\[?[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,9})?)\s")
 _EPOCH_ORD = date(1970, 1, 1).toordinal()
 _day_cache: dict[bytes, int] = {}
+
+
+def has_time(line: bytes) -> bool:
+    """The line starts like a timestamped one (Rust, titan or banner): a cheap test before
+    `parse_time`, for scanners that look for the nearest timed line."""
+    c = line[:1]
+    return (c == b"2" and line[4:5] == b"-") or (
+        c == b"[" and (line[5:6] == b"-" or line[:8] == b"[titan] ")
+    )
 
 
 def _day_seconds(y: bytes, mo: bytes, d: bytes) -> int:
@@ -110,7 +174,7 @@ def _day_seconds(y: bytes, mo: bytes, d: bytes) -> int:
 
 
 def parse_time(line: bytes, utc_offset: float = 0.0) -> float | None:
-    """Time at the start of a line (Rust, titan or launcher shape), else None.
+    """Time at the start of a line (Rust, titan or banner shape), else None.
 
     A zone-aware time (`Z`, `+02:00`) is moved onto the logs' local clock with `utc_offset`
     (seconds local minus UTC); naive times are kept as they are.
@@ -140,17 +204,72 @@ def parse_time(line: bytes, utc_offset: float = 0.0) -> float | None:
     return t
 
 
-# ---------------------------------------------------------------- one line
+def line_time(line: str, year: int | None = None) -> float | None:
+    """`parse_time` of a text line, or the time of a torch C++ (glog) line, which has no year:
+    `year` (default: this year) is assumed. Only for ordering lines (`ftslurm logs`)."""
+    raw = line.encode(errors="replace")
+    t = parse_time(raw)
+    if t is None and (g := _GLOG.match(raw)):
+        y = b"%04d" % (year or datetime.now().year)
+        t = parse_time(b"%b-%b-%b %b" % (y, g.group(1), g.group(2), g.group(3)))
+    return t
+
+
+# ---------------------------------------------------------------- banner, steps, colours
+
+BANNER = b"launching replica "  # what readers look for; one per attempt
+_BANNER = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)(?: on (\S+))?")
+STEP = re.compile(rb"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def banner(time_text: str, plan: Plan, hostname: str) -> str:
+    """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
+    `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
+    if plan.kind == "classic":
+        return f"[{time_text}]  launching classic job {plan.run_id} on {hostname}"
+    return (
+        f"[{time_text}]  launching replica {plan.replica_id} (attempt {plan.attempt}) on {hostname}"
+    )
+
+
+def last_banner(data: bytes) -> re.Match[bytes] | None:
+    """The last banner in `data`: group 1 the replica, 2 the attempt, 3 the node."""
+    found = list(_BANNER.finditer(data))
+    return found[-1] if found else None
+
+
+def count_banners(path: Path) -> int:
+    """How many attempts the log has begun (banner lines; read in blocks, not at once)."""
+    n = 0
+    try:
+        with open(path, "rb") as fh:
+            carry = b""
+            while chunk := fh.read(1 << 20):
+                data = carry + chunk
+                n += data.count(BANNER)
+                carry = data[-32:]
+                n -= carry.count(BANNER)
+            n += carry.count(BANNER)
+    except OSError:
+        return 0
+    return n
+
+
+def strip_ansi(data: bytes) -> bytes:
+    """`data` without its ANSI colour codes (torchtitan colours its step lines)."""
+    return _ANSI.sub(b"", data)
+
+
+# ---------------------------------------------------------------- torchft lines
 
 _QID = re.compile(rb"quorum_id: (\d+)")
 _MEMBER = re.compile(
     rb'replica_id: "([^"]*)".*?[ ,{]step: (\d+)(?:.*?commit_failures: (\d+))?'
 )
+_CREATED = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
 _MGR = re.compile(rb"\[([^\s\[\]/]+)/(\d+) - step (-?\d+)\] ([^\r\n]*)")
 _RUST_REPLICA = re.compile(rb"\[Replica ([^\]\s]+)\] ([^\r\n]*)")
-_LAUNCH = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)(?: on (\S+))?")
-_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
-_STEP = re.compile(rb"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaifNI]+)")
 _INTS = re.compile(rb"-?\d+")
 _KV_INT = {
     k: re.compile(rb"(?<![a-z_])" + k.encode() + rb"=(-?\d+)")
@@ -184,6 +303,12 @@ def parse_quorum(line: bytes, t: float | None) -> Event | None:
         for rid, step, cf in _MEMBER.findall(body, 0, end)
     )
     return Event(QUORUM, t, quorum_id=int(m.group(1)), members=members)
+
+
+def quorum_created(line: bytes) -> float | None:
+    """When a quorum line's quorum was made (`created: ... { seconds: S, nanos: N }`, UTC)."""
+    m = _CREATED.search(line)
+    return int(m.group(1)) + int(m.group(2)) / 1e9 if m else None
 
 
 def parse_manager(line: bytes, t: float | None) -> Event | None:
@@ -235,7 +360,8 @@ def parse_rust_replica(line: bytes, t: float | None) -> Event | None:
 
 
 def parse_launch(line: bytes, t: float | None) -> Event | None:
-    m = _LAUNCH.search(line)
+    """The launcher's banner (`banner` writes it)."""
+    m = _BANNER.search(line)
     if not m:
         return None
     idx, attempt, node = m.groups()
@@ -245,14 +371,22 @@ def parse_launch(line: bytes, t: float | None) -> Event | None:
 
 
 def parse_titan_step(line: bytes, t: float | None) -> Event | None:
-    m = _STEP.search(_ANSI.sub(b"", line))
+    """torchtitan's `step: N  loss: L` line; `detail` is the loss as logged."""
+    m = STEP.search(strip_ansi(line))
     if not m:
         return None
     return Event(TITAN_STEP, t, step=int(m.group(1)), detail=_dec(m.group(2)))
 
 
+# ---------------------------------------------------------------- one line
+
 def parse_line(line: bytes, t: float | None = None) -> Event | None:
-    """Pure: the event one line carries, else None. `t`: the line's time if known."""
+    """Pure: the event one line carries, else None. The one dispatcher: the report's reader
+    hands it every line it picked out, `demo` every line it reads.
+
+    `t`: the line's time if the caller knows it (a file reader: the time of the nearest timed
+    line, for a line without one); None: read from the line itself.
+    """
     if t is None:
         t = parse_time(line)
     if b"quorum_id: " in line:
@@ -261,7 +395,7 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
         return parse_manager(line, t)
     if b"[Replica " in line:
         return parse_rust_replica(line, t)
-    if b"launching replica " in line:
+    if BANNER in line:
         return parse_launch(line, t)
     if b"loss:" in line:
         return parse_titan_step(line, t)
@@ -270,6 +404,3 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
     if b"Training completed" in line:
         return Event(FINISHED, t)
     return None
-
-
-# ---------------------------------------------------------------- a file, streaming
