@@ -95,6 +95,10 @@ def test_lifecycle(state_dir: Path):
     assert saved["pid"] == info.pid and saved["extra"]["address"] == info.address
     assert "--min_replicas" in saved["cmd"] and saved["started_at"] > 0
     assert (state_dir / "lighthouse.pid").read_text().strip() == str(info.pid)
+    # the launcher is launcher.py, copied into the state dir: its path marks this dir's process
+    copy = state_dir / command.MARKER
+    assert info.cmd[:2] == [sys.executable, str(copy)]
+    assert copy.read_bytes() == Path(launcher.__file__).read_bytes()
     # a separate log-writer process copies the line: it may land just after HTTP answers
     wait_for(lambda: "Lighthouse listening on" in (state_dir / "lighthouse.log").read_text(),
              timeout=10, what="the listening line in the log")  # fmt: skip

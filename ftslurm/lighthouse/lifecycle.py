@@ -23,14 +23,7 @@ from typing import Any, NoReturn
 
 from ftslurm import daemon, procs
 from ftslurm.errors import UserError
-from ftslurm.lighthouse import ports
-from ftslurm.lighthouse.address import (
-    advertised_host,
-    format_bind,
-    is_wildcard,
-    parse_bind,
-    probe_host,
-)
+from ftslurm.lighthouse import address, ports
 from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve_binary
 from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig
 from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
@@ -123,19 +116,11 @@ def log_path(state_dir: str | Path | None = None) -> Path:
 def _info(state: daemon.DaemonState, d: daemon.Daemon, **kw: Any) -> LighthouseInfo:
     x = state.extra
     return LighthouseInfo(
-        pid=state.pid,
-        address=x.get("address", ""),
-        host=x.get("host", ""),
-        port=int(x.get("port", 0)),
-        bind=x.get("bind", ""),
-        probe_url=x.get("probe_url", ""),
-        state_dir=str(d.state_dir),
-        log_path=str(d.logfile),
-        started_at=state.started_at,
-        config=dict(x.get("config", {})),
-        cmd=list(state.cmd),
-        **kw,
-    )
+        pid=state.pid, address=x.get("address", ""), host=x.get("host", ""),
+        port=int(x.get("port", 0)), bind=x.get("bind", ""), probe_url=x.get("probe_url", ""),
+        state_dir=str(d.state_dir), log_path=str(d.logfile), started_at=state.started_at,
+        config=dict(x.get("config", {})), cmd=list(state.cmd), **kw,
+    )  # fmt: skip
 
 
 def _log_since(path: Path, offset: int) -> str:
@@ -239,7 +224,7 @@ def _held_by_this_lighthouse(
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
     """Option name (as `start` spells it) -> how the running Lighthouse differs from `cfg`."""
     running = state.extra.get("config", {})
-    host, port = parse_bind(cfg.bind)
+    host, port = address.parse_bind(cfg.bind)
     notes = {}
     if port not in (0, state.extra.get("port")):
         notes["bind"] = f"requested port {port}, running on {state.extra.get('port')}"
@@ -266,7 +251,7 @@ def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, 
 def _start_locked(
     d: daemon.Daemon, cfg: LighthouseConfig, stale_pid: int | None
 ) -> LighthouseInfo:
-    host, port = parse_bind(cfg.bind)
+    host, port = address.parse_bind(cfg.bind)
     if not ports.port_free(host, port) and not _orphan_gone(d, host, port, stale_pid is not None):
         raise ports.port_in_use_error(host, port)
     d.state_dir.mkdir(parents=True, exist_ok=True)
@@ -294,7 +279,7 @@ def _start_locked(
                 pid=proc.pid, poll=proc.poll, timeout=cfg.ready_timeout,
                 what="the Lighthouse's 'listening on' log line",
             )  # fmt: skip
-        where = _address(host, port, cfg.advertise)
+        where = _where(host, port, cfg.advertise)
         probe_url = where["probe_url"]
         daemon.wait_ready(
             lambda: answers(probe_url),
@@ -320,12 +305,12 @@ def _start_locked(
     return _info(state, d, stale_pid=stale_pid)
 
 
-def _address(host: str, port: int, advertise: str | None) -> dict[str, Any]:
+def _where(host: str, port: int, advertise: str | None) -> dict[str, Any]:
     """Where it listens, the address replicas use, and where this machine probes it."""
-    adv = advertised_host(host, advertise)
-    return {"host": adv, "port": port, "bind": format_bind(host, port),
+    adv = address.advertised_host(host, advertise)
+    return {"host": adv, "port": port, "bind": address.format_bind(host, port),
             "address": f"http://{adv}:{port}",
-            "probe_url": f"http://{probe_host(host)}:{port}/status"}  # fmt: skip
+            "probe_url": f"http://{address.probe_host(host)}:{port}/status"}  # fmt: skip
 
 
 def _last_file(d: daemon.Daemon) -> Path:
@@ -360,14 +345,12 @@ def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> Li
         st.stale_pid = found.stale.pid if found.stale else None
         return st
     s = found.state
-    st.running = True
-    st.pid = s.pid
-    st.address = s.extra.get("address")
-    st.bind = s.extra.get("bind")
-    if s.started_at:  # unknown (0) when only a bare pidfile was left
-        st.started_at = s.started_at
-        st.uptime_s = s.uptime_s
-    st.config = s.extra.get("config")
+    st = replace(
+        st, running=True, pid=s.pid, address=s.extra.get("address"), bind=s.extra.get("bind"),
+        config=s.extra.get("config"),
+        # unknown (0) when only a bare pidfile was left
+        started_at=s.started_at or None, uptime_s=s.uptime_s if s.started_at else None,
+    )  # fmt: skip
     url = s.extra.get("probe_url")
     if url:
         try:
@@ -398,8 +381,8 @@ def recorded_config(state_dir: str | Path | None = None) -> LighthouseConfig:
     if extra and extra.get("config"):
         options = {k: v for k, v in extra["config"].items() if k in BINARY_OPTIONS}
         if extra.get("port"):
-            host, _ = parse_bind(options.get("bind"))
-            options["bind"] = format_bind(host, int(extra["port"]))
+            host, _ = address.parse_bind(options.get("bind"))
+            options["bind"] = address.format_bind(host, int(extra["port"]))
         for key in ("binary", "log_max_mb"):
             if extra.get(key) is not None:
                 options[key] = extra[key]
@@ -421,7 +404,7 @@ def restart(config: LighthouseConfig, grace: float = DEFAULT_STOP_GRACE_S) -> Li
             "(started with --foreground): restart it there (e.g. `systemctl restart <unit>`), "
             "or stop it and run `ftslurm lighthouse start`"
         )
-    host, port = parse_bind(config.bind)
+    host, port = address.parse_bind(config.bind)
     # A port that only the recorded Lighthouse holds (running, or crashed with its threads
     # still exiting: then no owner is visible) frees up when stop() has run; any other
     # visible holder makes start() fail.
@@ -451,12 +434,12 @@ def exec_foreground(
                 f"a Lighthouse already runs from {d.state_dir} (pid {found.state.pid}, "
                 f"{found.state.extra.get('address')}); stop it first"
             )
-        host, port = parse_bind(cfg.bind)
+        host, port = address.parse_bind(cfg.bind)
         if port == 0:
             from ftslurm.wait import free_port
 
-            port = free_port("127.0.0.1" if is_wildcard(host) else host)
-            cfg = replace(cfg, bind=format_bind(host, port))
+            port = free_port("127.0.0.1" if address.is_wildcard(host) else host)
+            cfg = replace(cfg, bind=address.format_bind(host, port))
         if not ports.port_free(host, port):
             raise ports.port_in_use_error(host, port)
         binary = resolve_binary(cfg.binary)
@@ -467,7 +450,7 @@ def exec_foreground(
             name=NAME, pid=pid, start_ticks=st.start_ticks if st else None,
             started_at=time.time(), cmd=cmd, marker=MARKER, log_path=None,
             extra={"config": cfg.binary_options(), "requested_bind": cfg.bind,
-                   **_address(host, port, cfg.advertise), "foreground": True, "binary": binary},
+                   **_where(host, port, cfg.advertise), "foreground": True, "binary": binary},
         )  # fmt: skip
         d.write_state(state)
         if announce is not None:
