@@ -31,7 +31,7 @@ def bare_ready(cmd: list[str], port: int, timeout: float = 60.0) -> float:
     t0 = time.perf_counter()
     proc = runner.spawn(cmd)
     try:
-        daemon.wait_ready(lambda: lh._answers(url, 0.5), pid=proc.pid, poll=proc.poll,
+        daemon.wait_ready(lambda: lh.answers(url, 0.5), pid=proc.pid, poll=proc.poll,
                           timeout=timeout, interval=0.005)  # fmt: skip
         return time.perf_counter() - t0
     finally:
@@ -44,7 +44,7 @@ def cli_ready(ftslurm: list[str], port: int, state: Path) -> float:
     runner.run([*ftslurm, "lighthouse", "start", "--bind", f"127.0.0.1:{port}",
                 "--state-dir", str(state)], timeout=120)  # fmt: skip
     dt = time.perf_counter() - t0
-    assert lh._answers(f"http://127.0.0.1:{port}/status")
+    assert lh.answers(f"http://127.0.0.1:{port}/status")
     lh.stop(state, grace=5)
     return dt
 

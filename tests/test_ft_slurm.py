@@ -101,7 +101,7 @@ def test_replicas_survive_a_lighthouse_restart(ft_run: FTRun):
     attempts_before = [ft_run.text(t).count("launching replica") for t in (0, 1)]
     steps_before = [ft_run.last_step(t) for t in (0, 1)]
     log_before = len(ft_run.lighthouse_log())
-    info = lighthouse.restart(state_dir=ft_run.lighthouse_dir)
+    info = lighthouse.restart(lighthouse.recorded_config(ft_run.lighthouse_dir))
     assert info.pid != ft_run.lighthouse.pid  # a new process: its quorum state is gone
     assert info.port == ft_run.lighthouse.port  # same address for the running replicas
     wait_for(

@@ -15,6 +15,7 @@ import socket
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,13 @@ import pytest
 from ftslurm import daemon, procs, runner
 from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
+from ftslurm.lighthouse import command, launcher, ports
 from ftslurm.wait import free_port, wait_for
 
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(
-        lh._torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
+        lh.torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
         reason="torchft is not installed",
     ),
 ]
@@ -51,6 +53,12 @@ def state_dir(tmp_path: Path):
     yield d
     lh.stop(d, grace=2)
     kill_leftovers(str(d))
+
+
+def restart_with(state_dir: Path, **options) -> lh.LighthouseInfo:
+    """What `ftslurm lighthouse restart --OPTION ...` does: the recorded config, `options`
+    replaced."""
+    return lh.restart(replace(lh.recorded_config(state_dir), **options), grace=5)
 
 
 @pytest.fixture
@@ -87,6 +95,10 @@ def test_lifecycle(state_dir: Path):
     assert saved["pid"] == info.pid and saved["extra"]["address"] == info.address
     assert "--min_replicas" in saved["cmd"] and saved["started_at"] > 0
     assert (state_dir / "lighthouse.pid").read_text().strip() == str(info.pid)
+    # the launcher is launcher.py, copied into the state dir: its path marks this dir's process
+    copy = state_dir / command.MARKER
+    assert info.cmd[:2] == [sys.executable, str(copy)]
+    assert copy.read_bytes() == Path(launcher.__file__).read_bytes()
     # a separate log-writer process copies the line: it may land just after HTTP answers
     wait_for(lambda: "Lighthouse listening on" in (state_dir / "lighthouse.log").read_text(),
              timeout=10, what="the listening line in the log")  # fmt: skip
@@ -126,12 +138,12 @@ def test_port_zero_and_restart_keeps_address(state_dir: Path):
     info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
     assert info.port > 0 and info.bind == f"127.0.0.1:{info.port}"
     assert lh.http_get(info.probe_url)[0] == 200
-    new = lh.restart(state_dir, grace=5)
+    new = restart_with(state_dir)
     assert new.pid != info.pid
     assert (new.address, new.port, new.bind) == (info.address, info.port, info.bind)
     assert lh.http_get(new.probe_url)[0] == 200
     # options given to restart replace the recorded ones; the port still stays
-    new2 = lh.restart(state_dir, grace=5, min_replicas=2, advertise="login-0")
+    new2 = restart_with(state_dir, min_replicas=2, advertise="login-0")
     assert new2.port == info.port and new2.address == f"http://login-0:{info.port}"
     assert new2.config["min_replicas"] == 2
     assert "need min_replicas 2" in (lh.status(state_dir).quorum.next_status or "")
@@ -140,10 +152,10 @@ def test_port_zero_and_restart_keeps_address(state_dir: Path):
 def test_restart_after_stop_or_crash_keeps_the_port(state_dir: Path):
     info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
     lh.stop(state_dir)
-    again = lh.restart(state_dir)  # nothing runs: the last start's options and port
+    again = restart_with(state_dir)  # nothing runs: the last start's options and port
     assert (again.port, again.config["min_replicas"]) == (info.port, 2)
     os.kill(again.pid, signal.SIGKILL)  # crash
-    third = lh.restart(state_dir)
+    third = restart_with(state_dir)
     assert third.port == info.port and lh.status(state_dir).running
 
 
@@ -152,7 +164,7 @@ def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
     start, not the defaults; `start` while it runs names a different --binary."""
     wrapper = tmp_path / "bin" / "site_torchft_lighthouse"  # a site's own wrapper script
     wrapper.parent.mkdir()
-    wrapper.write_text(lh._LAUNCHER.format(python=sys.executable, ext=str(lh._torchft_extension())))
+    wrapper.write_text(f"#!{sys.executable}\n" + Path(launcher.__file__).read_text())
     wrapper.chmod(0o755)
     info = lh.start(bind="127.0.0.1:0", state_dir=state_dir, binary=str(wrapper), log_max_mb=0.5)
     assert info.cmd[0] == str(wrapper)
@@ -160,13 +172,13 @@ def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
     assert again.already_running
     assert again.notes["binary"] == f"requested --binary (the fast launcher), running {wrapper}"
     assert again.notes["log_max_mb"] == "requested --log-max-mb 2, running with 0.5"
-    new = lh.restart(state_dir, grace=5)
+    new = restart_with(state_dir)
     assert new.pid != info.pid and new.cmd[0] == str(wrapper) and new.port == info.port
     assert str(wrapper) in procs.cmdline(new.pid)
     recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
     assert (recorded["binary"], recorded["log_max_mb"]) == (str(wrapper), 0.5)
     # options given to restart replace the recorded ones; "" = the default launcher
-    third = lh.restart(state_dir, grace=5, binary="", log_max_mb=1.0)
+    third = restart_with(state_dir, binary="", log_max_mb=1.0)
     assert third.cmd[0] == sys.executable and third.port == info.port
     recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
     assert (recorded["binary"], recorded["log_max_mb"]) == (None, 1.0)
@@ -177,17 +189,17 @@ def test_restart_refused_before_stopping(state_dir: Path, held_port: int):
     holds) is refused while the running Lighthouse still runs: the replicas keep it."""
     info = lh.start(bind="127.0.0.1:0", state_dir=state_dir)
     with pytest.raises(UserError, match="cannot resolve 'no-such-host.invalid'"):
-        lh.restart(state_dir, grace=5, bind="no-such-host.invalid:0")
+        restart_with(state_dir, bind="no-such-host.invalid:0")
     with pytest.raises(lh.PortInUse, match=f"port {held_port}"):
-        lh.restart(state_dir, grace=5, bind=f":{held_port}")
+        restart_with(state_dir, bind=f":{held_port}")
     with pytest.raises(UserError, match="0 to 65535"):
-        lh.restart(state_dir, grace=5, bind="127.0.0.1:70000")
+        restart_with(state_dir, bind="127.0.0.1:70000")
     # the Lighthouse's own port number, on another address that another program holds
     with socket.socket() as other:
         other.bind(("127.0.0.2", info.port))
         other.listen(1)
         with pytest.raises(lh.PortInUse, match=f"port {info.port}"):
-            lh.restart(state_dir, grace=5, bind=f"127.0.0.2:{info.port}")
+            restart_with(state_dir, bind=f"127.0.0.2:{info.port}")
     st = lh.status(state_dir)
     assert st.running and st.pid == info.pid and st.http_ok
 
@@ -267,7 +279,7 @@ def test_port_in_use_by_another_program(state_dir: Path, held_port: int):
 def test_port_in_use_detected_from_the_binary(state_dir: Path, held_port: int, monkeypatch):
     """If the port is taken between our check and the bind (a race), the binary's own
     'Address already in use (os error 98)' is turned into the same clear error."""
-    monkeypatch.setattr(lh, "port_free", lambda host, port: True)
+    monkeypatch.setattr(ports, "port_free", lambda host, port: True)
     with pytest.raises(lh.PortInUse) as e:
         lh.start(bind=f"0.0.0.0:{held_port}", state_dir=state_dir)
     assert f"port {held_port}" in str(e.value)
@@ -294,7 +306,7 @@ def test_port_in_use_by_an_unmanaged_lighthouse(state_dir: Path, tmp_path: Path)
     cmd = lh.lighthouse_command(bare) + ["--bind", f"127.0.0.1:{port}", "--min_replicas", "1"]
     proc = runner.spawn(cmd)
     try:
-        daemon.wait_ready(lambda: lh._answers(f"http://127.0.0.1:{port}/status"),
+        daemon.wait_ready(lambda: lh.answers(f"http://127.0.0.1:{port}/status"),
                           pid=proc.pid, poll=proc.poll, timeout=60)  # fmt: skip
         with pytest.raises(lh.PortInUse, match="another Lighthouse, not managed") as e:
             lh.start(bind=f"127.0.0.1:{port}", state_dir=state_dir)
@@ -318,7 +330,7 @@ def test_stale_pidfile_with_reused_pid(state_dir: Path):
         d = daemon.Daemon(state_dir, "lighthouse")
         st = daemon.proc_stat(sleeper.pid)
         d.write_state(daemon.DaemonState("lighthouse", sleeper.pid, st.start_ticks, time.time(),
-                                         ["torchft_lighthouse"], lh.MARKER))  # fmt: skip
+                                         ["torchft_lighthouse"], command.MARKER))  # fmt: skip
         status = lh.status(state_dir)
         assert not status.running and status.stale_pid == sleeper.pid
         assert lh.stop(state_dir) == "not-running"
@@ -366,14 +378,14 @@ def _quorum_rounds(port: int, rounds: int = 1) -> None:
     """Run CLIENTS against the Lighthouse on `port` (in a subprocess: loading torchft's
     extension into pytest could clash with a later real `import torchft`)."""
     out = runner.run(
-        [sys.executable, "-c", CLIENTS, str(lh._torchft_extension()),
+        [sys.executable, "-c", CLIENTS, str(lh.torchft_extension()),
          f"http://127.0.0.1:{port}", str(rounds)],
         timeout=120,
     )  # fmt: skip
     assert "QUORUM OK" in out.stdout
 
 
-@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+@pytest.mark.skipif(lh.torchft_extension() is None, reason="needs torchft's extension module")
 def test_status_shows_the_live_quorum(state_dir: Path):
     """Two clients form a quorum; status reports it."""
     info = lh.start(bind="127.0.0.1:0", min_replicas=2, state_dir=state_dir)
@@ -388,7 +400,7 @@ def test_status_shows_the_live_quorum(state_dir: Path):
     assert "Quorum!" in (state_dir / "lighthouse.log").read_text()
 
 
-@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+@pytest.mark.skipif(lh.torchft_extension() is None, reason="needs torchft's extension module")
 def test_log_capped_while_running(state_dir: Path):
     """A long-lived Lighthouse: its log is renamed to .1 at a line end each time it passes the
     cap, while it runs; the two files hold the newest lines, whole and without a gap; stop
@@ -416,7 +428,7 @@ def test_log_capped_while_running(state_dir: Path):
     assert steps[0] > 0  # older lines went with an earlier rotation: the log is bounded
 
 
-@pytest.mark.skipif(lh._torchft_extension() is None, reason="needs torchft's extension module")
+@pytest.mark.skipif(lh.torchft_extension() is None, reason="needs torchft's extension module")
 def test_log_rotation_that_fails_keeps_the_lighthouse(state_dir: Path):
     """`lighthouse.log.1` cannot be replaced (a directory is in the way): the writer goes on in
     the same file and the Lighthouse keeps serving."""
@@ -448,7 +460,7 @@ def test_foreground_execs_with_same_pid(state_dir: Path):
         assert f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}" in log.read_text()
         # its supervisor (systemd, tmux) restarts it; a detached copy would fight that
         with pytest.raises(UserError, match="runs in the foreground"):
-            lh.restart(state_dir, grace=5)
+            restart_with(state_dir)
         assert lh.status(state_dir).pid == proc.pid
         assert lh.stop(state_dir, grace=5) == "terminated"
         proc.wait(10)

@@ -22,7 +22,7 @@ from ftslurm.wait import free_port, wait_for
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(
-        lh._torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
+        lh.torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
         reason="torchft is not installed",
     ),
 ]

@@ -1,8 +1,9 @@
 """Pure parts of ftslurm.lighthouse: the /status HTML parser on real recorded pages, bind
-addresses, advertised host. No processes."""
+addresses, advertised host, the config. No processes."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from pathlib import Path
@@ -11,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
+from ftslurm.lighthouse import address, status_page
+from ftslurm.lighthouse.config import LighthouseConfig
 
 FIX = Path(__file__).parent / "fixtures" / "lighthouse"
 
@@ -27,7 +29,7 @@ def recorded_status(name: str) -> str:
 
 def test_both_replicas_up():
     """Real torchft DDP run on CPU, both replicas training (plus a stale id from another job)."""
-    q = lh.parse_status_html(recorded_status("http_both_up.txt"))
+    q = status_page.parse_status_html(recorded_status("http_both_up.txt"))
     assert q.quorum_id == 1
     assert q.next_status == (
         "New quorum not ready, only have 0 participants, need min_replicas 1 "
@@ -51,7 +53,7 @@ def test_both_replicas_up():
 
 
 def test_replica_1_dead_for_7s():
-    q = lh.parse_status_html(recorded_status("http_r1_dead_7s.txt"))
+    q = status_page.parse_status_html(recorded_status("http_r1_dead_7s.txt"))
     assert q.quorum_id == 2 and q.num_participants == 1
     assert [m.replica_id.split(":")[0] for m in q.members] == ["train_ddp_0"]
     assert q.members[0].step == 28
@@ -62,7 +64,7 @@ def test_replica_1_dead_for_7s():
 
 def test_idle_lighthouse():
     """Recorded from our own Lighthouse before any replica: no previous quorum, no heartbeats."""
-    q = lh.parse_status_html((FIX / "status_idle.html").read_text())
+    q = status_page.parse_status_html((FIX / "status_idle.html").read_text())
     assert q.quorum_id == 0
     assert q.next_status.startswith("New quorum not ready, only have 0 participants")
     assert q.previous_quorum_id is None and q.num_participants is None
@@ -72,12 +74,12 @@ def test_idle_lighthouse():
 def test_recovering_member_and_old_heartbeat():
     """Recorded: two replicas at steps 42 and 0 (the one at 0 is shown `recovering`), then
     replica 1 silent past the heartbeat timeout."""
-    q = lh.parse_status_html((FIX / "status_two_members_recovering.html").read_text())
+    q = status_page.parse_status_html((FIX / "status_two_members_recovering.html").read_text())
     assert [(m.replica_id, m.step, m.recovering, m.world_size) for m in q.members] == [
         ("torchtitan_ft_0:0f3c", 42, False, 8),
         ("torchtitan_ft_1:9a1d", 0, True, 8),
     ]
-    q = lh.parse_status_html((FIX / "status_one_heartbeat_old.html").read_text())
+    q = status_page.parse_status_html((FIX / "status_one_heartbeat_old.html").read_text())
     assert {h.replica_id: h.old for h in q.heartbeats} == {
         "torchtitan_ft_0:0f3c": False,
         "torchtitan_ft_1:9a1d": True,
@@ -85,13 +87,13 @@ def test_recovering_member_and_old_heartbeat():
 
 
 def test_garbage_and_html_escapes():
-    assert lh.parse_status_html("") == lh.QuorumPage()
-    assert lh.parse_status_html("<html>404</html>").quorum_id is None
+    assert status_page.parse_status_html("") == status_page.QuorumPage()
+    assert status_page.parse_status_html("<html>404</html>").quorum_id is None
     page = (
         '<div class="member">\n<b>a&amp;b:1</b> <br/>\nStep: 3 <br/>\n</div>'
         '<li class="heartbeat">a&amp;b:1: seen 250ms ago</li>'
     )
-    q = lh.parse_status_html(page)
+    q = status_page.parse_status_html(page)
     assert q.members[0].replica_id == "a&b:1" and q.members[0].step == 3
     assert q.heartbeats[0].replica_id == "a&b:1" and q.heartbeats[0].age_s == pytest.approx(0.25)
 
@@ -99,8 +101,8 @@ def test_garbage_and_html_escapes():
 @settings(max_examples=200, deadline=None)
 @given(hs.text())
 def test_parser_never_raises(text: str):
-    lh.parse_status_html(text)
-    lh.parse_status_html(recorded_status("http_both_up.txt")[: len(text)])
+    status_page.parse_status_html(text)
+    status_page.parse_status_html(recorded_status("http_both_up.txt")[: len(text)])
 
 
 @pytest.mark.parametrize(
@@ -109,41 +111,58 @@ def test_parser_never_raises(text: str):
      ("2s", 2.0), ("abc", None), ("", None)],
 )  # fmt: skip
 def test_parse_duration(text: str, seconds: float | None):
-    got = lh.parse_duration(text)
+    got = status_page.parse_duration(text)
     assert got == (pytest.approx(seconds) if seconds is not None else None)
 
 
 def test_parse_bind(monkeypatch):
-    monkeypatch.setattr(lh, "default_bind_host", lambda: "[::]")
-    assert lh.parse_bind(None) == ("::", 29510)
-    assert lh.parse_bind(":0") == ("::", 0)
-    assert lh.parse_bind("29511") == ("::", 29511)
-    assert lh.parse_bind("127.0.0.1:1234") == ("127.0.0.1", 1234)
-    assert lh.parse_bind("[::1]:80") == ("::1", 80)
-    assert lh.parse_bind("[::]:29510") == ("::", 29510)
-    assert lh.parse_bind("0.0.0.0:") == ("0.0.0.0", 29510)
-    assert lh.parse_bind("login-0") == ("login-0", 29510)
-    monkeypatch.setattr(lh, "default_bind_host", lambda: "0.0.0.0")
-    assert lh.parse_bind(":5") == ("0.0.0.0", 5)
+    monkeypatch.setattr(address, "default_bind_host", lambda: "[::]")
+    assert address.parse_bind(None) == ("::", 29510)
+    assert address.parse_bind(":0") == ("::", 0)
+    assert address.parse_bind("29511") == ("::", 29511)
+    assert address.parse_bind("127.0.0.1:1234") == ("127.0.0.1", 1234)
+    assert address.parse_bind("[::1]:80") == ("::1", 80)
+    assert address.parse_bind("[::]:29510") == ("::", 29510)
+    assert address.parse_bind("0.0.0.0:") == ("0.0.0.0", 29510)
+    assert address.parse_bind("login-0") == ("login-0", 29510)
+    monkeypatch.setattr(address, "default_bind_host", lambda: "0.0.0.0")
+    assert address.parse_bind(":5") == ("0.0.0.0", 5)
     for bad in ("host:99999", "a:b", "1:2:3", "[::1]:x"):
         with pytest.raises(UserError):
-            lh.parse_bind(bad)
-    assert lh.format_bind("::", 5) == "[::]:5" and lh.format_bind("10.0.0.1", 5) == "10.0.0.1:5"
+            address.parse_bind(bad)
+    assert address.format_bind("::", 5) == "[::]:5"
+    assert address.format_bind("10.0.0.1", 5) == "10.0.0.1:5"
 
 
 def test_advertised_host():
-    assert lh.advertised_host("::") == socket.gethostname()
-    assert lh.advertised_host("0.0.0.0", "login-0") == "login-0"
-    assert lh.advertised_host("10.1.2.3") == "10.1.2.3"
-    assert lh.advertised_host("fe80::1") == "[fe80::1]"
-    assert lh.probe_host("::") == "127.0.0.1" and lh.probe_host("::1") == "[::1]"
+    assert address.advertised_host("::") == socket.gethostname()
+    assert address.advertised_host("0.0.0.0", "login-0") == "login-0"
+    assert address.advertised_host("10.1.2.3") == "10.1.2.3"
+    assert address.advertised_host("fe80::1") == "[fe80::1]"
+    assert address.probe_host("::") == "127.0.0.1" and address.probe_host("::1") == "[::1]"
 
 
 def test_config_args_follow_the_cluster_guide():
-    args = lh.LighthouseConfig(bind="0.0.0.0:29510").args()
+    args = LighthouseConfig(bind="0.0.0.0:29510").args()
     assert args == ["--bind", "0.0.0.0:29510", "--min_replicas", "1", "--quorum_tick_ms", "100",
                     "--join_timeout_ms", "10000"]  # fmt: skip
-    args = lh.LighthouseConfig(bind="0.0.0.0:1", heartbeat_timeout_ms=2000).args()
+    args = LighthouseConfig(bind="0.0.0.0:1", heartbeat_timeout_ms=2000).args()
     assert args[-2:] == ["--heartbeat_timeout_ms", "2000"]
-    with pytest.raises(UserError):
-        lh.LighthouseConfig(min_replicas=0).validate()
+    for bad in ({"min_replicas": 0}, {"join_timeout_ms": -1}, {"heartbeat_timeout_ms": 0},
+                {"bind": "a:b"}):  # fmt: skip
+        with pytest.raises(UserError):
+            LighthouseConfig(**bad)  # validated when built: a typo never reaches a restart
+
+
+def test_recorded_config_keeps_the_port_binary_and_log_cap(tmp_path: Path):
+    """`restart` of a stopped Lighthouse: the last start's options, on the port it got."""
+    from ftslurm import lighthouse as lh
+
+    assert lh.recorded_config(tmp_path) == LighthouseConfig(state_dir=tmp_path)  # nothing yet
+    (tmp_path / "lighthouse.last.json").write_text(json.dumps({
+        "config": {"bind": "127.0.0.1:0", "min_replicas": 2, "advertise": "login-0"},
+        "port": 41234, "binary": "/opt/lh", "log_max_mb": 0.5,
+    }))  # fmt: skip
+    cfg = lh.recorded_config(tmp_path)
+    assert (cfg.bind, cfg.min_replicas, cfg.advertise) == ("127.0.0.1:41234", 2, "login-0")
+    assert (cfg.binary, cfg.log_max_mb, cfg.join_timeout_ms) == ("/opt/lh", 0.5, 10000)

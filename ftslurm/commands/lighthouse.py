@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from ftslurm import stdout_pipe
 from ftslurm.commands.params import FiniteFloat
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
+
+DEFAULTS = lh.LighthouseConfig  # its fields' defaults are class attributes
 
 
 def _state_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -47,23 +50,23 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
             click.option(
                 "--bind",
                 metavar="HOST:PORT",
-                default=d(f":{lh.DEFAULT_PORT}"),
+                default=d(DEFAULTS.bind),
                 show_default=defaults,
                 help="Address to listen on. Empty host = all interfaces ([::], or 0.0.0.0 "
                 "without IPv6); port 0 = any free port (the real one is printed).",
             ),
             click.option(
-                "--min-replicas", type=click.IntRange(min=1), default=d(lh.DEFAULT_MIN_REPLICAS),
+                "--min-replicas", type=click.IntRange(min=1), default=d(DEFAULTS.min_replicas),
                 show_default=defaults, help="Minimum number of replicas for a quorum.",
             ),
             click.option(
                 "--quorum-tick-ms", type=click.IntRange(min=1),
-                default=d(lh.DEFAULT_QUORUM_TICK_MS), show_default=defaults,
+                default=d(DEFAULTS.quorum_tick_ms), show_default=defaults,
                 help="How often to check for a quorum while waiting for stragglers.",
             ),
             click.option(
                 "--join-timeout-ms", type=click.IntRange(min=0),
-                default=d(lh.DEFAULT_JOIN_TIMEOUT_MS), show_default=defaults,
+                default=d(DEFAULTS.join_timeout_ms), show_default=defaults,
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),
             click.option(
@@ -120,27 +123,15 @@ def lighthouse() -> None:
 @click.option("--binary", default=None, envvar="FTSLURM_LIGHTHOUSE_BIN", metavar="PATH",
               help="Run this executable (e.g. torchft_lighthouse, the console script; ~3 s "
               "slower: it imports torch) instead of torchft's Lighthouse loaded directly.")
-@click.option("--log-max-mb", type=FiniteFloat(min=0), default=lh.DEFAULT_LOG_MAX_MB,
+@click.option("--log-max-mb", type=FiniteFloat(min=0), default=DEFAULTS.log_max_mb,
               show_default=True,
               help="A log bigger than this is renamed lighthouse.log.1 (replacing the "
               "previous .1) and a new one begun: at start, and while it runs (at a line end; "
               "with --binary only at start).")
-@click.option("--ready-timeout", type=FiniteFloat(min=0.1), default=lh.DEFAULT_READY_TIMEOUT_S,
+@click.option("--ready-timeout", type=FiniteFloat(min=0.1), default=DEFAULTS.ready_timeout,
               show_default=True, help="Seconds to wait for the HTTP port to answer.")
 @_state_dir_option
-def start(
-    bind: str,
-    min_replicas: int,
-    quorum_tick_ms: int,
-    join_timeout_ms: int,
-    heartbeat_timeout_ms: int | None,
-    advertise: str | None,
-    foreground: bool,
-    binary: str | None,
-    log_max_mb: float,
-    ready_timeout: float,
-    state_dir: Path | None,
-) -> None:
+def start(foreground: bool, **options: Any) -> None:
     """Start the Lighthouse detached (it survives logout); return once it answers HTTP.
 
     Prints `TORCHFT_LIGHTHOUSE=http://<host>:<port>` on stdout (the one line job scripts
@@ -155,20 +146,16 @@ def start(
       export "$(ftslurm lighthouse start --bind :0)"    # any free port
       ftslurm lighthouse start --foreground             # under systemd / tmux
     """
-    kwargs: dict[str, Any] = dict(
-        bind=bind, min_replicas=min_replicas, quorum_tick_ms=quorum_tick_ms,
-        join_timeout_ms=join_timeout_ms, heartbeat_timeout_ms=heartbeat_timeout_ms,
-        advertise=advertise, state_dir=state_dir, binary=binary,
-    )  # fmt: skip
+    config = lh.LighthouseConfig(**options)
     if foreground:
 
         def announce(info: lh.LighthouseInfo) -> None:
             _err(f"Lighthouse (foreground, pid {info.pid}) on {info.bind}; Ctrl-C stops it")
             click.echo(info.env_line)
 
-        lh.exec_foreground(**kwargs, announce=announce)
+        lh.exec_foreground(config, announce)
     t0 = time.monotonic()
-    info = lh.start(**kwargs, log_max_mb=log_max_mb, ready_timeout=ready_timeout)
+    info = lh.start(config)
     if info.stale_pid:
         _err(f"Removed a stale pidfile (pid {info.stale_pid} was not a running Lighthouse).")
     if info.already_running:
@@ -336,18 +323,7 @@ def _follow(path: Path, interval: float = 0.25) -> None:
 @click.option("--grace", type=FiniteFloat(min=0), default=lh.DEFAULT_STOP_GRACE_S,
               show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @_state_dir_option
-def restart(
-    bind: str | None,
-    min_replicas: int | None,
-    quorum_tick_ms: int | None,
-    join_timeout_ms: int | None,
-    heartbeat_timeout_ms: int | None,
-    advertise: str | None,
-    binary: str | None,
-    log_max_mb: float | None,
-    grace: float,
-    state_dir: Path | None,
-) -> None:
+def restart(grace: float, state_dir: Path | None, **options: Any) -> None:
     """Stop and start again: same options, same address and port (also after `--bind :0`).
 
     Options given here replace the recorded ones (--binary and --log-max-mb included).
@@ -360,15 +336,9 @@ def restart(
       ftslurm lighthouse restart
       ftslurm lighthouse restart --min-replicas 2
     """
-    overrides = {
-        k: v for k, v in dict(
-            bind=bind, min_replicas=min_replicas, quorum_tick_ms=quorum_tick_ms,
-            join_timeout_ms=join_timeout_ms, heartbeat_timeout_ms=heartbeat_timeout_ms,
-            advertise=advertise, binary=binary, log_max_mb=log_max_mb,
-        ).items() if v is not None
-    }  # fmt: skip
+    given = {k: v for k, v in options.items() if v is not None}
     t0 = time.monotonic()
-    info = lh.restart(state_dir, grace, **overrides)
+    info = lh.restart(replace(lh.recorded_config(state_dir), **given), grace)
     _err(f"Lighthouse restarted (pid {info.pid}) on {info.bind} in "
          f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
     click.echo(info.env_line)

@@ -1,0 +1,63 @@
+"""Every option of a Lighthouse start, with its default, in one frozen dataclass.
+
+Built once, from the CLI's options or the API's keyword arguments, and validated when built:
+`start`, `restart` and `exec_foreground` take it whole instead of loose parameters, and
+`restart` gets it from the record of the last start (`lifecycle.recorded_config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ftslurm.errors import UserError
+from ftslurm.lighthouse.address import DEFAULT_PORT, format_bind, parse_bind
+
+# the binary's own options, recorded in the state file as "config" (what `status` shows)
+BINARY_OPTIONS = (
+    "bind", "min_replicas", "quorum_tick_ms", "join_timeout_ms", "heartbeat_timeout_ms",
+    "advertise",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LighthouseConfig:
+    """The options of a start. The binary's follow the cluster guide:
+    `--min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 10000`, port 29510."""
+
+    bind: str = f":{DEFAULT_PORT}"
+    min_replicas: int = 1
+    quorum_tick_ms: int = 100
+    join_timeout_ms: int = 10000
+    heartbeat_timeout_ms: int | None = None  # None: the binary's default (5000 ms)
+    advertise: str | None = None  # None: the bind address if specific, else this hostname
+    binary: str | None = None  # None or "": FTSLURM_LIGHTHOUSE_BIN, else the fast launcher
+    log_max_mb: float = 64.0  # the log is rotated past this, at start and while it runs
+    ready_timeout: float = 60.0  # seconds to wait for the HTTP port to answer
+    state_dir: Path | None = None  # None: ftslurm.paths.lighthouse_dir()
+
+    def __post_init__(self) -> None:
+        if self.state_dir is not None:
+            object.__setattr__(self, "state_dir", Path(self.state_dir))
+        parse_bind(self.bind)
+        for name in ("min_replicas", "quorum_tick_ms", "join_timeout_ms"):
+            if getattr(self, name) < (1 if name == "min_replicas" else 0):
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms <= 0:
+            raise UserError("--heartbeat-timeout-ms must be positive")
+
+    def binary_options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in BINARY_OPTIONS}
+
+    def args(self) -> list[str]:
+        """Arguments of `torchft_lighthouse` (its flags use underscores)."""
+        out = [
+            "--bind", format_bind(*parse_bind(self.bind)),
+            "--min_replicas", str(self.min_replicas),
+            "--quorum_tick_ms", str(self.quorum_tick_ms),
+            "--join_timeout_ms", str(self.join_timeout_ms),
+        ]  # fmt: skip
+        if self.heartbeat_timeout_ms is not None:
+            out += ["--heartbeat_timeout_ms", str(self.heartbeat_timeout_ms)]
+        return out

@@ -1,0 +1,461 @@
+"""The Lighthouse's lifecycle on this (login) node: start detached, stop, status, restart,
+or exec in the foreground; the state (pidfile, state file, log) in one directory.
+
+The Lighthouse is the one process every replica of an FT job talks to, so on a Slurm cluster
+it runs on the login node, started once and left running across jobs. `start` runs the real
+Lighthouse from torchft (never a reimplementation; see `command.py`) detached, with its stderr
+in a log file, waits until it answers HTTP, and returns the address job scripts need. Errors a
+user can fix are `UserError` (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ftslurm import daemon, procs
+from ftslurm.errors import UserError
+from ftslurm.lighthouse import address, ports
+from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve_binary
+from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig
+from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
+from ftslurm.paths import lighthouse_dir
+
+DEFAULT_STOP_GRACE_S = 10.0
+_ADDR_IN_USE = "Address already in use"
+_LISTENING_RE = re.compile(r"Lighthouse listening on: (\S+)")
+
+
+@dataclass
+class LighthouseInfo:
+    """A running Lighthouse, as `start` returns it."""
+
+    pid: int
+    address: str  # http://<advertised host>:<port>: what replicas use
+    host: str
+    port: int
+    bind: str  # actual --bind (real port)
+    probe_url: str  # where this machine reaches it
+    state_dir: str
+    log_path: str
+    started_at: float
+    config: dict[str, Any]
+    cmd: list[str]
+    already_running: bool = False
+    stale_pid: int | None = None  # a stale pidfile that start found and removed
+    # option name (as `start` spells it) -> how the running one differs from the request
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def env_line(self) -> str:
+        """The line the job scripts need."""
+        return f"TORCHFT_LIGHTHOUSE={self.address}"
+
+    @property
+    def uptime_s(self) -> float | None:
+        return max(0.0, time.time() - self.started_at) if self.started_at else None
+
+
+@dataclass
+class LighthouseStatus:
+    """`status`: running or not, and what the Lighthouse says about the quorum."""
+
+    running: bool
+    state_dir: str
+    log_path: str
+    pid: int | None = None
+    address: str | None = None
+    bind: str | None = None
+    started_at: float | None = None
+    uptime_s: float | None = None
+    config: dict[str, Any] | None = None
+    stale_pid: int | None = None  # found a dead/reused pid, cleaned
+    http_ok: bool | None = None
+    http_error: str | None = None
+    quorum: QuorumPage | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
+    d = Path(state_dir) if state_dir else lighthouse_dir()
+    # both launchers live in the state dir: this path in a command line is this dir's Lighthouse
+    return daemon.Daemon(d, NAME, marker=str(d / MARKER))
+
+
+@contextlib.contextmanager
+def _locked(d: daemon.Daemon) -> Iterator[None]:
+    """The state dir's lock; an unwritable state dir or a stuck holder is a one-line error."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(d.locked())
+        except TimeoutError as e:  # (an OSError too: first)
+            raise UserError(f"{e} (another `ftslurm lighthouse` command still running?)") from None
+        except OSError as e:  # permission, not a directory, read-only file system...
+            raise UserError(
+                f"cannot write the Lighthouse state dir {d.state_dir} ({e.strerror}); choose "
+                "one with --state-dir or FTSLURM_LIGHTHOUSE_DIR"
+            ) from None
+        yield
+
+
+def log_path(state_dir: str | Path | None = None) -> Path:
+    """The Lighthouse's log file (its stderr) for `state_dir`."""
+    return _daemon(state_dir).logfile
+
+
+def _info(state: daemon.DaemonState, d: daemon.Daemon, **kw: Any) -> LighthouseInfo:
+    x = state.extra
+    return LighthouseInfo(
+        pid=state.pid, address=x.get("address", ""), host=x.get("host", ""),
+        port=int(x.get("port", 0)), bind=x.get("bind", ""), probe_url=x.get("probe_url", ""),
+        state_dir=str(d.state_dir), log_path=str(d.logfile), started_at=state.started_at,
+        config=dict(x.get("config", {})), cmd=list(state.cmd), **kw,
+    )  # fmt: skip
+
+
+def _log_since(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _listening_port(path: Path, offset: int) -> int | None:
+    m = _LISTENING_RE.search(_log_since(path, offset))
+    if not m:
+        return None
+    port = m.group(1).rstrip("/").rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() else None
+
+
+def start(config: LighthouseConfig | None = None, **options: Any) -> LighthouseInfo:
+    """Start the Lighthouse detached and return once it answers HTTP; idempotent.
+
+    `options` (LighthouseConfig's fields) replace those of `config` (default: the defaults),
+    so `start(advertise="login-0")` works. `bind` `HOST:PORT` (default `[::]:29510`); port 0
+    picks a free port (read back from the Lighthouse's `listening on` log line). When one
+    already runs from the state dir, nothing is started and its info comes back with
+    `already_running=True` (differences from the requested options are listed in `notes`).
+    A stale pidfile is removed first. Raises `PortInUse` (a UserError) when another program
+    holds the port.
+    """
+    cfg = replace(config or LighthouseConfig(), **options)
+    d = _daemon(cfg.state_dir)
+    created = _first_missing(d.state_dir)
+    try:
+        with _locked(d):
+            found = d.lookup()
+            if found.state is not None:
+                info = _info(found.state, d, already_running=True)
+                info.notes = _differences(cfg, found.state)
+                return info
+            return _start_locked(d, cfg, found.stale.pid if found.stale else None)
+    except BaseException:
+        if created is not None:
+            _remove_if_unused(d, created)
+        raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what a start would create)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_if_unused(d: daemon.Daemon, created: Path) -> None:
+    """A start that failed before anything ran (port taken, bad --bind) does not leave behind
+    the folders it created, e.g. a mistyped --state-dir; a log it wrote is kept (the error
+    names it)."""
+    if d.pidfile.exists() or d.statefile.exists():
+        return  # something was started (Ctrl-C while waiting for it): its files stay
+    for path in (d.lockfile, d.state_dir / MARKER):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    for folder in (d.state_dir, *d.state_dir.parents):
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            return
+        if folder == created:
+            return
+
+
+def _orphan_gone(
+    d: daemon.Daemon, host: str, port: int, crashed: bool, timeout: float = 5.0
+) -> bool:
+    """After a crash of the log writer (SIGKILL), its Lighthouse child is killed by the kernel
+    (PR_SET_PDEATHSIG) but may hold the port a moment longer: wait for that one, only. While
+    it exits, the socket may be listed with no process owning it yet: after a `crashed`
+    Lighthouse of this state dir (a stale pidfile just removed), that counts as it too."""
+    if not _held_by_this_lighthouse(d, port, ownerless=crashed):
+        return False
+    return procs.wait_gone(lambda: not ports.port_free(host, port), timeout)
+
+
+def _held_by_this_lighthouse(
+    d: daemon.Daemon, port: int, ownerless: bool, pid: int | None = None
+) -> bool:
+    """Every listener on `port` is this state dir's Lighthouse: its launcher path is in the
+    command line, or (a --binary has no such path) it is the running `pid` or its child.
+    `ownerless`: the answer when no process owns the socket (yet/any more)."""
+    owners = ports.port_owner(port)
+    if not owners:
+        return ownerless
+    ours = set(procs.process_tree(pid)) if pid else set()
+    return all(d.marker in cmd or p in ours for p, cmd in owners)
+
+
+def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
+    """Option name (as `start` spells it) -> how the running Lighthouse differs from `cfg`."""
+    running = state.extra.get("config", {})
+    host, port = address.parse_bind(cfg.bind)
+    notes = {}
+    if port not in (0, state.extra.get("port")):
+        notes["bind"] = f"requested port {port}, running on {state.extra.get('port')}"
+    for key in ("min_replicas", "quorum_tick_ms", "join_timeout_ms", "heartbeat_timeout_ms"):
+        if key in running and running[key] != getattr(cfg, key):
+            notes[key] = f"requested {key}={getattr(cfg, key)}, running with {running[key]}"
+    if cfg.advertise and cfg.advertise != state.extra.get("host"):
+        notes["advertise"] = (
+            f"requested --advertise {cfg.advertise}, running as {state.extra.get('host')}"
+        )
+    binary, log_max_mb = resolve_binary(cfg.binary), cfg.log_max_mb
+    if "binary" in state.extra and binary != state.extra["binary"]:
+        notes["binary"] = (
+            f"requested --binary {binary or '(the fast launcher)'}, running "
+            f"{state.extra['binary'] or 'the fast launcher'}"
+        )
+    if state.extra.get("log_max_mb") not in (None, log_max_mb):
+        notes["log_max_mb"] = (
+            f"requested --log-max-mb {log_max_mb:g}, running with {state.extra['log_max_mb']:g}"
+        )
+    return notes
+
+
+def _start_locked(
+    d: daemon.Daemon, cfg: LighthouseConfig, stale_pid: int | None
+) -> LighthouseInfo:
+    host, port = address.parse_bind(cfg.bind)
+    if not ports.port_free(host, port) and not _orphan_gone(d, host, port, stale_pid is not None):
+        raise ports.port_in_use_error(host, port)
+    d.state_dir.mkdir(parents=True, exist_ok=True)
+    binary = resolve_binary(cfg.binary)
+    cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
+    # binary and log cap are recorded too: `restart` must bring back the same Lighthouse
+    extra: dict[str, Any] = {
+        "config": cfg.binary_options(), "requested_bind": cfg.bind, "binary": binary,
+        "log_max_mb": cfg.log_max_mb,
+    }  # fmt: skip
+    cap = int(cfg.log_max_mb * 1024 * 1024)
+    proc, state, offset = d.start(
+        cmd,
+        marker=MARKER,
+        log_max_bytes=cap,
+        # the fast launcher also caps the log while it runs (see launcher.py)
+        extra_env={"RUST_BACKTRACE": "1", "FTSLURM_LIGHTHOUSE_LOG": str(d.logfile),
+                   "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES": str(cap)},
+        extra=extra,
+    )
+    try:
+        if port == 0:
+            port = daemon.wait_ready(
+                lambda: _listening_port(d.logfile, offset),
+                pid=proc.pid, poll=proc.poll, timeout=cfg.ready_timeout,
+                what="the Lighthouse's 'listening on' log line",
+            )  # fmt: skip
+        where = _where(host, port, cfg.advertise)
+        probe_url = where["probe_url"]
+        daemon.wait_ready(
+            lambda: answers(probe_url),
+            pid=proc.pid, poll=proc.poll, timeout=cfg.ready_timeout,
+            what=f"the Lighthouse to answer on {probe_url}",
+        )  # fmt: skip
+    except daemon.ProcessExited as e:
+        d.clear()
+        log = _log_since(d.logfile, offset)
+        if _ADDR_IN_USE in log:
+            raise ports.port_in_use_error(host, port) from None
+        last = log.strip().splitlines()[-1] if log.strip() else "(nothing logged)"
+        raise UserError(
+            f"the Lighthouse exited at start (code {e.returncode}): {last} -- see {d.logfile}"
+        ) from None
+    except TimeoutError as e:
+        daemon.stop(proc.pid, grace=2.0)
+        d.clear()
+        raise UserError(f"{e}; stopped it -- see {d.logfile}") from None
+    state.extra.update(where)
+    d.write_state(state)
+    _last_file(d).write_text(json.dumps(state.extra, indent=2) + "\n")
+    return _info(state, d, stale_pid=stale_pid)
+
+
+def _where(host: str, port: int, advertise: str | None) -> dict[str, Any]:
+    """Where it listens, the address replicas use, and where this machine probes it."""
+    adv = address.advertised_host(host, advertise)
+    return {"host": adv, "port": port, "bind": address.format_bind(host, port),
+            "address": f"http://{adv}:{port}",
+            "probe_url": f"http://{address.probe_host(host)}:{port}/status"}  # fmt: skip
+
+
+def _last_file(d: daemon.Daemon) -> Path:
+    """Options and port of the last successful start; kept after `stop` so that `restart`
+    of a stopped (or crashed) Lighthouse comes back on the same address."""
+    return d.state_dir / f"{NAME}.last.json"
+
+
+def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_S) -> str:
+    """Stop the Lighthouse (SIGTERM, SIGKILL after `grace` s). Idempotent.
+
+    Returns "terminated", "killed", "not-running" or "stale" (a stale pidfile was removed).
+    """
+    d = _daemon(state_dir)
+    if not d.state_dir.is_dir():
+        return "not-running"  # a mistyped --state-dir is not created by a stop
+    with _locked(d):
+        outcome, _ = d.stop(grace)
+    return outcome
+
+
+def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> LighthouseStatus:
+    """Running or not (a stale pidfile is detected and removed), uptime, address, and the
+    quorum as the Lighthouse's /status page shows it."""
+    d = _daemon(state_dir)
+    found = d.lookup(clean_stale=False)
+    if found.stale is not None:
+        with contextlib.suppress(TimeoutError), d.locked(timeout=5.0):
+            found = d.lookup(clean_stale=True)  # re-checked under the lock
+    st = LighthouseStatus(running=False, state_dir=str(d.state_dir), log_path=str(d.logfile))
+    if found.state is None:
+        st.stale_pid = found.stale.pid if found.stale else None
+        return st
+    s = found.state
+    st = replace(
+        st, running=True, pid=s.pid, address=s.extra.get("address"), bind=s.extra.get("bind"),
+        config=s.extra.get("config"),
+        # unknown (0) when only a bare pidfile was left
+        started_at=s.started_at or None, uptime_s=s.uptime_s if s.started_at else None,
+    )  # fmt: skip
+    url = s.extra.get("probe_url")
+    if url:
+        try:
+            code, page = http_get(url, http_timeout)
+            st.http_ok = code == 200
+            if st.http_ok:
+                st.quorum = parse_status_html(page)
+            else:
+                st.http_error = f"HTTP {code} from {url}"
+        except (OSError, ValueError) as e:
+            st.http_ok = False
+            st.http_error = f"{url}: {getattr(e, 'reason', e)}"
+    return st
+
+
+def recorded_config(state_dir: str | Path | None = None) -> LighthouseConfig:
+    """The config to restart with: the options of the Lighthouse that runs (or crashed), else
+    of the last successful start (`lighthouse.last.json`, kept by `stop`), else the defaults.
+    Its bind has the port the Lighthouse got (also when started on port 0), so a restart comes
+    back on the same address, and its binary and log cap are the recorded ones."""
+    d = _daemon(state_dir)
+    prev = d.read_state()
+    extra = prev.extra if prev is not None and prev.extra.get("config") else None
+    if extra is None:
+        with contextlib.suppress(OSError, ValueError):
+            extra = json.loads(_last_file(d).read_text())
+    options: dict[str, Any] = {}
+    if extra and extra.get("config"):
+        options = {k: v for k, v in extra["config"].items() if k in BINARY_OPTIONS}
+        if extra.get("port"):
+            host, _ = address.parse_bind(options.get("bind"))
+            options["bind"] = address.format_bind(host, int(extra["port"]))
+        for key in ("binary", "log_max_mb"):
+            if extra.get(key) is not None:
+                options[key] = extra[key]
+    return LighthouseConfig(state_dir=d.state_dir, **options)
+
+
+def restart(config: LighthouseConfig, grace: float = DEFAULT_STOP_GRACE_S) -> LighthouseInfo:
+    """Stop the Lighthouse of `config.state_dir` and start it with `config`, usually
+    `recorded_config(state_dir)` with some options replaced: the same options and the SAME
+    address and port, so running replicas can reconnect. What `start` would refuse (a bad
+    --bind, a port another program holds) is refused first, while the old one still runs. A
+    Lighthouse run with `--foreground` belongs to its supervisor (systemd, tmux): refused,
+    since a detached copy started here would fight the supervisor's restart."""
+    d = _daemon(config.state_dir)
+    prev = d.read_state()
+    if prev is not None and prev.extra.get("foreground") and prev.alive():
+        raise UserError(
+            f"the Lighthouse (pid {prev.pid}) runs in the foreground under its own supervisor "
+            "(started with --foreground): restart it there (e.g. `systemctl restart <unit>`), "
+            "or stop it and run `ftslurm lighthouse start`"
+        )
+    host, port = address.parse_bind(config.bind)
+    # A port that only the recorded Lighthouse holds (running, or crashed with its threads
+    # still exiting: then no owner is visible) frees up when stop() has run; any other
+    # visible holder makes start() fail.
+    ours = prev is not None and port == prev.extra.get("port")
+    running = prev.pid if prev is not None and prev.alive() else None
+    if not ports.port_free(host, port) and not (
+        ours and _held_by_this_lighthouse(d, port, True, running)
+    ):
+        raise ports.port_in_use_error(host, port)
+    stop(d.state_dir, grace)
+    return start(config)
+
+
+def exec_foreground(
+    config: LighthouseConfig, announce: Callable[[LighthouseInfo], None] | None = None
+) -> NoReturn:
+    """Replace this process with the Lighthouse (for systemd / tmux): same pid, so the pidfile
+    and state written here stay valid and `status` / `stop` work; output stays on the terminal.
+    Port 0 becomes a free port chosen here (the address must be known before exec).
+    `announce(info)` is called just before the exec (the CLI prints the address)."""
+    cfg = config
+    d = _daemon(cfg.state_dir)
+    with _locked(d):
+        found = d.lookup()
+        if found.state is not None:
+            raise UserError(
+                f"a Lighthouse already runs from {d.state_dir} (pid {found.state.pid}, "
+                f"{found.state.extra.get('address')}); stop it first"
+            )
+        host, port = address.parse_bind(cfg.bind)
+        if port == 0:
+            from ftslurm.wait import free_port
+
+            port = free_port("127.0.0.1" if address.is_wildcard(host) else host)
+            cfg = replace(cfg, bind=address.format_bind(host, port))
+        if not ports.port_free(host, port):
+            raise ports.port_in_use_error(host, port)
+        binary = resolve_binary(cfg.binary)
+        cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
+        pid = os.getpid()
+        st = procs.proc_stat(pid)
+        state = daemon.DaemonState(
+            name=NAME, pid=pid, start_ticks=st.start_ticks if st else None,
+            started_at=time.time(), cmd=cmd, marker=MARKER, log_path=None,
+            extra={"config": cfg.binary_options(), "requested_bind": cfg.bind,
+                   **_where(host, port, cfg.advertise), "foreground": True, "binary": binary},
+        )  # fmt: skip
+        d.write_state(state)
+        if announce is not None:
+            announce(_info(state, d))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = dict(os.environ, RUST_BACKTRACE=os.environ.get("RUST_BACKTRACE", "1"))
+    os.execve(cmd[0], cmd, env)  # not a subprocess: this process becomes the Lighthouse

@@ -1,0 +1,132 @@
+"""The Lighthouse's HTTP /status page: a pure, lenient parser of its HTML, and its fetch.
+
+There is no JSON endpoint: the quorum as `ftslurm lighthouse status` shows it comes from
+this fragment. Tests run the parser on pages recorded from the real Lighthouse
+(tests/fixtures/lighthouse).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Member:
+    """A participant of the previous quorum, as the /status page shows it."""
+
+    replica_id: str
+    step: int | None = None
+    manager: str | None = None
+    store: str | None = None
+    world_size: int | None = None
+    recovering: bool = False
+
+
+@dataclass
+class Heartbeat:
+    """A replica id the Lighthouse has heard from (dead ids stay listed, marked old)."""
+
+    replica_id: str
+    age_s: float | None
+    old: bool = False
+
+
+@dataclass
+class QuorumPage:
+    """What the Lighthouse's /status HTML fragment says."""
+
+    quorum_id: int | None = None
+    next_status: str | None = None
+    previous_quorum_id: int | None = None
+    num_participants: int | None = None
+    quorum_age_s: float | None = None
+    members: list[Member] = field(default_factory=list)
+    heartbeats: list[Heartbeat] = field(default_factory=list)
+
+    @property
+    def live_heartbeats(self) -> list[Heartbeat]:
+        return [h for h in self.heartbeats if not h.old]
+
+
+_DURATION_UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9, "m": 60.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """`0.084761762s` (what the page shows), also `84.7ms` etc. (Rust's Debug form) -> s."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|ms|µs|us|ns|m)\s*", text)
+    if not m:
+        return None
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def _int(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+def _text(pattern: str, text: str) -> str | None:
+    m = re.search(pattern, text, re.S)
+    return html.unescape(m.group(1).strip()) if m else None
+
+
+def parse_status_html(page: str) -> QuorumPage:
+    """Parse the /status fragment. Pure and lenient: a missing piece is None / empty, never an
+    exception (formats drift between nightlies)."""
+    q = QuorumPage()
+    q.quorum_id = _int(r"Current quorum_id:\s*(\d+)", page)
+    q.next_status = _text(r"Next quorum status:\s*(.*?)\s*(?:<br\s*/?>|<h\d|\n\s*\n|$)", page)
+    q.previous_quorum_id = _int(r"Previous quorum id:\s*(\d+)", page)
+    q.num_participants = _int(r"Num participants:\s*(\d+)", page)
+    age = _text(r"Quorum age:\s*([^<\s]+)", page)
+    q.quorum_age_s = parse_duration(age) if age else None
+    for block in re.split(r'<div class="member', page)[1:]:
+        classes, _, body = block.partition(">")
+        body = body.split("</div>")[0]
+        rid = _text(r"<b>(.*?)</b>", body)
+        if rid is None:
+            continue
+        q.members.append(
+            Member(
+                replica_id=rid,
+                step=_int(r"Step:\s*(-?\d+)", body),
+                manager=_text(r"Manager:\s*(\S+?)\s*<br", body),
+                store=_text(r"TCPStore:\s*(\S+?)\s*<br", body),
+                world_size=_int(r"World size:\s*(\d+)", body),
+                recovering="recovering" in classes,
+            )
+        )
+    for m in re.finditer(
+        r'<li class="heartbeat([^"]*)">\s*(.*?):\s+seen\s+(\S+)\s+ago\s*</li>', page, re.S
+    ):
+        q.heartbeats.append(
+            Heartbeat(
+                replica_id=html.unescape(m.group(2).strip()),
+                age_s=parse_duration(m.group(3)),
+                old="old" in m.group(1).split(),
+            )
+        )
+    return q
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    """GET `url` directly (http_proxy ignored: the Lighthouse is local). Raises OSError."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """Does `url` answer 200 (the readiness check)?"""
+    try:
+        return http_get(url, timeout)[0] == 200
+    except (OSError, ValueError):
+        return False
