@@ -485,3 +485,27 @@ def test_project_slurm_run_three_replicas_two_nodes_down():
         "1": {"attempted": 9, "committed": 9, "failed": 0},
         "2": {"attempted": 9, "committed": 9, "failed": 0},
     }
+
+
+
+def test_three_replicas_without_any_quorum_line(tmp_path):
+    """The 3-replica run without its Lighthouse log and with the Rust manager's INFO lines
+    left out (RUST_LOG above info: no `got lighthouse quorum`, no `Manager listening on`): no
+    quorum rank can be mapped, so each heal's source is the one replica that said `peers need
+    recovery from us` at the step the target healed to. Before: `replica ? -> replica 1`."""
+    run = tmp_path / "tft-3"
+    run.mkdir()
+    src = FIX / "slurm-3-replicas-tft-3"
+    for f in sorted(src.glob("tft-3_*.out.gz")):
+        lines = gzip.decompress(f.read_bytes()).splitlines(keepends=True)
+        (run / f.name.removesuffix(".gz")).write_bytes(b"".join(
+            x for x in lines if b" [INFO] [torchft::" not in x))
+    shutil.copy(src / "events.jsonl", run)
+    j = build_report(run).to_json()
+    assert j["quorums"] == []
+    assert [(r["source_replica"], r["source_id"][:24], r["target_replica"], r["step"],
+             r["requeue_source"]) for r in j["recoveries"]] == [
+        ("0", "torchtitan_ft_0:b5f383f5", "1", 4, "injected resume"),
+        ("0", "torchtitan_ft_0:b5f383f5", "2", 9, "injected resume")]
+    assert [(f["replica"], f["kind"], f["time_source"]) for f in j["failures"]] == [
+        ("1", "node-down", "injected-only"), ("2", "node-down", "injected-only")]

@@ -11,7 +11,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ftslurm.logvocab import split_replica_id
 from ftslurm.report.reader import ParseStats
+
+
+def replica_key(rid: str) -> tuple[str, str]:
+    """Full (`prefix_i:uuid`) or Rust-side (`prefix_i`) id -> (`prefix_i`, index `"i"`); an
+    id without an index is both."""
+    prefix, index, _ = split_replica_id(rid)
+    if index is None:
+        return rid, rid
+    return f"{prefix}_{index}", str(index)
+
+
+def elapsed(start: float | None, end: float | None) -> float | None:
+    """`end - start`, never below 0; None when either is unknown.
+
+    The two times often come from different clocks (the event log's controller, the
+    Lighthouse's node, a replica's node) that disagree by seconds, or from one clock that was
+    set back: a negative difference is such a disagreement, not a duration. The report says
+    where it happened (`Report.clock_back`) and counts the duration as 0.
+    """
+    if start is None or end is None:
+        return None
+    return max(0.0, end - start)
+
+
+def went_back(start: float | None, end: float | None) -> float:
+    """How far `end` is before `start` (0 when it is not, or a time is unknown)."""
+    if start is None or end is None or end >= start:
+        return 0.0
+    return start - end
 
 
 @dataclass
@@ -46,6 +76,11 @@ class Failure:
     next_commit_step: int | None = None
     survivor: str | None = None
     quorum_pair: tuple[int, int] | None = field(default=None, repr=False)  # (prev, new) index
+
+    @property
+    def to_next_commit_s(self) -> float | None:
+        """From the failure to the survivor's next committed step (>= 0, see `elapsed`)."""
+        return elapsed(self.time, self.next_commit_time)
 
 
 @dataclass
@@ -109,10 +144,20 @@ class Degraded:
 
     @property
     def seconds(self) -> float | None:
-        """How long it lasted; None when a log without times leaves an end open."""
-        if self.start_time is None or self.end_time is None:
-            return None
-        return self.end_time - self.start_time
+        """How long it lasted (>= 0, see `elapsed`); None when a log without times leaves an
+        end open."""
+        return elapsed(self.start_time, self.end_time)
+
+
+@dataclass
+class ClockBack:
+    """A time that went backwards: one log's clock set back between two of its lines, or a
+    duration between two logs whose clocks disagree that came out negative (counted as 0)."""
+
+    where: str  # a file name, or what the duration measures
+    time: float | None  # the time before the jump / the duration's start
+    back_s: float  # how far back
+    in_file: bool = False  # True: one file's clock; False: a duration across two clocks
 
 
 @dataclass
@@ -155,6 +200,8 @@ class Report:
     max_step: int | None
     init_syncs: int = 0
     foreign_quorums: int = 0
+    clock_back: list[ClockBack] = field(default_factory=list)
+    implausible_times: int = 0  # of stats.malformed: times far from the run's (see clock.py)
 
     @property
     def requeues(self) -> int:

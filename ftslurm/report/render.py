@@ -4,6 +4,9 @@ Times are the logs' own wall clock (local time, no zone, as torchft and torchtit
 written ISO-8601 with milliseconds; durations are seconds. Replica ids are the array index
 (`"1"`), with the full `<prefix>_<i>:<uuid>` kept next to it where one is known.
 Reads `model.py` only: the state machine (`timeline.py`) and this module do not know each other.
+Durations are never negative (`model.elapsed`); where two clocks disagreed the text says so
+(`Clock:` lines). Text comes from logs: every line is written through `textsafe.printable`,
+so no escape sequence or other control character of a log reaches the terminal.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ftslurm.logvocab import split_replica_id
-from ftslurm.report.model import Degraded, Failure, Recovery, Report
+from ftslurm.report.model import Degraded, Failure, Recovery, Report, elapsed, replica_key
+from ftslurm.textsafe import printable
 
 SCHEMA_VERSION = 1
 _EPOCH = datetime(1970, 1, 1)
@@ -48,18 +51,11 @@ def duration(s: float | None) -> str:
 
 
 def idx(gkey: str | None) -> str | None:
-    if gkey is None:
-        return None
-    prefix, index, _ = split_replica_id(gkey)
-    return str(index) if index is not None else gkey
+    return None if gkey is None else replica_key(gkey)[1]
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else b - a
 
 
 # ---------------------------------------------------------------- the public object
@@ -101,7 +97,7 @@ def failure_json(f: Failure) -> dict[str, Any]:
         "quorum_id": f.quorum_id, "node": f.node or None,
         "survivor": idx(f.survivor), "next_commit_time": iso(f.next_commit_time),
         "next_commit_step": f.next_commit_step,
-        "to_next_commit_s": _r(_diff(f.time, f.next_commit_time)),
+        "to_next_commit_s": _r(f.to_next_commit_s),
     }
 
 
@@ -149,9 +145,7 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "degraded_intervals": len(rep.degraded),
         "degraded_s": _r(sum(deg_s)) if deg_s else 0.0,
         "degraded_steps": sum((d.end_step or d.start_step) - d.start_step for d in rep.degraded),
-        "failure_to_next_commit_s": [
-            _r(_diff(f.time, f.next_commit_time)) for f in rep.failures
-        ],
+        "failure_to_next_commit_s": [_r(f.to_next_commit_s) for f in rep.failures],
         "requeue_to_healed_s": [_r(r.requeue_to_healed_s) for r in rep.recoveries],
         "steps_attempted": attempted,
         "steps_committed": committed,
@@ -159,7 +153,7 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "max_step": rep.max_step,
         "start_time": iso(rep.first_time),
         "end_time": iso(rep.last_time),
-        "duration_s": _r(_diff(rep.first_time, rep.last_time)),
+        "duration_s": _r(elapsed(rep.first_time, rep.last_time)),
         "foreign_quorums": rep.foreign_quorums,
     }
 
@@ -209,7 +203,12 @@ def to_json(rep: Report) -> dict[str, Any]:
             "lines": s.lines, "events": s.events, "skipped": s.skipped,
             "malformed": s.malformed, "overlong": s.overlong, "untimed": s.untimed,
             "crlf": s.crlf, "bad_event_lines": s.bad_events,
-            "read_errors": s.read_errors,
+            "read_errors": s.read_errors, "implausible_times": rep.implausible_times,
+            "clock_back": [
+                {"where": c.where, "time": iso(c.time), "back_s": _r(c.back_s),
+                 "in_file": c.in_file}
+                for c in rep.clock_back
+            ],
         },
     }
 
@@ -217,9 +216,15 @@ def to_json(rep: Report) -> dict[str, Any]:
 # ---------------------------------------------------------------- text
 
 _SOURCE_WORDS = {"manager-start": "process start", "first-seen": "first sighting"}
+_CLOCK_LINES = 5
 
 
 def to_text(rep: Report) -> str:
+    """The report for a person; every line escaped (`printable`): it quotes the logs."""
+    return "".join(printable(line) + "\n" for line in _text_lines(rep))
+
+
+def _text_lines(rep: Report) -> list[str]:
     s = rep.stats
     sm = summary_dict(rep)
     out: list[str] = []
@@ -247,7 +252,8 @@ def to_text(rep: Report) -> str:
                f"({' -> '.join(str(q.quorum_id) for q in rep.quorums) or 'no quorum'})")
     out.append(f"  failures          {len(rep.failures)}")
     for f in rep.failures:
-        out.append(f"    replica {idx(f.replica)} at step {f.step} ({f.kind}) at {hms(f.time)}")
+        step = f" at step {f.step}" if f.step is not None else ""
+        out.append(f"    replica {idx(f.replica)}{step} ({f.kind}) at {hms(f.time)}")
     out.append(f"  requeues          {rep.requeues}")
     out.append(f"  recoveries        {len(rep.recoveries)}")
     for r in rep.recoveries:
@@ -262,7 +268,7 @@ def to_text(rep: Report) -> str:
     if rep.failures:
         out.append("  failure -> survivor's next committed step")
         for f in rep.failures:
-            nxt = (f"{duration(_diff(f.time, f.next_commit_time))} (replica {idx(f.survivor)} "
+            nxt = (f"{duration(f.to_next_commit_s)} (replica {idx(f.survivor)} "
                    f"committed step {f.next_commit_step} at {hms(f.next_commit_time)})"
                    if f.next_commit_time is not None else "n/a (no later commit in the logs)")
             out.append(f"    replica {idx(f.replica)} failed {hms(f.time)} "
@@ -271,7 +277,8 @@ def to_text(rep: Report) -> str:
                     and f.next_commit_time is not None):
                 # the logs only show when the failure was noticed: give the upper bound too
                 out.append(f"      last seen in a quorum at {hms(f.last_seen_time)}: at most "
-                           f"{duration(f.next_commit_time - f.last_seen_time)} from the failure")
+                           f"{duration(elapsed(f.last_seen_time, f.next_commit_time))} "
+                           "from the failure")
     if rep.recoveries:
         out.append("  requeue -> first healed step")
         for r in rep.recoveries:
@@ -293,16 +300,27 @@ def to_text(rep: Report) -> str:
                f"attempted" + (f" ({per})" if per else ""))
     out.append("")
     notes = [f"{s.lines} lines", f"{s.events} events", f"{s.skipped} skipped"]
-    for name, n in (("malformed", s.malformed), ("overlong", s.overlong),
+    bad = (f"{s.malformed} malformed ({rep.implausible_times} of them implausible times)"
+           if rep.implausible_times else f"{s.malformed} malformed")
+    for name, n in ((bad, s.malformed), ("overlong", s.overlong),
                     ("without time", s.untimed), ("CRLF", s.crlf),
                     ("bad event-log lines", s.bad_events), ("files cut short", s.read_errors),
                     ("foreign quorums ignored", rep.foreign_quorums)):
         if n:
-            notes.append(f"{n} {name}")
+            notes.append(name if name is bad else f"{n} {name}")
     out.append("Parsed: " + ", ".join(notes))
     for m in s.missing:
         out.append(f"Missing: {m}")
-    return "\n".join(out) + "\n"
+    for c in rep.clock_back[:_CLOCK_LINES]:
+        out.append(
+            f"Clock: {c.where} went back {duration(c.back_s)} after {hms(c.time)} "
+            "(its clock was set back)" if c.in_file else
+            f"Clock: {c.where} came out {duration(c.back_s)} negative from {hms(c.time)}, "
+            "counted as 0 s (the two logs' clocks disagree)"
+        )
+    if len(rep.clock_back) > _CLOCK_LINES:
+        out.append(f"Clock: {len(rep.clock_back) - _CLOCK_LINES} more times back (see --json)")
+    return out
 
 
 # ---------------------------------------------------------------- PNG

@@ -1,13 +1,20 @@
 """Events -> what happened: quorums, failures, requeues, recoveries, degraded intervals.
 
 One pass over the events of all files merged by time (`heapq.merge`: each file is in time
-order by itself). The state machine keeps only what the report prints (one record per quorum
-CHANGE, per failure, per attempt, per recovery) plus bounded per-replica counters, so memory
-does not grow with the number of steps. It builds a `model.Report` and knows nothing of how
-one is printed (`render.py`).
+order by itself), after `clock.settle` has set implausible times aside. The state machine
+keeps only what the report prints (one record per quorum CHANGE, per failure, per attempt,
+per heal) plus bounded per-replica counters, so memory does not grow with the number of
+steps. It builds a `model.Report` and knows nothing of how one is printed (`render.py`).
+
+Logs come from nodes whose clocks disagree by seconds, so the merged order of two files'
+lines is not the order things happened in: what two logs say of one thing is paired by
+what they name, not by their times (the two sides of a heal: heals.py; a survivor's next
+commit: the quorum id it reconfigured to; an attempt: the uuid its own log names after its
+launch line), and a duration between two clocks is never negative (`model.elapsed`).
 
 Semantics (shared/notes/torchft-logs.md):
 - A quorum change is a new `quorum_id`; `Quorum!` repeats every round and is read once per id.
+  One without members, or with a negative step, is malformed.
 - A replica is `<prefix>_<index>:<uuid>`; the uuid changes on every restart, so a new uuid for
   an index is a new attempt. Report ids are the index (`"1"`).
 - A failure is a replica that leaves a quorum while others of its group stay, or comes back
@@ -15,7 +22,8 @@ Semantics (shared/notes/torchft-logs.md):
   (events.jsonl), a survivor's failed commit after the replica was last seen, the quorum
   change that showed it (`time_source` says which). The group leaving all at once is the run
   ending (or another job on the same Lighthouse), not a failure; nor is leaving after
-  torchtitan's `Training completed`.
+  torchtitan's `Training completed`. The survivors' next commit is their first one in the
+  quorum that showed it.
 - Recovery ranks (`peers need recovery from us [1]`, `recover_src_replica_rank=0`) are ranks
   in the quorum, participants ordered by replica id. Step-0 healing is the initial sync.
 - Every rank logs its own lines: commits are deduplicated by (replica, step).
@@ -28,9 +36,12 @@ from pathlib import Path
 
 from ftslurm import logvocab as L
 from ftslurm.logvocab import Event, split_replica_id
+from ftslurm.report.clock import SLACK_S, Settled, settle
 from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
+from ftslurm.report.heals import Heals
 from ftslurm.report.model import (
     Attempt,
+    ClockBack,
     CommitFailure,
     Degraded,
     Entry,
@@ -39,22 +50,14 @@ from ftslurm.report.model import (
     Recovery,
     ReplicaSteps,
     Report,
+    elapsed,
+    went_back,
 )
+from ftslurm.report.model import replica_key as _idx
 from ftslurm.report.reader import ParseStats
 from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 
-SLACK_S = 2.0  # clock skew allowed between the event log and the logs
-
-
 # ---------------------------------------------------------------- the state machine
-
-
-def _idx(rid: str) -> tuple[str, str]:
-    """Full or Rust-side id -> (group key `prefix_i`, index)."""
-    prefix, index, _ = split_replica_id(rid)
-    if index is None:
-        return rid, rid
-    return f"{prefix}_{index}", str(index)
 
 
 class _Builder:
@@ -71,10 +74,9 @@ class _Builder:
         self.commit_failures: list[CommitFailure] = []
         self.attempts: dict[str, list[Attempt]] = {}
         self.by_uuid: dict[tuple[str, str | None], Attempt] = {}
-        self.rec_by_target: dict[str, Recovery] = {}  # full target id -> its latest recovery
         self.finished: dict[str, float | bool] = {}  # full id -> when it finished training
         self.log_ids: set[str] = set()  # full replica ids the replica logs speak for
-        self.recoveries: dict[tuple[str, str | None, int], Recovery] = {}
+        self.heals = Heals()  # both sides of each heal, paired at the end (heals.py)
         self.timeline: list[Entry] = []
         self.reconf: dict[str, int] = {}  # full id -> quorum id it reconfigured to
         self.qmembers: dict[tuple[int, int], list[str]] = {}
@@ -88,6 +90,16 @@ class _Builder:
         self.max_step: int | None = None
         self.init_syncs = 0
         self.injected_all: list[Event] = []
+        self.malformed = 0  # events the parser took whose content cannot be (0 members, step < 0)
+        # (quorum id, `prefix_i`, time, step): each replica's first commit after reconfiguring
+        # for a quorum, in its own log; a failure's survivor commit is found among them
+        self.first_commits: list[tuple[int, str, float | None, int]] = []
+        self.reconf_committed: dict[str, int] = {}  # full id -> quorum id of its last such
+        self.settled = Settled([])  # what clock.settle found (plausible times, clocks set back)
+        self.negatives: list[ClockBack] = []  # durations between two clocks that came out < 0
+        # (file, replica index) -> the attempt its last launch / process-start line began,
+        # until a line of that file names its uuid (see _claim)
+        self.unclaimed: dict[tuple[str, str], Attempt] = {}
 
     # -- helpers
     def _entry(self, t: float | None, kind: str, text: str, replica: str | None = None,
@@ -131,32 +143,6 @@ class _Builder:
         atts.append(a)
         return a
 
-    def _map_rank(self, rid: str, rank: int, t: float | None) -> str | None:
-        qid = self.reconf.get(rid)
-        members = self.qmembers.get((self.epoch, qid)) if qid is not None else None
-        if members is None and self.current is not None:
-            members = self.current.participants
-        if members is None or not (0 <= rank < len(members)):
-            return None
-        return members[rank]
-
-    def _recovery(self, target: str, step: int, t: float | None) -> Recovery:
-        tkey, _ = _idx(target)
-        uuid = split_replica_id(target)[2]
-        rec = self.recoveries.get((tkey, uuid, step))
-        if rec is None and uuid is None:  # an id without uuid: the latest heal at that step
-            rec = next((r for (k, _u, s), r in reversed(self.recoveries.items())
-                        if k == tkey and s == step), None)
-        if rec is None:
-            rec = Recovery(t, step, None, tkey)
-            self.recoveries[(tkey, uuid, step)] = rec
-        elif t is not None and (rec.time is None or t < rec.time):
-            rec.time = t
-        if ":" in target:
-            rec.target_id = target
-            self.rec_by_target[target] = rec
-        return rec
-
     # -- events
     def feed(self, ev: Event) -> None:
         t = ev.time
@@ -169,9 +155,37 @@ class _Builder:
             self.max_step is None or ev.step > self.max_step
         ):
             self.max_step = ev.step
+        if ev.replica and ":" in ev.replica and self.unclaimed:
+            self._claim(ev)
         handler = getattr(self, "on_" + ev.kind, None)
         if handler is not None:
             handler(ev)
+
+    def _claim(self, ev: Event) -> None:
+        """A full id in a replica's own log: the attempt that the file's last launch or
+        process-start line began has that uuid, whatever the times say. A quorum read earlier
+        (another node's clock ahead of this one) may have shown the uuid first, as a
+        `first-seen` attempt: that is this attempt seen early, one attempt and not two."""
+        assert ev.replica is not None
+        gkey, index = _idx(ev.replica)
+        a = self.unclaimed.pop((ev.source, index), None)
+        uuid = split_replica_id(ev.replica)[2]
+        if a is None or a.uuid is not None:
+            return
+        atts = self._atts(gkey)
+        seen = self.by_uuid.get((gkey, uuid))
+        if seen is not None:
+            if seen.source != "first-seen" or seen not in atts:
+                return
+            atts.remove(seen)
+            if a.quorum_time is None:
+                a.quorum_time = seen.quorum_time
+            if a.healed_time is None:
+                a.healed_time, a.healed_step = seen.healed_time, seen.healed_step
+            rid = f"{gkey}:{uuid}"
+            self.timeline = [e for e in self.timeline if not (e.kind == "attempt" and e.rid == rid)]
+        a.uuid = uuid
+        self.by_uuid[(gkey, uuid)] = a
 
     def _lighthouse_restarted(self, ev: Event) -> bool:
         """A seen id again, lower than the current one, with other members: the Lighthouse
@@ -198,6 +212,9 @@ class _Builder:
 
     def on_quorum(self, ev: Event) -> None:
         assert ev.quorum_id is not None
+        if not ev.members or any(m.step < 0 for m in ev.members):
+            self.malformed += 1  # no quorum has no member; no step is negative
+            return
         qkey = (self.epoch, ev.quorum_id)
         if qkey in self.seen_qids:
             if not self._lighthouse_restarted(ev):
@@ -288,8 +305,21 @@ class _Builder:
             return
         if ev.detail in FAILURE_ACTIONS:
             self.pending_injected.setdefault(ev.replica, []).append(ev)
-        if ev.detail in RESTART_ACTIONS:
+        if ev.detail in RESTART_ACTIONS and not self._bind_late(ev):
             self.restart_actions.setdefault(ev.replica, []).append(ev)
+
+    def _bind_late(self, ev: Event) -> bool:
+        """A resume/restart whose attempt's first line is already read: that node's clock is
+        behind the event log's by up to SLACK_S. (Not a requeue: that also ends the attempt.)"""
+        if ev.detail in FAILURE_ACTIONS or ev.time is None:
+            return False
+        atts = [a for k, v in self.attempts.items() if _idx(k)[1] == ev.replica for a in v]
+        a = atts[-1] if atts else None
+        if (a is None or a.number == 0 or a.restart_time is not None or a.start_time is None
+                or not ev.time - SLACK_S <= a.start_time <= ev.time):
+            return False
+        a.restart_time, a.restart_source = ev.time, ev.detail
+        return True
 
     def on_commit(self, ev: Event) -> None:
         """Emitted commits only (see reader.iter_file_events); the counts are in stats."""
@@ -302,6 +332,10 @@ class _Builder:
             a = self._attempt_for_uuid(gkey, uuid, ev.time)
             if a.healed_time is None:
                 a.healed_time, a.healed_step = ev.time, step
+            qid = self.reconf.get(rid)
+            if qid is not None and self.reconf_committed.get(rid) != qid:
+                self.reconf_committed[rid] = qid
+                self.first_commits.append((qid, gkey, ev.time, step))
             if self.awaiting_commit:
                 left = []
                 for f in self.awaiting_commit:
@@ -335,6 +369,7 @@ class _Builder:
     def on_launch(self, ev: Event) -> None:
         gkey = self._gkey_for_index(ev.replica or "?")
         a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank)
+        self.unclaimed[(ev.source, _idx(gkey)[1])] = a
         where = f" on {ev.node}" if ev.node else ""
         self._entry(ev.time, "attempt",
                     f"replica {_short(gkey)} attempt {ev.rank} launched{where}", gkey)
@@ -352,6 +387,7 @@ class _Builder:
             return
         gkey, _ = _idx(ev.replica)
         self._note_log_prefix(ev.replica)
+        self.heals.manager_started(ev)
         atts = self._atts(gkey)
         last = atts[-1] if atts else None
         if last is not None and last.source == "launch" and not last.manager_started:
@@ -359,6 +395,7 @@ class _Builder:
             return
         a = self._new_attempt(gkey, ev.time, "manager-start")
         a.manager_started = True
+        self.unclaimed[(ev.source, _idx(gkey)[1])] = a
         where = f" (manager {ev.detail})" if ev.detail else ""
         self._entry(ev.time, "attempt", f"replica {_short(gkey)} process started{where}", gkey)
         self._bind_restart(a)
@@ -372,59 +409,45 @@ class _Builder:
             a.restart_time, a.restart_source = e.time, e.detail
             acts.clear()
 
-    def on_peers_recover(self, ev: Event) -> None:
-        if not ev.replica:
-            return
-        self._note_log_prefix(ev.replica)
-        if not ev.step:
-            self.init_syncs += 1
-            return
-        for r in ev.ranks:
-            target = self._map_rank(ev.replica, r, ev.time)
-            if target is None:
-                continue
-            rec = self._recovery(target, ev.step, ev.time)
-            rec.source_replica = _idx(ev.replica)[0]
-            rec.source_id = ev.replica
-
-    def on_heal_required(self, ev: Event) -> None:
+    def _heal_step(self, ev: Event) -> bool:
+        """Whether a heal line is a recovery: step > 0 (step 0 is the initial sync); a
+        negative step is malformed."""
         if ev.replica:
             self._note_log_prefix(ev.replica)
-        if not ev.replica or not ev.step:
-            return  # max_step=0: the initial sync, not a recovery
-        rec = self._recovery(ev.replica, ev.step, ev.time)
-        if ev.ranks and rec.source_replica is None:
-            src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
-            if src is not None:
-                rec.source_replica, rec.source_id = _idx(src)[0], src
+        if ev.step is not None and ev.step < 0:
+            self.malformed += 1
+            return False
+        return bool(ev.replica and ev.step)
+
+    def on_peers_recover(self, ev: Event) -> None:
+        if ev.replica and ev.step == 0:
+            self._note_log_prefix(ev.replica)
+            self.init_syncs += 1
+        elif self._heal_step(ev):
+            self.heals.side(ev, self.reconf.get(ev.replica or ""))
+
+    def on_heal_required(self, ev: Event) -> None:
+        if self._heal_step(ev):  # max_step=0: the initial sync, not a recovery
+            self.heals.side(ev, self.reconf.get(ev.replica or ""))
 
     def on_heal_fetch(self, ev: Event) -> None:
         if ev.replica:
             self._note_log_prefix(ev.replica)
-        if not ev.replica or not ev.ranks:
-            return
-        rec = self.rec_by_target.get(ev.replica)
-        if rec is not None and rec.source_replica is None:
-            src = self._map_rank(ev.replica, ev.ranks[0], ev.time)
-            if src is not None:
-                rec.source_replica, rec.source_id = _idx(src)[0], src
+            self.heals.fetching(ev)
 
     def on_healed(self, ev: Event) -> None:
-        if ev.replica:
-            self._note_log_prefix(ev.replica)
-        if not ev.replica or not ev.step:
-            return
-        rec = self._recovery(ev.replica, ev.step, ev.time)
-        if rec.healed_time is None:
-            rec.healed_time = ev.time
+        if self._heal_step(ev):
+            self.heals.side(ev, None)
 
     # -- the end
     def _run_span(self, stats: ParseStats) -> None:
         """First/last time of the run: its replica logs (else its Lighthouse logs), so that
         another job's lines at the end of a shared Lighthouse log do not stretch it."""
-        spans = [v for v in stats.spans.values() if not v[2]] or list(stats.spans.values())
-        firsts = [f for f, _, _ in spans if f is not None]
-        lasts = [la for _, la, _ in spans if la is not None]
+        spans = ([(k, v) for k, v in stats.spans.items() if not v[2]]
+                 or list(stats.spans.items()))
+        ok = self.settled.plausible
+        firsts = [f for k, (f, _, _) in spans if f is not None and ok(f, Path(k).name)]
+        lasts = [la for k, (_, la, _) in spans if la is not None and ok(la, Path(k).name)]
         firsts += [e.time for e in self.injected_all if e.time is not None]
         lasts += [e.time for e in self.injected_all if e.time is not None]
         if firsts:
@@ -434,6 +457,9 @@ class _Builder:
 
     def finish(self, stats: ParseStats) -> Report:
         self._run_span(stats)
+        stats.malformed += self.malformed
+        # heal ranks are ranks among all of a quorum's participants: before they are narrowed
+        heals = self.heals.resolve(self.quorums)
         # The run's replicas: prefixes seen in the replica logs, else all in the quorums.
         if self.log_prefixes:
             prefixes = sorted(self.log_prefixes)
@@ -474,6 +500,8 @@ class _Builder:
             f for f in self.failures
             if mine(f.replica_id) and (f.quorum_pair is None or set(f.quorum_pair) <= our_q)
         ]
+        for f in failures:
+            self._next_commit_in_quorum(f)
         # Injected failures that no quorum change accounted for (a kill the run absorbed).
         for pend in self.pending_injected.values():
             for e in pend:
@@ -497,7 +525,7 @@ class _Builder:
             default=0,
         )
         recoveries = sorted(
-            (r for r in self.recoveries.values()
+            (r for r in heals
              if mine(r.target_replica) and (r.target_id is None or r.target_id in known)),
             key=lambda r: (r.time is None, r.time or 0.0),
         )
@@ -516,6 +544,7 @@ class _Builder:
                 if self.max_step is None or c.max_step > self.max_step:
                     self.max_step = c.max_step
         degraded = _degraded(quorums, group, self.last_time, self.max_step)
+        clock_back = self.settled.jumps + self._negative_durations(failures, degraded)
         for f in failures:
             self._entry(f.time, "failure", _failure_text(f), f.replica)
         for r in recoveries:
@@ -541,7 +570,40 @@ class _Builder:
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
             self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
+            clock_back, self.settled.implausible,
         )
+
+    def _next_commit_in_quorum(self, f: Failure) -> None:
+        """The survivors' first commit in the quorum that showed the failure, found by its
+        id in their own logs (`reconfiguring for quorum_id=Q`, then `should_commit=True`), not
+        by comparing times of two nodes' clocks; the earliest of them. Without those lines the
+        pass's guess stays: the first commit of another replica after the quorum change."""
+        if f.quorum_id is None:
+            return
+        near: dict[str, tuple[float | None, int]] = {}  # survivor -> its commit nearest in time
+        for qid, gkey, t, step in self.first_commits:
+            if qid != f.quorum_id or gkey == f.replica:
+                continue
+            old = near.get(gkey)
+            if old is None or _gap(t, f.detected_time) < _gap(old[0], f.detected_time):
+                near[gkey] = (t, step)  # a restarted Lighthouse counts quorum ids from 1 again
+        if not near:
+            return
+        gkey, (t, step) = min(near.items(), key=lambda kv: (kv[1][0] is None, kv[1][0] or 0.0))
+        f.next_commit_time, f.next_commit_step, f.survivor = t, step, gkey
+
+    def _negative_durations(self, failures: list[Failure],
+                            degraded: list[Degraded]) -> list[ClockBack]:
+        """The durations that came out negative (counted as 0): two clocks disagree."""
+        out = list(self.negatives)  # the requeues' (_link_attempt)
+        for d in degraded:
+            if back := went_back(d.start_time, d.end_time):
+                out.append(ClockBack(f"degraded from step {d.start_step}", d.start_time, back))
+        for f in failures:
+            if back := went_back(f.time, f.next_commit_time):
+                out.append(ClockBack(f"replica {_short(f.replica)}'s failure -> next commit",
+                                     f.time, back))
+        return out
 
     def _link_attempt(self, r: Recovery) -> None:
         atts = self.attempts.get(r.target_replica, [])
@@ -563,10 +625,12 @@ class _Builder:
             r.requeue_source = (
                 f"injected {att.restart_source}" if att.restart_time is not None else att.source
             )
-            if r.healed_time is not None:
-                r.requeue_to_healed_s = r.healed_time - start
-            if att.quorum_time is not None:
-                r.requeue_to_quorum_s = att.quorum_time - start
+            r.requeue_to_healed_s = elapsed(start, r.healed_time)
+            r.requeue_to_quorum_s = elapsed(start, att.quorum_time)
+            for what, end in (("healed", r.healed_time), ("back in quorum", att.quorum_time)):
+                if back := went_back(start, end):
+                    self.negatives.append(ClockBack(
+                        f"replica {_short(r.target_replica)}'s requeue -> {what}", start, back))
 
     @staticmethod
     def _step_at(quorums: list[Quorum], t: float | None) -> int | None:
@@ -576,6 +640,10 @@ class _Builder:
                 break
             step = q.step
         return step
+
+
+def _gap(t: float | None, ref: float | None) -> float:
+    return 0.0 if t is None or ref is None else abs(t - ref)
 
 
 # same-time entries: causes before effects
@@ -667,9 +735,8 @@ def build_model(
     stats = ParseStats()
     offset = clock_offset(files.lighthouse_logs + files.replica_logs)
     b = _Builder(group_size, files.job)
-    n = 0
-    for ev in iter_run_events(files, stats, offset):
-        n += 1
+    b.settled = settle(iter_run_events(files, stats, offset), stats)
+    for ev in b.settled.events:
         b.feed(ev)
-    stats.events += n
+    stats.events += len(b.settled.events)
     return b.finish(stats)
