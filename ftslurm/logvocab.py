@@ -220,7 +220,8 @@ def line_time(line: str, year: int | None = None) -> float | None:
 BANNER = b"launching replica "  # what readers look for; one per attempt
 _BANNER = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)(?: on (\S+))?")
 STEP = re.compile(rb"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
-_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+# colour codes and any other CSI / OSC / two-byte escape: none may change what a line says
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 def banner(time_text: str, plan: Plan, hostname: str) -> str:
@@ -265,8 +266,9 @@ def strip_ansi(data: bytes) -> bytes:
 
 _QID = re.compile(rb"quorum_id: (\d+)")
 _MEMBER = re.compile(
-    rb'replica_id: "([^"]*)".*?[ ,{]step: (\d+)(?:.*?commit_failures: (\d+))?'
+    rb'replica_id: "([^"]*)".*?[ ,{]step: (-?\d+)(?:.*?commit_failures: (\d+))?'
 )
+_SRC_ADDRESS = re.compile(rb"recover_src_manager_address='?([^'\s]+)")
 _CREATED = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
 _MGR = re.compile(rb"\[([^\s\[\]/]+)/(\d+) - step (-?\d+)\] ([^\r\n]*)")
 _RUST_REPLICA = re.compile(rb"\[Replica ([^\]\s]+)\] ([^\r\n]*)")
@@ -328,7 +330,9 @@ def parse_manager(line: bytes, t: float | None) -> Event | None:
         ranks = tuple(int(x) for x in _INTS.findall(msg, lb)) if lb >= 0 else ()
         return Event(PEERS_RECOVER, t, replica, step_i, rank_i, ranks=ranks)
     if msg.startswith(b"healing required"):
-        return Event(HEAL_REQUIRED, t, replica, _kv("max_step", msg), rank_i)
+        src = _SRC_ADDRESS.search(msg)  # the source by manager address (`Manager listening on`)
+        detail = _dec(src.group(1)) if src else ""
+        return Event(HEAL_REQUIRED, t, replica, _kv("max_step", msg), rank_i, detail=detail)
     if msg.startswith(b"fetching checkpoint from recover_src_replica_rank="):
         src = _kv("recover_src_replica_rank", msg)
         ranks = (src,) if src is not None else ()

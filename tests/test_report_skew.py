@@ -380,7 +380,6 @@ def test_a_quorum_without_members_is_counted_as_malformed(tmp_path):
     assert ", 1 malformed" in rep.to_text().split("Parsed: ", 1)[1]
 
 
-@pytest.mark.xfail(strict=True, reason="a negative member step: parsed in the log vocabulary")
 def test_a_quorum_with_a_negative_step_is_counted_as_malformed(tmp_path):
     """lines.py reads `step: (\\d+)`: a member with `step: -5` takes the next member's step
     and that member is lost, so the quorum looks like a failure. The timeline counts a quorum
@@ -422,7 +421,6 @@ def _with_ansi(where: str):
     return edit
 
 
-@pytest.mark.xfail(strict=True, reason="ANSI before the timestamp: fixed in the log vocabulary")
 def test_ansi_codes_before_the_timestamp_change_no_count(tmp_path):
     """The reader finds no time on such a line (it looks for `[titan] `, `[` or a digit at
     the start): 2 failures became 4, the recoveries lost their times and sources."""

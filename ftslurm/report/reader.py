@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftslurm.logfile import open_log
-from ftslurm.logvocab import BANNER, ERROR, FINISHED, Event, has_time, parse_line, parse_time
+from ftslurm.logvocab import (
+    BANNER,
+    ERROR,
+    FINISHED,
+    Event,
+    has_time,
+    parse_line,
+    parse_time,
+    strip_ansi,
+)
 
 MAX_LINE = 8 << 20  # longer "lines" (binary junk without newlines) are dropped, not buffered
 CHUNK = 1 << 20
@@ -227,6 +236,11 @@ class _FileScan:
     # ---------------------------------------------------------------- a chunk
 
     def chunk(self, buf: bytearray, end: int) -> Iterator[Event]:
+        if buf.find(b"\x1b", 0, end) >= 0:
+            # escapes before a timestamp hide it: scan a cleaned copy (the caller keeps
+            # shifting the chunk's tail in its own buffer)
+            buf = bytearray(strip_ansi(bytes(memoryview(buf)[:end])))
+            end = len(buf)
         self.buf, self.end = buf, end
         n = buf.count(b"\n", 0, end) + (0 if buf[end - 1 : end] == b"\n" else 1)
         self.file_lines += n
