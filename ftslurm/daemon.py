@@ -235,7 +235,8 @@ class Lookup:
     """Result of `Daemon.lookup`: the live state, or why there is none."""
 
     state: DaemonState | None  # live daemon
-    stale: DaemonState | None = None  # state of a dead / reused pid (files already removed)
+    # state of a dead / reused pid, or pid 0 when the files held none (removed when cleaned)
+    stale: DaemonState | None = None
 
 
 class Daemon:
@@ -297,9 +298,8 @@ class Daemon:
         except (OSError, ValueError, TypeError):
             pass
         # A pidfile without state (written by hand, or by an older version): a bare pid.
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
+        pid = procs.read_pidfile(self.pidfile)
+        if pid is None:
             return None
         return DaemonState(self.name, pid, None, 0.0, [], marker=self.marker)
 
@@ -316,10 +316,16 @@ class Daemon:
                 p.unlink()
 
     def lookup(self, clean_stale: bool = True) -> Lookup:
-        """The live daemon, if any; a stale pidfile (dead, zombie, reused pid) is removed."""
+        """The live daemon, if any; a stale pidfile (dead, zombie, reused pid) is removed, and
+        so are files that name no pid at all (cut short, edited by hand: `1e23`), which are
+        stale with pid 0."""
         state = self.read_state()
         if state is None:
-            return Lookup(None)
+            if not any(os.path.lexists(p) for p in (self.pidfile, self.statefile)):
+                return Lookup(None)
+            if clean_stale:
+                self.clear()
+            return Lookup(None, stale=DaemonState(self.name, 0, None, 0.0, [], self.marker))
         _reap(state.pid)
         if state.alive():
             return Lookup(state)
@@ -397,9 +403,11 @@ class Daemon:
 
 
 def _well_typed(state: DaemonState) -> bool:
-    """A state file edited by hand or cut short must not crash status/stop (`"pid": "12"`)."""
+    """A state file edited by hand or cut short must not crash status/stop (`"pid": "12"`,
+    or a pid out of range, which os.kill and os.waitpid refuse with OverflowError)."""
     return (
         type(state.pid) is int
+        and procs.valid_pid(state.pid) is not None
         and (state.start_ticks is None or type(state.start_ticks) is int)
         and isinstance(state.started_at, (int, float))
         and isinstance(state.marker, str)

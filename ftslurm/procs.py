@@ -59,9 +59,10 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def read_pidfile(path: Path) -> int | None:
+    """The pid in `path`, or None: no file, unreadable, not UTF-8, not a pid in range."""
     try:
-        text = path.read_text().strip()
-    except (FileNotFoundError, PermissionError):
+        text = path.read_text()
+    except (OSError, ValueError):  # a folder, no permission, bytes that are not UTF-8
         return None
     return valid_pid(text)
 

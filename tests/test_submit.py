@@ -202,6 +202,7 @@ def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):
     script = tmp_path / "my-ft.sh"
     script.write_text("#!/bin/bash\n#SBATCH --array=0-3\n#SBATCH --output=outputs/torchft/x\n")
     job_dir = tmp_path / "jobdir"
+    job_dir.mkdir()
     r = _submit(tmp_path / "s", f"--chdir={job_dir}", str(script),
                 FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -214,6 +215,7 @@ def test_array_and_chdir_in_their_other_forms(tmp_path: Path, fake_sbatch: Path)
     script = tmp_path / "short.sh"
     script.write_text("#!/bin/bash\n#SBATCH -a0-1\nsrun true\n#SBATCH --array=0-3\n")
     for chdir in (["-D", str(tmp_path / "d1")], ["--chdir", str(tmp_path / "d2")]):
+        Path(chdir[1]).mkdir()
         r = _submit(tmp_path / "s", *chdir, str(script), FTSLURM_OUTPUTS=str(tmp_path / "o"))
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["log_dir"], "the -a0-1 line is an array"
@@ -222,3 +224,72 @@ def test_array_and_chdir_in_their_other_forms(tmp_path: Path, fake_sbatch: Path)
     late.write_text("#!/bin/bash\nsrun true\n#SBATCH --array=0-3\n")
     r = _submit(tmp_path / "s", str(late), FTSLURM_OUTPUTS=str(tmp_path / "o"))
     assert r.exit_code == 0 and json.loads(r.stdout)["log_dir"] is None
+
+
+@pytest.mark.parametrize("form", ["--chdir={}", "--chdir {}", "-D {}", "-D={}"])
+def test_a_chdir_that_is_not_a_folder_is_refused_before_anything_is_made(
+    tmp_path: Path, fake_sbatch: Path, form: str
+):
+    """A mistyped --chdir made its folder tree (outputs/torchft in it) and the job ran in /tmp,
+    Slurm's fallback when its working directory is missing."""
+    (tmp_path / "file").write_text("not a folder")
+    cases = [(tmp_path / "missing" / "x", "does not exist")]
+    if " " not in form:  # `--chdir FILE`: the file is the script (the --opt=value form rule)
+        cases.append((tmp_path / "file", "is not a folder"))
+    for given, what in cases:
+        env = dict(os.environ, FTSLURM_OUTPUTS=str(tmp_path / "o"))
+        argv = [sys.executable, "-m", "ftslurm", "submit", *form.format(given).split(), str(FT)]
+        out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert out.stderr.startswith(f"Error: --chdir {given} {what}")
+        assert not (tmp_path / "missing").exists() and not (tmp_path / "o").exists()
+        assert not fake_sbatch.exists()
+
+
+def test_only_the_scripts_header_is_read(tmp_path: Path, fake_sbatch: Path):
+    """A script with a large body (a data blob after `exit`) was read whole, twice."""
+    import tracemalloc
+
+    script = tmp_path / "big.sh"
+    with open(script, "wb") as f:
+        f.write(b"#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH --export=NONE\nsrun true\nexit\n")
+        f.truncate(64 << 20)  # sparse: 64 MiB of NUL bytes
+    tracemalloc.start()
+    try:
+        r = _submit(tmp_path / "s", str(script), FTSLURM_OUTPUTS=str(tmp_path / "o"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["log_dir"] == str(tmp_path / "o" / "torchft" / "tft-42")
+    assert "--export=FTSLURM_OUTPUTS" in " ".join(json.loads(fake_sbatch.read_text())["argv"])
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_a_header_cut_by_the_read_limit_loses_only_its_last_line(tmp_path: Path):
+    from ftslurm.commands import submit as sub
+
+    script = tmp_path / "long-header.sh"
+    start, filler = "#!/bin/bash\n#SBATCH --array=0-1\n", "#" * 99 + "\n"
+    whole = (sub.HEADER_MAX_BYTES - len(start)) // len(filler)  # the filler lines read whole
+    script.write_text(start + filler * (whole + 1) + "#SBATCH -N1\n")
+    lines = sub._directives(str(script))
+    # the line the limit cut is dropped, not read as a short `####`; the rest is not read
+    assert lines == ["#SBATCH --array=0-1"] + [filler.strip()] * whole
+
+
+def test_short_options_with_an_h_in_their_value_reach_sbatch(tmp_path: Path, fake_sbatch: Path):
+    """click read `-pshort` as flags -p -s -h ...: the `h` printed the help, exit 0, and
+    nothing was submitted. `-h` alone is still the help."""
+    job_dir = tmp_path / "high"
+    job_dir.mkdir()
+    r = _submit(tmp_path / "s", "-pshort", f"-D{job_dir}", str(FT),
+                FTSLURM_OUTPUTS=str(tmp_path / "o"))  # fmt: skip
+    assert r.exit_code == 0 and json.loads(r.stdout)["job_id"] == 42, r.output
+    assert {"-pshort", f"-D{job_dir}"} <= set(json.loads(fake_sbatch.read_text())["argv"])
+    assert (job_dir / "outputs" / "torchft").is_dir()
+    fake_sbatch.unlink()
+    r = _submit(tmp_path / "s", "-h")
+    assert r.exit_code == 0 and "Submit SCRIPT with sbatch" in r.output
+    assert not fake_sbatch.exists()

@@ -8,6 +8,7 @@ anything else on the machine. Both `up` and `down` are idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ import shutil
 import signal
 import socket
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +60,60 @@ def slurm_env(spec: ClusterSpec) -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": str(spec.conf_path)}
 
 
-def load_spec(state_dir: Path | None = None) -> ClusterSpec | None:
-    state_dir = state_dir or paths.cluster_dir()
+class BrokenClusterState(UserError):
+    """The state file is there but holds no cluster (cut short, edited by hand, not ours).
+
+    Not "no cluster": the daemons it started may still run, and `up` would start a second
+    cluster beside them. The message names the file and the two ways out."""
+
+    def __init__(self, path: Path, why: str):
+        self.path = path
+        super().__init__(
+            f"{path} is not a local cluster's state ({why}): stop what it started with "
+            "`sudo ftslurm cluster down`, or remove it"
+        )
+
+
+def _spec_from_json(text: str) -> ClusterSpec:
+    """The ClusterSpec that `text` (cluster.json) holds; ValueError saying what is wrong."""
     try:
-        data = json.loads((state_dir / SPEC_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object: {text.strip()[:40]}")
+    try:
+        spec = ClusterSpec(**data)
+    except TypeError as e:  # a field missing, or one this version does not know
+        raise ValueError(str(e).rpartition("() ")[2]) from None
+    hints = typing.get_type_hints(ClusterSpec)
+    for f in dataclasses.fields(spec):
+        value, want = getattr(spec, f.name), hints[f.name]
+        if want == list[str]:
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        else:
+            ok = type(value) is want  # bool is no int here
+        if not ok:
+            raise ValueError(f"{f.name} is {json.dumps(value)[:40]}")
+    return spec
+
+
+def load_spec(state_dir: Path | None = None) -> ClusterSpec | None:
+    """The cluster `up` recorded in `state_dir`; None when there is no state file.
+    BrokenClusterState when there is one that holds no cluster."""
+    path = (state_dir or paths.cluster_dir()) / SPEC_FILE
+    try:
+        text = path.read_bytes().decode()
+    except FileNotFoundError:
         return None
-    return ClusterSpec(**data)
+    except OSError as e:  # a folder, no permission
+        raise BrokenClusterState(path, e.strerror or type(e).__name__) from None
+    except UnicodeDecodeError:
+        raise BrokenClusterState(path, "not UTF-8 text") from None
+    try:
+        return _spec_from_json(text)
+    except ValueError as e:
+        raise BrokenClusterState(path, str(e)) from None
 
 
 def missing_binaries() -> list[str]:
@@ -136,14 +185,25 @@ def new_spec(nodes: int, state_dir: Path) -> ClusterSpec:
     )
 
 
-def _daemon_pids(spec: ClusterSpec) -> dict[str, int | None]:
+def _daemon_pids(spec: ClusterSpec, nodes: list[str] | None = None) -> dict[str, int | None]:
+    """Daemon or node name -> the pid in its pidfile; `nodes` default: the spec's."""
     pids = {
         "munged": procs.read_pidfile(spec.pidfile("munged")),
         "slurmctld": procs.read_pidfile(spec.pidfile("slurmctld")),
     }
-    for node in spec.node_names:
+    for node in spec.node_names if nodes is None else nodes:
         pids[node] = procs.read_pidfile(spec.node_pidfile(node))
     return pids
+
+
+def _without_spec(state_dir: Path) -> tuple[ClusterSpec, list[str]]:
+    """A spec of `state_dir` when its state file is broken, and the nodes its pidfiles name:
+    the pidfiles' paths depend on the folder alone."""
+    spec = ClusterSpec(state_dir=str(state_dir), nodes=0)
+    pattern = spec.node_pidfile("*")
+    head, _, tail = pattern.name.partition("*")
+    found = pattern.parent.glob(pattern.name)
+    return spec, sorted(p.name[len(head) : len(p.name) - len(tail)] for p in found)
 
 
 def _all_alive(spec: ClusterSpec) -> bool:
@@ -266,26 +326,43 @@ def _kill_node(spec: ClusterSpec, node: str) -> None:
 def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
     """Stop what `up` started, by pid. Returns False if nothing was running."""
     state_dir = (state_dir or paths.cluster_dir()).resolve()
-    spec = load_spec(state_dir)
+    broken = None
+    try:
+        spec = load_spec(state_dir)
+        nodes = spec.node_names if spec else []
+    except BrokenClusterState as e:
+        broken = e.path
+        spec, nodes = _without_spec(state_dir)
+        progress(f"{broken} holds no cluster: stopping what the pidfiles name, then removing it")
     if spec is None:
         progress(f"no cluster in {state_dir}: nothing to stop")
         return False
-    pids = _daemon_pids(spec)
+    pids = _daemon_pids(spec, nodes)
     was_running = any(procs.pid_alive(p) for p in pids.values())
-    for node in spec.node_names:
+    for node in nodes:
         _kill_node(spec, node)
     for name in ("slurmctld", "munged"):
         pid = pids[name]
         if pid and procs.pid_alive(pid):
             daemon.stop(pid, grace=5)
         spec.pidfile(name).unlink(missing_ok=True)
+    if broken is not None:
+        broken.unlink(missing_ok=True)
     progress("cluster stopped" if was_running else "cluster was not running")
     return was_running
 
 
-def status(state_dir: Path | None = None) -> ClusterStatus:
+def status(state_dir: Path | None = None, warn: Progress = _quiet) -> ClusterStatus:
+    """Running or not, and the nodes' states. A broken state file is "not running" (said to
+    `warn`) when no pid of its pidfiles is alive; when one is, BrokenClusterState."""
     state_dir = (state_dir or paths.cluster_dir()).resolve()
-    spec = load_spec(state_dir)
+    try:
+        spec = load_spec(state_dir)
+    except BrokenClusterState as e:
+        if any(procs.pid_alive(p) for p in _daemon_pids(*_without_spec(state_dir)).values()):
+            raise
+        warn(f"warning: {e}")
+        spec = None
     if spec is None:
         return ClusterStatus(str(state_dir), False, {}, None)
     running = _all_alive(spec)

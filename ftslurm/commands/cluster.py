@@ -103,7 +103,7 @@ def status(state_dir: str | None, as_json: bool) -> None:
     """
     from ftslurm.cluster import local
 
-    st = local.status(_state_dir(state_dir))
+    st = local.status(_state_dir(state_dir), warn=lambda m: click.echo(m, err=True))
     if not st.running:
         stdout_pipe.exit_code_if_cut(3)
     if as_json:

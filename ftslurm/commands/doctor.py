@@ -56,18 +56,22 @@ def doctor(
       ftslurm doctor --replicas 4 --lighthouse http://login-0:29510
     """
     from ftslurm import doctor as doc
+    from ftslurm.errors import UserError
 
+    if assets is not None:
+        try:
+            assets = assets.resolve()
+        except (RuntimeError, OSError) as e:  # a symlink loop (OSError from Python 3.13)
+            raise UserError(f"--assets {assets} is a symlink loop: give the assets folder") from e
     cfg = doc.DoctorConfig.from_env(
         dict(os.environ),
         device=device,
         lighthouse=lighthouse,
         lighthouse_from_env=True if lighthouse else None,
-        assets=assets.resolve() if assets else None,
+        assets=assets,
         replicas=replicas,
     )
     if cfg.device not in ("cuda", "cpu"):
-        from ftslurm.errors import UserError
-
         raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
     checks = doc.run_checks(cfg)
     if not doc.ok(checks):

@@ -90,8 +90,9 @@ def export_names(env: Mapping[str, str]) -> list[str]:
     return ["FTSLURM_OUTPUTS", *sorted(ours), *(k for k in LAUNCHER_KNOBS if env.get(k))]
 
 
-def _job_dir(options: list[str]) -> Path:
-    """The job's working directory: --chdir / -D if given, else this one (sbatch's default)."""
+def _chdir(options: list[str]) -> Path | None:
+    """The job's working directory given with --chdir / -D; None: this one (sbatch's
+    default)."""
     found = None
     for i, o in enumerate(options):
         if o.startswith("--chdir="):
@@ -100,15 +101,24 @@ def _job_dir(options: list[str]) -> Path:
             found = options[i + 1]
         elif o.startswith("-D") and len(o) > 2:
             found = o[2:].lstrip("=")
-    return Path(found).expanduser() if found else Path.cwd()
+    return Path(found).expanduser() if found else None
+
+
+# sbatch reads #SBATCH lines only before the first command: a script may be large (a data
+# blob after `exit`), its header never is
+HEADER_MAX_BYTES = 1 << 20
 
 
 def _directives(script: str) -> list[str]:
-    """The script's header lines (sbatch reads #SBATCH lines only before the first command)."""
+    """The script's header lines, from at most its first HEADER_MAX_BYTES."""
     try:
-        lines = Path(script).read_text(errors="replace").splitlines()
+        with open(script, "rb") as f:
+            head = f.read(HEADER_MAX_BYTES)
     except OSError:
         return []
+    lines = head.decode(errors="replace").splitlines()
+    if len(head) == HEADER_MAX_BYTES and not head.endswith(b"\n"):
+        lines = lines[:-1]  # cut off mid-line
     header = []
     for line in lines[1:]:
         if line.strip() and not line.lstrip().startswith("#"):
@@ -121,6 +131,16 @@ def _array_in(script: str) -> bool:
     """An `#SBATCH --array` / `-a` line in the script's header, when the command line has
     none."""
     return any(re.match(r"#SBATCH\s+(--array\b|-a)", line) for line in _directives(script))
+
+
+def _check_job_dir(path: Path) -> None:
+    """The job's working directory (--chdir) must be there: Slurm runs a job whose --chdir is
+    missing in /tmp instead, and creating the log folder in it would make a mistyped path."""
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise UserError(f"--chdir {path} {what}: give the folder the job runs in")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"--chdir {path} is not writable: the job writes its logs there")
 
 
 def _make_dir(path: Path, fix: str) -> None:
@@ -138,12 +158,20 @@ def _outputs_fix() -> str:
     return "set FTSLURM_OUTPUTS to a folder you can write to"
 
 
+def _script_index(argv: list[str]) -> int:
+    """Where the script is in argv: the first argument that names an existing file (len(argv)
+    when none does)."""
+    return next(
+        (i for i, a in enumerate(argv) if not a.startswith("-") and Path(a).is_file()), len(argv)
+    )
+
+
 def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
     """Everything before the first argument that names an existing file is an sbatch option;
     that file is the script; the rest are the script's arguments."""
-    for i, arg in enumerate(argv):
-        if not arg.startswith("-") and Path(arg).is_file():
-            return argv[:i], arg, argv[i + 1 :]
+    i = _script_index(argv)
+    if i < len(argv):
+        return argv[:i], argv[i], argv[i + 1 :]
     example = "ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh"
     named = [a for a in argv if not a.startswith("-")]
     if not named:
@@ -155,11 +183,15 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
 
 
 @click.command(
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
+    # no `-h` here: click reads `-D/home/x` or `-pshort` as a cluster of one-letter flags, and
+    # the `h` in it printed the help instead of submitting; a `-h` of its own is handled below
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                      "help_option_names": ["--help"]},
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print {job_id, log_dir} as JSON.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def submit(as_json: bool, argv: tuple[str, ...]) -> None:
+@click.pass_context
+def submit(ctx: click.Context, as_json: bool, argv: tuple[str, ...]) -> None:
     """Submit SCRIPT with sbatch, creating `outputs/torchft/` first.
 
     Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
@@ -180,12 +212,18 @@ def submit(as_json: bool, argv: tuple[str, ...]) -> None:
     """
     from ftslurm.slurm import client
 
+    if "-h" in argv[: _script_index(list(argv))]:
+        click.echo(ctx.get_help())
+        return
     options, script, script_args = split_submit_args(list(argv))
     from ftslurm import logvocab, paths
 
     overrides = device_overrides(dict(os.environ), script)
+    job_dir = _chdir(options)
+    if job_dir is not None:
+        _check_job_dir(job_dir)
     # the scripts' Slurm --output folder (relative to the job's working dir) and the runs
-    _make_dir(paths.torchft_runs_dir(_job_dir(options) / "outputs"),
+    _make_dir(paths.torchft_runs_dir((job_dir or Path.cwd()) / "outputs"),
               "submit from a folder you can write to, or give one with --chdir")
     runs = paths.torchft_runs_dir()
     _make_dir(runs, _outputs_fix())

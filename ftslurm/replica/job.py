@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths, runner
+from ftslurm import knobs, logvocab, paths, procs, runner
 from ftslurm.errors import UserError
 from ftslurm.replica import config_error, train
 from ftslurm.replica import plan as planlib
@@ -146,8 +149,47 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
 CONFIG_ERROR_EXIT = 2
 
 
+ATTEMPT_DIR_PREFIX = "ftslurm-attempt-"
+# <prefix><host>-<launcher pid>-<tempfile's random part: [a-z0-9_]>
+_ATTEMPT_DIR = re.compile(
+    re.escape(ATTEMPT_DIR_PREFIX) + r"(?P<host>.+)-(?P<pid>[0-9]+)-[a-z0-9_]+"
+)
+
+
+def attempt_dir_prefix(host: str, pid: int) -> str:
+    """The start of an attempt's temporary folder name: the host and pid of its launcher,
+    which tell a later attempt whether the folder's owner is gone (a TMPDIR may be shared
+    between nodes, where a pid means nothing)."""
+    return f"{ATTEMPT_DIR_PREFIX}{host}-{pid}-"
+
+
+def remove_stale_attempt_dirs(tmp: Path, host: str) -> list[Path]:
+    """Remove the temporary folders of attempts on `host` whose launcher is dead; the ones
+    removed. SIGKILL (a node taken down, an OOM kill) skips TemporaryDirectory's cleanup, so
+    each killed attempt left one. A live launcher's folder, another host's or another user's
+    is kept; a reused pid keeps a stale folder, never removes a live one."""
+    removed = []
+    for path in tmp.glob(ATTEMPT_DIR_PREFIX + "*"):
+        m = _ATTEMPT_DIR.fullmatch(path.name)
+        pid = procs.valid_pid(m["pid"]) if m and m["host"] == host else None
+        if pid is None or procs.pid_alive(pid):
+            continue
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
-    with tempfile.TemporaryDirectory(prefix="ftslurm-attempt-") as tmp:
+    host, tmp_root = socket.gethostname(), Path(tempfile.gettempdir())
+    for stale in remove_stale_attempt_dirs(tmp_root, host):
+        _say(f"removed {stale}: the temporary folder of an attempt that was killed")
+    prefix = attempt_dir_prefix(host, os.getpid())
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=tmp_root) as tmp:
         note = Path(tmp) / "config-error"
         return _run_torchrun(plan, env, note)
 
