@@ -39,11 +39,12 @@ from typing import Any
 from ftslurm import knobs, paths, procs
 from ftslurm.errors import UserError
 from ftslurm.resources import FT_JOB_NAME
+from ftslurm.runner import CommandError
 from ftslurm.slurm import args as slurm_args
-from ftslurm.slurm.parse import JobInfo
+from ftslurm.slurm import client
+from ftslurm.slurm.parse import JobInfo, array_tasks
 
 MODES = ("node-down", "kill", "requeue")
-LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
 # The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
 # interpreter followed only by options, so torchrun's own command line (`python .../torchrun
 # ... -m ftslurm.replica.train`) does not match. POSIX ERE: also valid for pkill -f.
@@ -101,18 +102,6 @@ def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
     return max(ids) if ids else None
 
 
-def job_tasks(jobs: list[JobInfo], job: int) -> dict[int, JobInfo]:
-    """array task id -> its entry; a live entry wins over a finished one of the same task."""
-    out: dict[int, JobInfo] = {}
-    for j in jobs:
-        if j.array_job_id != job or j.array_task_id is None:
-            continue
-        prev = out.get(j.array_task_id)
-        if prev is None or (prev.state not in LIVE_STATES and j.state in LIVE_STATES):
-            out[j.array_task_id] = j
-    return out
-
-
 def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
@@ -162,7 +151,7 @@ def resolve_target(
             raise UserError(
                 f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
             )
-    tasks = job_tasks(jobs, job) if job is not None else {}
+    tasks = array_tasks(jobs, job) if job is not None else {}
     if replica is not None:
         t = tasks.get(replica)
         if t is None:
@@ -246,21 +235,12 @@ class KillSelection:
     described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
 
 
-# Run by `sh -c` on the node: pkill limited to the UTS namespace of the step itself ($$, then
-# pkill after exec), i.e. to the node. On a real node every process shares it; on a node of the
-# local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off the other
-# nodes' replicas, so the very command a real cluster gets is tested here.
+# Run by `sh -c` on the node, as a step of the job (`srun --overlap`: works where the node runs
+# only this job, an exclusive allocation): pkill limited to the UTS namespace of the step itself
+# ($$, then pkill after exec), i.e. to the node. On a real node every process shares it; on a
+# node of the local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off
+# the other nodes' replicas, so the very command a real cluster gets is tested here.
 PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
-
-
-def srun_pkill_cmd(raw_job_id: int, node: str, regex: str = TRAIN_CMD_RE) -> list[str]:
-    """A step in the job's allocation on the node (--overlap: beside the running step) that
-    SIGKILLs the training workers on that node. Works where the node runs only this job
-    (exclusive allocation, one replica per node)."""
-    return [
-        "srun", f"--jobid={raw_job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-        f"--nodelist={node}", "sh", "-c", PKILL_ON_NODE, "ftslurm-kill", regex,
-    ]  # fmt: skip
 
 
 def make_plan(
@@ -307,7 +287,8 @@ def make_plan(
             acts = [
                 Action(
                     "kill-srun",
-                    tuple(srun_pkill_cmd(target.raw_job_id, target.node)),
+                    tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, [
+                        "sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE])),
                     note="SIGKILL the training worker(s) on the node",
                 )
             ]
@@ -487,44 +468,6 @@ class Outcome:
         }  # fmt: skip
 
 
-class SlurmOps:
-    """The Slurm calls the executor makes (a seam for unit tests)."""
-
-    def update_node(self, node: str, state: str, reason: str | None = None) -> None:
-        from ftslurm.slurm import client
-
-        client.update_node(node, state, reason)
-
-    def requeue(self, key: str) -> None:
-        from ftslurm.slurm import client
-
-        client.requeue(key)
-
-    def run(self, argv: list[str]) -> None:
-        from ftslurm.runner import CommandError
-        from ftslurm.slurm import client
-
-        try:
-            client._slurm(argv, timeout=60)
-        except CommandError as e:
-            if "pkill" in argv and e.returncode == 1:  # pkill: nothing matched
-                raise UserError(
-                    "no training worker matched on the node (starting or restarting?); "
-                    "nothing was killed"
-                ) from e
-            raise
-
-    def tasks(self, job: int) -> dict[int, JobInfo]:
-        from ftslurm.slurm import client
-
-        return job_tasks(client.jobs(job), job)
-
-    def node_state(self, node: str) -> str:
-        from ftslurm.slurm import client
-
-        return client.nodes().get(node, "")
-
-
 def record(plan: FailurePlan, action: str, detail: str, events_path: Path | None = None) -> None:
     """Append one event (JSON line) to the event log that `ftslurm report` reads."""
     from ftslurm.report.events import InjectedEvent, append_event, now_iso
@@ -564,6 +507,18 @@ def _attempt_banner_count(path: Path) -> int:
     return n
 
 
+def _kill_through_srun(argv: tuple[str, ...]) -> None:
+    try:
+        client.call(argv, timeout=60)
+    except CommandError as e:
+        if e.returncode == 1:  # pkill: nothing matched
+            raise UserError(
+                "no training worker matched on the node (starting or restarting?); "
+                "nothing was killed"
+            ) from e
+        raise
+
+
 def _state_text(j: JobInfo) -> str:
     return f"{j.state} {j.reason}" if j.reason and j.reason != "None" else j.state
 
@@ -571,7 +526,6 @@ def _state_text(j: JobInfo) -> str:
 def execute(
     plan: FailurePlan,
     *,
-    ops: SlurmOps | None = None,
     wait_recovered: bool = False,
     timeout: float = 300.0,
     say: Say = _quiet,
@@ -584,7 +538,6 @@ def execute(
     With `wait_recovered`, wait until the task runs again (restart count above the one seen
     at resolve time, state RUNNING) and, when its log is known, until its new attempt's
     launching line appears. Each step is put on a timeline (`Outcome.phases`)."""
-    ops = ops or SlurmOps()
     t = plan.target
     out = Outcome(plan)
     down = False
@@ -602,7 +555,7 @@ def execute(
         last = at
 
     def back() -> JobInfo | None:
-        cur = ops.tasks(t.job).get(t.replica)  # type: ignore[arg-type]
+        cur = client.array_tasks(t.job).get(t.replica)  # type: ignore[arg-type]
         ok = cur and cur.state == "RUNNING" and cur.restarts > t.restarts
         return cur if ok else None
 
@@ -614,7 +567,7 @@ def execute(
     def left_running() -> JobInfo | None:
         if t.job is None or t.replica is None:
             return None
-        cur = ops.tasks(t.job).get(t.replica)
+        cur = client.array_tasks(t.job).get(t.replica)
         if cur is None or cur.state != "RUNNING" or cur.restarts > t.restarts:
             return cur or JobInfo(0, t.job, t.replica, "UNKNOWN")
         return None
@@ -632,7 +585,7 @@ def execute(
     def resume(why: str) -> None:
         nonlocal down
         with signals_deferred() as got:
-            ops.update_node(t.node, "RESUME")
+            client.update_node(t.node, "RESUME")
             down = False
             record(plan, "resume", why, events_path)
             say(f"RESUMEd {t.node}" + (f" ({why})" if why != "planned" else ""))
@@ -646,7 +599,7 @@ def execute(
                     with signals_deferred() as got:
                         down = True  # before the call: a Ctrl-C may stop scontrol after DOWN
                         try:
-                            ops.update_node(t.node, "DOWN", plan.reason)
+                            client.update_node(t.node, "DOWN", plan.reason)
                         except Exception:
                             down = bool(got)  # scontrol refused (no root): nothing to undo
                             raise
@@ -672,7 +625,7 @@ def execute(
                     phase(f"RESUME {t.node}")
                 elif a.kind == "requeue":
                     with atomic():
-                        ops.requeue(a.argv[-1])
+                        client.requeue(a.argv[-1])
                         record(plan, "requeue", shlex.join(a.argv), events_path)
                         say(f"requeued {a.argv[-1]} ({t.describe()})")
                     phase(f"requeue {a.argv[-1]}")
@@ -686,7 +639,7 @@ def execute(
                     phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
                 elif a.kind == "kill-srun":
                     with atomic():
-                        ops.run(list(a.argv))
+                        _kill_through_srun(a.argv)
                         record(plan, "kill", shlex.join(a.argv), events_path)
                         say(f"SIGKILLed training worker(s) through srun ({t.describe()})")
                     phase("SIGKILL through srun")
@@ -758,7 +711,6 @@ def run_chaos(
     count: int,
     seed: int | None,
     make: Callable[[int], FailurePlan],
-    ops: SlurmOps | None = None,
     say: Say = _quiet,
     events_path: Path | None = None,
     live: Callable[[dict[int, JobInfo]], set[int] | None] | None = None,
@@ -770,7 +722,6 @@ def run_chaos(
     `wait_live` seconds, then skips the tick: the last live replica is never hit.
     `make(replica)` resolves and plans one failure (the command layer does the Slurm look-ups
     and safety checks). Each failure runs guarded by `execute`."""
-    ops = ops or SlurmOps()
     rng = random.Random(seed)
     summary = ChaosSummary()
     next_at = time.monotonic()
@@ -781,7 +732,7 @@ def run_chaos(
                     time.sleep(min(wait, 0.5))
                 t_tick = time.monotonic()
                 while True:
-                    tasks = ops.tasks(job)
+                    tasks = client.array_tasks(job)
                     pick = chaos_pick(tasks, rng, live(tasks) if live else None)
                     if pick is not None or time.monotonic() - t_tick >= wait_live:
                         break
@@ -799,7 +750,7 @@ def run_chaos(
                     summary.skipped += 1
                     say(f"[{stamp}] event {k + 1}/{count}: skipped ({e})")
                     continue
-                outcome = execute(plan, ops=ops, say=_quiet, events_path=events_path)
+                outcome = execute(plan, say=_quiet, events_path=events_path)
                 summary.events.append(outcome)
                 extra = f", {plan.down_for:g} s down, resumed" if plan.mode == "node-down" else ""
                 if waited >= 1:

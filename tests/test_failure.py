@@ -21,7 +21,10 @@ from ftslurm import failure
 from ftslurm.cli import cli
 from ftslurm.errors import UserError
 from ftslurm.report.events import parse_event_line
+from ftslurm.runner import Completed
+from ftslurm.slurm import args
 from ftslurm.slurm.parse import JobInfo, parse_squeue_json
+from tests.fakeslurm import FakeSlurm
 
 FIX = Path(__file__).parent / "fixtures" / "failure"
 NODES = {"worker-0": "allocated", "worker-1": "allocated", "worker-2": "idle"}
@@ -188,47 +191,67 @@ def test_local_workers_found_by_namespace_env_and_cmdline(monkeypatch):
 # ---------------------------------------------------------------- the executor
 
 
-class FakeOps(failure.SlurmOps):
-    """Slurm as a little state machine: DOWN makes the task PENDING (restarts+1), RESUME
-    makes it RUNNING again on the next look."""
+def squeue_json(*tasks: tuple[int, str, int, str]) -> str:
+    """The recorded `squeue --json` of array 12 with (task, state, restarts, node) changed."""
+    data = json.loads((FIX / "squeue_running.json").read_text())
+    for task, state, restarts, node in tasks:
+        j = next(j for j in data["jobs"] if j["array_task_id"] == task)
+        j.update(job_state=state, restart_cnt=restarts, nodes=node, batch_host=node)
+    return json.dumps(data)
 
-    def __init__(self, fail_on: str | None = None):
-        self.calls: list[tuple] = []
-        self.fail_on = fail_on
-        self.state = "RUNNING"
-        self.restarts = 0
 
-    def update_node(self, node, state, reason=None):
-        self.calls.append(("update", node, state))
-        if self.fail_on == state:
-            raise UserError("`scontrol update` needs root: run with sudo")
+class FakeArray:
+    """Slurm as a little state machine behind the fake client (real argument lists, real
+    `squeue --json` parser): DOWN or a requeue makes task 1 PENDING (restarts+1), RESUME makes
+    it RUNNING again (on worker-2) on the next look. `fail_on`: that State= is refused as
+    Slurm refuses a non-admin."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_on: str | None = None):
+        self.state, self.restarts, self.fail_on = "RUNNING", 0, fail_on
+        self.fake = FakeSlurm().on(["scontrol", "update"], self.update)
+        self.fake.on(["scontrol", "requeue"], self.requeue).on(["squeue", "--json"], self.squeue)
+        self.fake.install(monkeypatch)
+
+    def update(self, cmd: list[str]) -> str | Completed:
+        state = cmd[3].removeprefix("State=")
+        if state == self.fail_on:
+            return Completed(cmd, 1, "", "slurm_update error: Invalid user id")
         if state == "DOWN":
             self.state, self.restarts = "PENDING", self.restarts + 1
         else:
             self.state = "RESUMED"
+        return ""
 
-    def requeue(self, key):
-        self.calls.append(("requeue", key))
+    def requeue(self, cmd: list[str]) -> str:
         self.state, self.restarts = "PENDING", self.restarts + 1
+        return ""
 
-    def tasks(self, job):
+    def squeue(self, cmd: list[str]) -> str:
         if self.state == "RESUMED":
             self.state = "RUNNING"
-        return {1: JobInfo(12, 12, 1, self.state, node="worker-2", restarts=self.restarts)}
+        node = "" if self.state != "RUNNING" else "worker-2" if self.restarts else "worker-1"
+        return squeue_json((1, self.state, self.restarts, node))
+
+    @property
+    def scontrol(self) -> list[tuple[str, ...]]:
+        """The `scontrol` calls: ('update', node, state) or ('requeue', task)."""
+        return [("update", c[2].removeprefix("NodeName="), c[3].removeprefix("State="))
+                if c[1] == "update" else ("requeue", c[2])
+                for c in self.fake.calls if c[0] == "scontrol"]  # fmt: skip
 
 
 def events(path: Path) -> list:
     return [parse_event_line(x) for x in path.read_text().splitlines()]
 
 
-def test_execute_node_down_with_recovery_timeline(tmp_path):
-    ops, ev = FakeOps(), tmp_path / "ev.jsonl"
+def test_execute_node_down_with_recovery_timeline(tmp_path, monkeypatch):
+    ops, ev = FakeArray(monkeypatch), tmp_path / "ev.jsonl"
     plan = failure.make_plan("node-down", resolve(replica=1), down_for=0.2)
     out = failure.execute(
-        plan, ops=ops, wait_recovered=True, timeout=5, events_path=ev, poll=0.01,
+        plan, wait_recovered=True, timeout=5, events_path=ev, poll=0.01,
         log_path=tmp_path / "none" / "x.out",
     )  # fmt: skip
-    assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+    assert ops.scontrol == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
     assert out.recovered and out.restarts == 1 and out.new_node == "worker-2"
     names = [p.name for p in out.phases]
     assert names[0] == "DOWN worker-1" and names[1].startswith("task 12_1 left RUNNING (PENDING")
@@ -246,16 +269,16 @@ def test_execute_node_down_with_recovery_timeline(tmp_path):
     assert d["phases"][2]["took_s"] >= 0.2
 
 
-def test_execute_resumes_when_something_fails_in_the_middle(tmp_path):
-    class Broken(FakeOps):
-        def tasks(self, job):
+def test_execute_resumes_when_something_fails_in_the_middle(tmp_path, monkeypatch):
+    class Broken(FakeArray):
+        def squeue(self, cmd):
             raise RuntimeError("squeue exploded")
 
-    ops, ev = Broken(), tmp_path / "ev.jsonl"
+    ops, ev = Broken(monkeypatch), tmp_path / "ev.jsonl"
     plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
     with pytest.raises(RuntimeError, match="exploded"):
-        failure.execute(plan, ops=ops, wait_recovered=True, events_path=ev)
-    assert ops.calls[-1] == ("update", "worker-1", "RESUME")
+        failure.execute(plan, wait_recovered=True, events_path=ev)
+    assert ops.scontrol[-1] == ("update", "worker-1", "RESUME")
     assert events(ev)[-1].detail == "guard: interrupted or failed"
 
 
@@ -272,11 +295,12 @@ def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, durin
             sent.append(sig)
             os.kill(os.getpid(), sig)  # Python runs the handler in this thread, right here
 
-    class SignalledOps(FakeOps):
-        def update_node(self, node, state, reason=None):
-            super().update_node(node, state, reason)
-            if during == "down" and state == "DOWN":
+    class SignalledOps(FakeArray):
+        def update(self, cmd):
+            out = super().update(cmd)
+            if during == "down" and cmd[3] == "State=DOWN":
                 send_once()
+            return out
 
     def sleep(seconds: float) -> None:
         if during == "wait":
@@ -284,35 +308,37 @@ def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, durin
         real_sleep(min(seconds, 0.01))
 
     monkeypatch.setattr(failure.time, "sleep", sleep)
-    ops, ev = SignalledOps(), tmp_path / "ev.jsonl"
+    ops, ev = SignalledOps(monkeypatch), tmp_path / "ev.jsonl"
     plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
     with pytest.raises(failure.Interrupted):
-        failure.execute(plan, ops=ops, events_path=ev)
+        failure.execute(plan, events_path=ev)
     assert sent == [sig]
-    assert ops.calls == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+    assert ops.scontrol == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
     assert [e.action for e in events(ev)] == ["node-down", "resume"]
     assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
 
 
-def test_needs_root_fails_before_anything_is_down(tmp_path):
-    ops, ev = FakeOps(fail_on="DOWN"), tmp_path / "ev.jsonl"
+def test_needs_root_fails_before_anything_is_down(tmp_path, monkeypatch):
+    ops, ev = FakeArray(monkeypatch, fail_on="DOWN"), tmp_path / "ev.jsonl"
     plan = failure.make_plan("node-down", resolve(replica=1), down_for=1)
     with pytest.raises(UserError, match="run with sudo"):
-        failure.execute(plan, ops=ops, events_path=ev)
-    assert ops.calls == [("update", "worker-1", "DOWN")]  # nothing to undo
+        failure.execute(plan, events_path=ev)
+    assert ops.scontrol == [("update", "worker-1", "DOWN")]  # nothing to undo
     assert not ev.exists()
 
 
-def test_recovery_timeout_is_exit_code_1(tmp_path):
-    class Never(FakeOps):
-        def tasks(self, job):
-            return {1: JobInfo(12, 12, 1, "PENDING", restarts=1)}
+def test_recovery_timeout_is_exit_code_1(tmp_path, monkeypatch):
+    class Never(FakeArray):
+        def squeue(self, cmd):
+            return squeue_json((1, "PENDING", 1, ""))
 
+    ops = Never(monkeypatch)
     plan = failure.make_plan("requeue", resolve(replica=1))
     with pytest.raises(failure.RecoveryTimeout) as e:
-        failure.execute(plan, ops=Never(), wait_recovered=True, timeout=0.2, poll=0.01,
+        failure.execute(plan, wait_recovered=True, timeout=0.2, poll=0.01,
                         events_path=tmp_path / "e")  # fmt: skip
     assert e.value.exit_code == 1
+    assert ops.scontrol == [("requeue", "12_1")]
 
 
 # ---------------------------------------------------------------- chaos
@@ -330,17 +356,15 @@ def test_chaos_never_hits_the_last_running_replica():
     assert failure.chaos_pick(two, rng, live={0, 1}) in (0, 1)
 
 
-def test_run_chaos_counts_events_and_skips(tmp_path):
-    class TwoTasks(FakeOps):
-        def __init__(self):
-            super().__init__()
-            self.ticks = 0
+def test_run_chaos_counts_events_and_skips(tmp_path, monkeypatch):
+    class TwoTasks(FakeArray):
+        ticks = 0
 
-        def tasks(self, job):
+        def squeue(self, cmd):
             self.ticks += 1
-            second = "PENDING" if self.ticks == 2 else "RUNNING"  # the 2nd tick: one left
-            return {0: JobInfo(1, 12, 0, "RUNNING", node="worker-0"),
-                    1: JobInfo(2, 12, 1, second, node="worker-1")}  # fmt: skip
+            if self.ticks == 2:  # the 2nd tick: one left
+                return squeue_json((1, "PENDING", 1, ""))
+            return squeue_json()
 
     lines: list[str] = []
 
@@ -348,30 +372,33 @@ def test_run_chaos_counts_events_and_skips(tmp_path):
         t = failure.Target(f"worker-{replica}", 12, replica, replica + 1)
         return failure.make_plan("node-down", t, down_for=0)
 
-    ops = TwoTasks()
-    summary = failure.run_chaos(12, every=0.05, count=3, seed=1, make=make, ops=ops,
+    ops = TwoTasks(monkeypatch)
+    summary = failure.run_chaos(12, every=0.05, count=3, seed=1, make=make,
                                 say=lines.append, events_path=tmp_path / "e")  # fmt: skip
     assert len(summary.events) == 2 and summary.skipped == 1
     assert "skipped (fewer than 2 live replicas)" in lines[1]
     text = failure.chaos_summary_line(summary)
     assert text.startswith("chaos: 2 events (node-down x2), 1 skipped")
-    downs = [c for c in ops.calls if c[2] == "DOWN"]
-    resumes = [c for c in ops.calls if c[2] == "RESUME"]
+    downs = [c for c in ops.scontrol if c[2] == "DOWN"]
+    resumes = [c for c in ops.scontrol if c[2] == "RESUME"]
     assert len(downs) == len(resumes) == 2
 
 
 # ---------------------------------------------------------------- CLI
 
 
+def dry_fake(squeue: str = "squeue_running") -> FakeSlurm:
+    """The recorded squeue of a 2-replica job, sinfo of its nodes; a node update fails the test."""
+    sinfo = "".join(f"{n} {s}\n" for n, s in NODES.items())
+    return (FakeSlurm().on(["squeue", "--json"], (FIX / f"{squeue}.json").read_text())
+            .on(args.sinfo_nodes_cmd(), sinfo)
+            .on(["scontrol", "update"], lambda cmd: pytest.fail(f"ran {cmd}")))  # fmt: skip
+
+
 @pytest.fixture
 def dry_slurm(monkeypatch, tmp_path):
-    """The recorded squeue/sinfo of a running 2-replica job; any node update fails the test;
-    the event log in tmp_path (a dry run must not write it)."""
-    from ftslurm.slurm import client
-
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
-    monkeypatch.setattr(client, "nodes", lambda: NODES)
-    monkeypatch.setattr(client, "update_node", lambda *a: pytest.fail("ran scontrol"))
+    """`dry_fake` installed; the event log in tmp_path (a dry run must not write it)."""
+    dry_fake().install(monkeypatch)
     monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
 
 
@@ -448,8 +475,6 @@ def test_help_has_examples():
 
 
 def test_cli_chaos_dry_run(dry_slurm, monkeypatch, tmp_path):
-    from ftslurm.slurm import client
-
     r = CliRunner().invoke(
         cli, ["simulate-failure", "--chaos", "--every", "20", "--count", "3", "--seed", "1",
               "--down-for", "5", "--dry-run"],
@@ -457,7 +482,7 @@ def test_cli_chaos_dry_run(dry_slurm, monkeypatch, tmp_path):
     assert r.exit_code == 0, r.output
     assert r.output.startswith("chaos on job 12: 3 x node-down every 20 s, seed 1")
     assert "State=DOWN" in r.output and "# dry run: nothing was run" in r.output
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_node_down_pending"))
+    dry_fake("squeue_node_down_pending").install(monkeypatch)
     pending = CliRunner().invoke(
         cli, ["simulate-failure", "--chaos", "--every", "5", "--job", "12", "--dry-run"]
     )

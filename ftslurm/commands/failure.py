@@ -220,7 +220,7 @@ def _chaos(
     if dry_run:
         import random
 
-        pick = failure.chaos_pick(failure.SlurmOps().tasks(job), random.Random(seed))
+        pick = failure.chaos_pick(client.array_tasks(job), random.Random(seed))
         if pick is None:
             say("# fewer than 2 replicas running: every event would be skipped")
             if as_json:

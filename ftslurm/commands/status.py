@@ -40,7 +40,7 @@ def status(
     """
     from ftslurm import failure, paths
     from ftslurm import status as st
-    from ftslurm.slurm import client
+    from ftslurm.slurm import client, parse
 
     job = job_task[0] if job_task else None
     jobs = client.jobs()
@@ -51,7 +51,7 @@ def status(
             if not ft:
                 raise UserError("no FT job array in squeue (job name tft_replica): pass --job ID")
             job = max(ft)
-    tasks = failure.job_tasks(jobs, job)
+    tasks = parse.array_tasks(jobs, job)
     if not tasks:
         raise UserError(f"job {job} has no array tasks in squeue (finished long ago, or a typo?)")
     only = job_task[1] if job_task else None
