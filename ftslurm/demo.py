@@ -303,14 +303,14 @@ class SlurmBackend(Backend):
     def fail(self, replica: int) -> None:
         """`ftslurm simulate-failure --replica R --mode node-down --down-for D`, the same code:
         DOWN, D seconds, RESUME (RESUMEd on every way out), both logged to the event log."""
-        from ftslurm import failure
+        from ftslurm import failure, failure_plan
         from ftslurm.slurm import client
 
-        target = failure.resolve_target(
+        target = failure_plan.resolve_target(
             client.jobs(), client.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
-        plan = failure.make_plan(
+        plan = failure_plan.make_plan(
             "node-down", target, down_for=self.cfg.down_for, reason="ftslurm demo"
         )
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")

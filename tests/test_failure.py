@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ftslurm import failure
+from ftslurm import failure, failure_plan
 from ftslurm.cli import cli
 from ftslurm.errors import UserError
 from ftslurm.report.events import parse_event_line
@@ -34,12 +34,13 @@ def recorded(name: str) -> list[JobInfo]:
     return parse_squeue_json((FIX / f"{name}.json").read_text())
 
 
-def resolve(jobs=None, **kw) -> failure.Target:
+def resolve(jobs=None, **kw) -> failure_plan.Target:
     kw.setdefault("replica", None)
     kw.setdefault("node", None)
     kw.setdefault("job", None)
     kw.setdefault("here", "login-0")
-    return failure.resolve_target(recorded("squeue_running") if jobs is None else jobs, NODES, **kw)
+    jobs = recorded("squeue_running") if jobs is None else jobs
+    return failure_plan.resolve_target(jobs, NODES, **kw)
 
 
 # ---------------------------------------------------------------- resolution (recorded output)
@@ -49,13 +50,13 @@ def test_newest_ft_job_on_recorded_squeue():
     jobs = recorded("squeue_running")
     # array task 0 is Slurm job 13, task 1 is job 12: the array id is 12
     assert {(j.array_task_id, j.job_id) for j in jobs} == {(0, 13), (1, 12)}
-    assert failure.newest_ft_job(jobs) == 12
-    assert failure.newest_ft_job(jobs, user="someone-else") is None
+    assert failure_plan.newest_ft_job(jobs) == 12
+    assert failure_plan.newest_ft_job(jobs, user="someone-else") is None
     older = JobInfo(5, 5, 0, "RUNNING", name="tft_replica", user="root")
     other = JobInfo(40, 40, 0, "RUNNING", name="classic", user="root")  # not FT
     done = JobInfo(30, 30, 0, "COMPLETED", name="tft_replica", user="root")
     by_path = JobInfo(20, 20, 1, "PENDING", name="x", stdout="/o/torchft/slurm-%A_%a.out")
-    assert failure.newest_ft_job([*jobs, older, other, done, by_path]) == 20
+    assert failure_plan.newest_ft_job([*jobs, older, other, done, by_path]) == 20
 
 
 def test_replica_resolves_to_its_node_and_raw_job_id():
@@ -90,7 +91,7 @@ def test_refusals(kw, message):
 
 
 def test_force_allows_an_idle_node_and_no_job_means_refusal():
-    assert resolve(node="worker-2", force=True) == failure.Target("worker-2", job=12)
+    assert resolve(node="worker-2", force=True) == failure_plan.Target("worker-2", job=12)
     with pytest.raises(UserError, match="runs no task of any FT job"):
         resolve([], node="worker-0")
     with pytest.raises(UserError, match="pass --job ID"):
@@ -101,7 +102,7 @@ def test_force_allows_an_idle_node_and_no_job_means_refusal():
 
 
 def test_node_down_plan_is_printable():
-    plan = failure.make_plan("node-down", resolve(replica=1), down_for=5, reason="test it")
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=5, reason="test it")
     assert plan.lines() == [
         "scontrol update NodeName=worker-1 State=DOWN 'Reason=test it'",
         "sleep 5",
@@ -111,22 +112,22 @@ def test_node_down_plan_is_printable():
 
 def test_requeue_and_kill_plans():
     t = resolve(replica=0)
-    assert failure.make_plan("requeue", t).lines() == ["scontrol requeue 12_0"]
-    srun = failure.make_plan("kill", t, kill=failure.KillSelection(local=False)).actions[0]
+    assert failure_plan.make_plan("requeue", t).lines() == ["scontrol requeue 12_0"]
+    [srun] = failure_plan.make_plan("kill", t, kill=failure_plan.KillSelection(False)).actions
     assert srun.argv[:6] == ("srun", "--jobid=13", "--overlap", "--nodes=1", "--ntasks=1",
                              "--nodelist=worker-0")  # fmt: skip
-    assert srun.argv[6:] == ("sh", "-c", failure.PKILL_ON_NODE, "ftslurm-kill",
-                             failure.TRAIN_CMD_RE)  # fmt: skip
-    local = failure.make_plan(
-        "kill", t, kill=failure.KillSelection(True, (41, 42), ("41: python -u -m x",))
+    assert srun.argv[6:] == ("sh", "-c", failure_plan.PKILL_ON_NODE, "ftslurm-kill",
+                             failure_plan.TRAIN_CMD_RE)  # fmt: skip
+    local = failure_plan.make_plan(
+        "kill", t, kill=failure_plan.KillSelection(True, (41, 42), ("41: python -u -m x",))
     )
     assert local.lines()[0].startswith("kill -KILL 41 42    # local cluster")
     with pytest.raises(UserError, match="no training worker"):
-        failure.make_plan("kill", t, kill=failure.KillSelection(True, ()))
-    idle = failure.Target("worker-2", job=12)
+        failure_plan.make_plan("kill", t, kill=failure_plan.KillSelection(True, ()))
+    idle = failure_plan.Target("worker-2", job=12)
     for mode in ("requeue", "kill"):
         with pytest.raises(UserError, match="needs a replica"):
-            failure.make_plan(mode, idle)
+            failure_plan.make_plan(mode, idle)
 
 
 # Real command lines (from /proc of a CPU run on the local cluster)
@@ -138,14 +139,14 @@ LAUNCHER = ["python3", "-m", "ftslurm.replica", "job"]
 
 
 def test_worker_matcher_takes_workers_only():
-    assert failure.is_training_worker(WORKER)
-    assert failure.is_training_worker(["python", "-u", "-m", "torchtitan.train", "--x"])
-    assert not failure.is_training_worker(TORCHRUN)
-    assert not failure.is_training_worker(LAUNCHER)
-    assert not failure.is_training_worker(["slurmstepd: [12.batch]"], comm="slurmstepd")
-    assert not failure.is_training_worker(["/usr/sbin/slurmd", "-m", "ftslurm.replica.train"])
-    assert not failure.is_training_worker(["python3", "-m", "ftslurm.replica.trainer"])
-    assert not failure.is_training_worker([])
+    assert failure_plan.is_training_worker(WORKER)
+    assert failure_plan.is_training_worker(["python", "-u", "-m", "torchtitan.train", "--x"])
+    assert not failure_plan.is_training_worker(TORCHRUN)
+    assert not failure_plan.is_training_worker(LAUNCHER)
+    assert not failure_plan.is_training_worker(["slurmstepd: [12.batch]"], comm="slurmstepd")
+    assert not failure_plan.is_training_worker(["/usr/sbin/slurmd", "-m", "ftslurm.replica.train"])
+    assert not failure_plan.is_training_worker(["python3", "-m", "ftslurm.replica.trainer"])
+    assert not failure_plan.is_training_worker([])
 
 
 def test_pkill_regex_is_posix_ere_with_the_same_meaning():
@@ -153,7 +154,7 @@ def test_pkill_regex_is_posix_ere_with_the_same_meaning():
     with grep -E, the same regex dialect as pkill -f."""
     lines = [" ".join(c) for c in (WORKER, TORCHRUN, LAUNCHER)]
     out = subprocess.run(
-        ["grep", "-E", "--", failure.TRAIN_CMD_RE], input="\n".join(lines) + "\n",
+        ["grep", "-E", "--", failure_plan.TRAIN_CMD_RE], input="\n".join(lines) + "\n",
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert out.stdout.splitlines() == [lines[0]]
@@ -246,7 +247,7 @@ def events(path: Path) -> list:
 
 def test_execute_node_down_with_recovery_timeline(tmp_path, monkeypatch):
     ops, ev = FakeArray(monkeypatch), tmp_path / "ev.jsonl"
-    plan = failure.make_plan("node-down", resolve(replica=1), down_for=0.2)
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=0.2)
     out = failure.execute(
         plan, wait_recovered=True, timeout=5, events_path=ev, poll=0.01,
         log_path=tmp_path / "none" / "x.out",
@@ -275,7 +276,7 @@ def test_execute_resumes_when_something_fails_in_the_middle(tmp_path, monkeypatc
             raise RuntimeError("squeue exploded")
 
     ops, ev = Broken(monkeypatch), tmp_path / "ev.jsonl"
-    plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=30)
     with pytest.raises(RuntimeError, match="exploded"):
         failure.execute(plan, wait_recovered=True, events_path=ev)
     assert ops.scontrol[-1] == ("update", "worker-1", "RESUME")
@@ -309,7 +310,7 @@ def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, durin
 
     monkeypatch.setattr(failure.time, "sleep", sleep)
     ops, ev = SignalledOps(monkeypatch), tmp_path / "ev.jsonl"
-    plan = failure.make_plan("node-down", resolve(replica=1), down_for=30)
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=30)
     with pytest.raises(failure.Interrupted):
         failure.execute(plan, events_path=ev)
     assert sent == [sig]
@@ -320,7 +321,7 @@ def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, durin
 
 def test_needs_root_fails_before_anything_is_down(tmp_path, monkeypatch):
     ops, ev = FakeArray(monkeypatch, fail_on="DOWN"), tmp_path / "ev.jsonl"
-    plan = failure.make_plan("node-down", resolve(replica=1), down_for=1)
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=1)
     with pytest.raises(UserError, match="run with sudo"):
         failure.execute(plan, events_path=ev)
     assert ops.scontrol == [("update", "worker-1", "DOWN")]  # nothing to undo
@@ -333,7 +334,7 @@ def test_recovery_timeout_is_exit_code_1(tmp_path, monkeypatch):
             return squeue_json((1, "PENDING", 1, ""))
 
     ops = Never(monkeypatch)
-    plan = failure.make_plan("requeue", resolve(replica=1))
+    plan = failure_plan.make_plan("requeue", resolve(replica=1))
     with pytest.raises(failure.RecoveryTimeout) as e:
         failure.execute(plan, wait_recovered=True, timeout=0.2, poll=0.01,
                         events_path=tmp_path / "e")  # fmt: skip
@@ -348,12 +349,12 @@ def test_chaos_never_hits_the_last_running_replica():
     rng = random.Random(0)
     two = {0: JobInfo(1, 1, 0, "RUNNING", node="a"), 1: JobInfo(2, 1, 1, "RUNNING", node="b")}
     one = {0: JobInfo(1, 1, 0, "RUNNING", node="a"), 1: JobInfo(2, 1, 1, "PENDING")}
-    assert {failure.chaos_pick(two, rng) for _ in range(50)} == {0, 1}
-    assert failure.chaos_pick(one, rng) is None
-    assert failure.chaos_pick({}, rng) is None
+    assert {failure_plan.chaos_pick(two, rng) for _ in range(50)} == {0, 1}
+    assert failure_plan.chaos_pick(one, rng) is None
+    assert failure_plan.chaos_pick({}, rng) is None
     # RUNNING in Slurm but not training yet (restarted, healing): not live
-    assert failure.chaos_pick(two, rng, live={0}) is None
-    assert failure.chaos_pick(two, rng, live={0, 1}) in (0, 1)
+    assert failure_plan.chaos_pick(two, rng, live={0}) is None
+    assert failure_plan.chaos_pick(two, rng, live={0, 1}) in (0, 1)
 
 
 def test_run_chaos_counts_events_and_skips(tmp_path, monkeypatch):
@@ -368,9 +369,9 @@ def test_run_chaos_counts_events_and_skips(tmp_path, monkeypatch):
 
     lines: list[str] = []
 
-    def make(replica: int) -> failure.FailurePlan:
-        t = failure.Target(f"worker-{replica}", 12, replica, replica + 1)
-        return failure.make_plan("node-down", t, down_for=0)
+    def make(replica: int) -> failure_plan.FailurePlan:
+        t = failure_plan.Target(f"worker-{replica}", 12, replica, replica + 1)
+        return failure_plan.make_plan("node-down", t, down_for=0)
 
     ops = TwoTasks(monkeypatch)
     summary = failure.run_chaos(12, every=0.05, count=3, seed=1, make=make,

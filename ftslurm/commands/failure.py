@@ -14,11 +14,11 @@ from ftslurm.errors import UserError
 
 def _resolve(replica, node, job, mode, down_for, reason, force):
     """Slurm look-ups + safety checks + plan (what both a single failure and chaos use)."""
-    from ftslurm import failure
+    from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
     jobs = client.jobs()
-    target = failure.resolve_target(
+    target = failure_plan.resolve_target(
         jobs,
         client.nodes(),
         replica=replica,
@@ -29,7 +29,7 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
         force=force,
     )
     kill = failure.kill_selection(target) if mode == "kill" else None
-    return failure.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
+    return failure_plan.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
 
 
 def _say_to(as_json: bool):
@@ -196,7 +196,7 @@ def _live_from_logs(job: int, say):
 def _chaos(
     ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
 ):
-    from ftslurm import failure
+    from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
     say = _say_to(as_json)
@@ -204,7 +204,7 @@ def _chaos(
     if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
-        job = failure.newest_ft_job(client.jobs(), getpass.getuser())
+        job = failure_plan.newest_ft_job(client.jobs(), getpass.getuser())
         if job is None:
             raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
     if mode == "node-down" and down_for >= every:
@@ -220,7 +220,7 @@ def _chaos(
     if dry_run:
         import random
 
-        pick = failure.chaos_pick(client.array_tasks(job), random.Random(seed))
+        pick = failure_plan.chaos_pick(client.array_tasks(job), random.Random(seed))
         if pick is None:
             say("# fewer than 2 replicas running: every event would be skipped")
             if as_json:
