@@ -2,8 +2,10 @@
 find kill mode's workers on the local cluster; chaos (repeated failures).
 
 The guard: a node a run took DOWN is RESUMEd on every way out (normal end, error, Ctrl-C,
-SIGTERM), and every action is appended to the event log (`ftslurm.report.events`) so `ftslurm
-report` knows when a failure was *caused*, not only when the logs noticed it.
+SIGTERM, SIGHUP from a closed terminal or a dropped ssh). A RESUME that fails is tried again;
+when every try fails, the run says which node is still DOWN and the command that brings it
+back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
+`ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
 
 Kill mode on the local cluster (every node shares this machine's /proc): the workers are
 selected by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their
@@ -118,28 +120,57 @@ def kill_selection(target: Target) -> KillSelection:
 # The executor
 
 
+# Ctrl-C, kill, and a closed terminal or a dropped ssh: each ends a run through the guard
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+RESUME_WAITS_S = (0.5, 1.0, 2.0, 4.0)  # between the 5 tries of a RESUME: 7.5 s in all
+
+
 class RecoveryTimeout(UserError):
     """The replica did not come back in time (not a usage mistake: exit code 1)."""
 
     exit_code = 1
 
 
+class ResumeFailed(UserError):
+    """Every try to RESUME a node this run took DOWN failed: it is still DOWN. Not a usage
+    mistake (exit code 1); the message names the node and the command that brings it back."""
+
+    exit_code = 1
+
+    def __init__(self, node: str, tries: int, error: Exception):
+        fix = shlex.join(["sudo", *slurm_args.node_update_cmd(node, "RESUME")])
+        super().__init__(f"{node} is still DOWN: RESUME failed {tries} times (last: {error}); "
+                         f"bring it back with: {fix}")  # fmt: skip
+
+
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived during a failure; the guard resumes the node first."""
+    """A signal of SIGNALS arrived during a failure; the guard resumes the node first."""
 
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(signal.Signals(signum).name)
 
 
-@contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGINT/SIGTERM raise `Interrupted` (so `finally` blocks run), restored after."""
+_deferred: list[list[int]] = []  # the signals noted by the open `atomic` blocks, innermost last
 
-    def handler(signum: int, _frame: Any) -> None:
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _deferred:
+        _deferred[-1].append(signum)
+    else:
         raise Interrupted(signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGNALS raise `Interrupted` (so `finally` blocks run), or after the `atomic` block they
+    arrive in; the old handlers are restored after. One handler for the whole block, so there
+    is no moment without one. A SIGHUP that is ignored (`nohup`) stays ignored: the run then
+    goes on to its planned end."""
+    old = {s: signal.getsignal(s) for s in SIGNALS}
+    for s, h in old.items():
+        if not (s == signal.SIGHUP and h == signal.SIG_IGN):
+            signal.signal(s, _on_signal)
     try:
         yield
     finally:
@@ -148,28 +179,16 @@ def signals_raise() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[list[int]]:
-    """While the guard resumes a node, a second Ctrl-C must not stop it: signals are noted
-    and re-raised as `Interrupted` after the block."""
+def atomic() -> Iterator[list[int]]:
+    """An action and its event-log line go together (a Ctrl-C between them would leave a
+    DOWN node unrecorded), and a RESUME is not cut short: inside `signals_raise`, signals in
+    the block are noted (the list it yields) and raised as `Interrupted` after it."""
     got: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        got.append(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    _deferred.append(got)
     try:
         yield got
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def atomic() -> Iterator[None]:
-    """An action and its event-log line go together: a Ctrl-C between them would leave a
-    DOWN node unrecorded. Signals in the block are re-raised as `Interrupted` after it."""
-    with signals_deferred() as got:
-        yield
+        _deferred.pop()
     if got:
         raise Interrupted(got[0])
 
@@ -296,19 +315,31 @@ class _Execution:
         self.phase(f"task {self.t.task_key} RUNNING again on {cur.node} (restarts {cur.restarts})")
 
     def resume(self, why: str) -> None:
-        with signals_deferred() as got:
-            client.update_node(self.t.node, "RESUME")
+        """RESUME the node, tried again with backoff (a busy controller, a lost reply); signals
+        wait until it is done. When every try fails the node stays DOWN: the event log and
+        `ResumeFailed` say so, and nothing claims that it was RESUMEd."""
+        node = self.t.node
+        with atomic():
+            for wait in (*RESUME_WAITS_S, None):
+                try:
+                    client.update_node(node, "RESUME")
+                    break
+                except Exception as e:  # noqa: BLE001 - whatever failed: try again, then say it
+                    if wait is None:
+                        self.owes_resume = False  # given up: ResumeFailed says it, once
+                        self.record("resume-failed", f"{why}: {e}")
+                        raise ResumeFailed(node, len(RESUME_WAITS_S) + 1, e) from e
+                    self.say(f"RESUME {node} failed ({e}); trying again in {wait:g} s")
+                    time.sleep(wait)
             self.owes_resume = False
             self.record("resume", why)
-            self.say(f"RESUMEd {self.t.node}" + (f" ({why})" if why != "planned" else ""))
-        if got:
-            raise Interrupted(got[0])
+            self.say(f"RESUMEd {node}" + (f" ({why})" if why != "planned" else ""))
 
     # ---- one handler per action kind
 
     def down(self, _: Action) -> None:
         t = self.t
-        with signals_deferred() as got:
+        with atomic() as got:
             self.owes_resume = True  # before the call: a Ctrl-C may stop scontrol after DOWN
             try:
                 client.update_node(t.node, "DOWN", self.plan.reason)
@@ -317,8 +348,6 @@ class _Execution:
                 raise
             self.record("node-down", f"State=DOWN Reason={self.plan.reason}")
             self.say(f"{t.node} set DOWN ({t.describe()})")
-        if got:
-            raise Interrupted(got[0])
         self.phase(f"DOWN {t.node}")
         if self.watch:
             self.wait_left_running()
@@ -401,29 +430,22 @@ def execute(
     poll: float = 0.25,
     log_path: Path | None = None,
 ) -> Outcome:
-    """Run the plan. A node taken DOWN is RESUMEd on every way out; each action is logged.
+    """Run the plan. A node taken DOWN is RESUMEd on every way out (or `ResumeFailed` says it
+    is not); each action is logged.
 
     With `wait_recovered`, wait until the task runs again and, when its log is known, until
     its new attempt's launching line appears. Each step is put on a timeline
     (`Outcome.phases`)."""
     run = _Execution(plan, wait_recovered, timeout, say, events_path, poll, log_path)
-    try:
-        with signals_raise():
+    with signals_raise():
+        try:
             for a in plan.actions:
                 HANDLERS[a.kind](run, a)
             if run.watch:
                 run.recover()
-    finally:
-        if run.owes_resume:  # the guard
-            try:
+        finally:
+            if run.owes_resume:  # the guard: every way out
                 run.resume("guard: interrupted or failed")
-            except Interrupted:
-                raise  # a second Ctrl-C after the node was resumed
-            except Exception as e:  # noqa: BLE001 - say it, and let the first error through
-                say(
-                    f"WARNING: could not RESUME {plan.target.node} ({e}); run by hand: "
-                    + shlex.join(slurm_args.node_update_cmd(plan.target.node, "RESUME"))
-                )
     return run.out
 
 
@@ -435,13 +457,13 @@ def execute(
 class ChaosSummary:
     events: list[Outcome] = field(default_factory=list)
     skipped: int = 0
-    interrupted: bool = False
+    signum: int | None = None  # the signal that stopped it
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "events": [o.to_dict() for o in self.events],
             "skipped": self.skipped,
-            "interrupted": self.interrupted,
+            "interrupted": self.signum is not None,
         }
 
 
@@ -498,8 +520,8 @@ def run_chaos(
                     extra += f" (waited {waited:.0f} s for 2 live replicas)"
                 say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")
                 next_at = max(next_at, time.monotonic())
-    except Interrupted:
-        summary.interrupted = True
+    except Interrupted as e:
+        summary.signum = e.signum
     return summary
 
 
@@ -518,7 +540,7 @@ def chaos_summary_line(summary: ChaosSummary) -> str:
     )
     if nodes:
         text += f"; nodes resumed: {', '.join(nodes)}"
-    if summary.interrupted:
+    if summary.signum is not None:
         text += " (interrupted)"
     return text
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -283,13 +284,29 @@ def test_execute_resumes_when_something_fails_in_the_middle(tmp_path, monkeypatc
     assert events(ev)[-1].detail == "guard: interrupted or failed"
 
 
+@pytest.fixture
+def hup_fails_the_test():
+    """SIGHUP with a handler that fails the test, whatever this process inherited (`nohup`
+    ignores it): a run that does not handle SIGHUP fails the test instead of ending pytest."""
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGHUP reached the test's handler: the run did not take it")
+
+    old = signal.signal(signal.SIGHUP, unhandled)
+    yield
+    signal.signal(signal.SIGHUP, old)
+
+
 @pytest.mark.parametrize("during", ["wait", "down"])
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, during):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_execute_resumes_on_sigint_sigterm_and_sighup(tmp_path, monkeypatch, sig, during,
+                                                      hup_fails_the_test):  # fmt: skip
     """The signal is sent from inside the run, deterministically: from the first sleep of the
-    DOWN window, or from inside the `scontrol update ... DOWN` call (deferred until it ends)."""
+    DOWN window, or from inside the `scontrol update ... DOWN` call (deferred until it ends).
+    SIGHUP is a closed terminal or a dropped ssh."""
     real_sleep, sent = time.sleep, []
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def send_once() -> None:
         if not sent:
@@ -311,12 +328,93 @@ def test_execute_resumes_on_sigint_and_sigterm(tmp_path, monkeypatch, sig, durin
     monkeypatch.setattr(failure.time, "sleep", sleep)
     ops, ev = SignalledOps(monkeypatch), tmp_path / "ev.jsonl"
     plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=30)
-    with pytest.raises(failure.Interrupted):
+    with pytest.raises(failure.Interrupted) as e:
         failure.execute(plan, events_path=ev)
-    assert sent == [sig]
+    assert sent == [sig] and e.value.signum == sig
     assert ops.scontrol == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
     assert [e.action for e in events(ev)] == ["node-down", "resume"]
     assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
+
+
+def test_sighup_ignored_by_nohup_stays_ignored(tmp_path, monkeypatch):
+    """`nohup ftslurm simulate-failure ...` asked to outlive the terminal: the run goes on to
+    its planned end, RESUME included."""
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        os.kill(os.getpid(), signal.SIGHUP)
+        real_sleep(min(seconds, 0.01))
+
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        monkeypatch.setattr(failure.time, "sleep", sleep)
+        ops = FakeArray(monkeypatch)
+        failure.execute(failure_plan.make_plan("node-down", resolve(replica=1), down_for=0.05),
+                        events_path=tmp_path / "ev.jsonl")  # fmt: skip
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert ops.scontrol == [("update", "worker-1", "DOWN"), ("update", "worker-1", "RESUME")]
+
+
+TIMED_OUT = "slurm_update error: Socket timed out on send/recv operation"
+
+
+def test_a_failed_resume_is_tried_again(tmp_path, monkeypatch):
+    class FirstResumeFails(FakeArray):
+        def update(self, cmd):
+            if self.scontrol.count(("update", "worker-1", "RESUME")) == 1:  # the first one
+                return Completed(cmd, 1, "", TIMED_OUT)
+            return super().update(cmd)
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(failure.time, "sleep", lambda s: sleeps.append(s))
+    ops, ev, lines = FirstResumeFails(monkeypatch), tmp_path / "ev.jsonl", []
+    plan = failure_plan.make_plan("node-down", resolve(replica=1), down_for=0)
+    failure.execute(plan, say=lines.append, events_path=ev)
+    assert ops.scontrol == [("update", "worker-1", "DOWN")] + [("update", "worker-1", "RESUME")] * 2
+    assert lines[1] == ("RESUME worker-1 failed (`scontrol update NodeName=worker-1 State=RESUME` "
+                        f"failed (exit code 1): {TIMED_OUT}); trying again in 0.5 s")  # fmt: skip
+    assert sleeps == [0.5] and lines[2] == "RESUMEd worker-1"
+    assert [e.action for e in events(ev)] == ["node-down", "resume"]
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_every_resume_failing_says_the_node_is_still_down(tmp_path, monkeypatch, capsys,
+                                                          interrupted):  # fmt: skip
+    """RESUME keeps failing (after the planned wait, or in the guard after a Ctrl-C): the
+    console script says on stderr which node is still DOWN and the command that brings it
+    back, exits 1, never claims it was RESUMEd, and the event log has the failed resume."""
+    from ftslurm.cli import main
+
+    resume = args.node_update_cmd("worker-1", "RESUME")
+    fake = dry_fake().on(["scontrol", "update", "NodeName=worker-1", "State=DOWN"], "")
+    fake.on(resume, Completed(resume, 1, "", TIMED_OUT)).install(monkeypatch)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if interrupted and not sleeps:
+            os.kill(os.getpid(), signal.SIGINT)  # in the DOWN window
+        sleeps.append(seconds)
+
+    monkeypatch.setattr(failure.time, "sleep", sleep)
+    monkeypatch.setenv("FTSLURM_EVENTS", str(tmp_path / "ev.jsonl"))
+    monkeypatch.setattr(sys, "argv", ["ftslurm", "simulate-failure", "--replica", "1",
+                                      "--down-for", "30" if interrupted else "0"])  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        main()
+    out, err = capsys.readouterr()
+    assert e.value.code == 1
+    assert err.splitlines()[-1] == (
+        f"Error: worker-1 is still DOWN: RESUME failed 5 times (last: `{shlex.join(resume)}` "
+        f"failed (exit code 1): {TIMED_OUT}); bring it back with: sudo {shlex.join(resume)}"
+    )
+    assert "RESUMEd" not in out + err and "Traceback" not in err
+    assert [c for c in fake.calls if c == resume] == [resume] * 5
+    assert sleeps[-4:] == [0.5, 1.0, 2.0, 4.0]  # the backoff between the 5 tries
+    evs = events(tmp_path / "ev.jsonl")
+    assert [x.action for x in evs] == ["node-down", "resume-failed"]
+    assert evs[-1].detail.startswith("guard: interrupted" if interrupted else "planned: ")
 
 
 def test_needs_root_fails_before_anything_is_down(tmp_path, monkeypatch):

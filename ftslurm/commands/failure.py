@@ -116,10 +116,11 @@ def simulate_failure(
 ) -> None:
     """Inject a failure into a replica of a running FT job array, and undo it.
 
-    The node is always RESUMEd, also on Ctrl-C or an error. Every action is appended to the
-    event log that `ftslurm report` reads. `scontrol update` needs root: run with sudo.
-    Refused: nodes not in the cluster, login nodes, the node this runs on, and (without
-    --force) nodes that run no task of the job.
+    The node is always RESUMEd, also on Ctrl-C, kill, a closed terminal or an error; if every
+    RESUME fails, it says which node is still DOWN and how to fix it, and exits 1. Every
+    action is appended to the event log that `ftslurm report` reads. `scontrol update` needs
+    root: run with sudo. Refused: nodes not in the cluster, login nodes, the node this runs
+    on, and (without --force) nodes that run no task of the job.
 
     \b
     Examples:
@@ -161,7 +162,7 @@ def simulate_failure(
         )
     except failure.Interrupted as e:
         click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)
-        ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM
+        ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
         return
     if out.recovered:
         say(f"replica {plan.target.replica} RUNNING again on {out.new_node} "
@@ -244,5 +245,5 @@ def _chaos(
     say(failure.chaos_summary_line(summary))
     if as_json:
         click.echo(json.dumps({"job": job, **summary.to_dict()}))
-    if summary.interrupted:
-        ctx.exit(130)
+    if summary.signum is not None:
+        ctx.exit(128 + summary.signum)
