@@ -227,7 +227,6 @@ def make_plan(
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
     reason = reason or default_reason(mode)
-    acts: list[Action] = []
     if mode == "node-down":
         acts = [
             Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),
@@ -238,33 +237,20 @@ def make_plan(
         if target.task_key is None:
             raise UserError(f"--mode requeue needs a replica; {target.node} runs no task")
         acts = [Action("requeue", tuple(slurm_args.requeue_cmd(target.task_key)))]
+    elif target.raw_job_id is None:
+        raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
+    elif kill and kill.local:
+        if not kill.pids:
+            raise UserError(
+                f"no training worker of job {target.task_key} found on {target.node} "
+                "(it may be starting or restarting; try again)"
+            )
+        note = "local cluster: training worker(s) " + "; ".join(kill.described)[:300]
+        acts = [Action("kill-local", pids=kill.pids, note=note)]
     else:
-        if target.raw_job_id is None:
-            raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
-        kill = kill or KillSelection(local=False)
-        if kill.local:
-            if not kill.pids:
-                raise UserError(
-                    f"no training worker of job {target.task_key} found on {target.node} "
-                    "(it may be starting or restarting; try again)"
-                )
-            acts = [
-                Action(
-                    "kill-local",
-                    pids=kill.pids,
-                    note="local cluster: training worker(s) " + "; ".join(kill.described)[:300],
-                )
-            ]
-        else:
-            acts = [
-                Action(
-                    "kill-srun",
-                    tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node,
-                                                   ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill",
-                                                    TRAIN_CMD_RE])),
-                    note="SIGKILL the training worker(s) on the node",
-                )
-            ]
+        pkill = ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE]
+        argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, pkill))
+        acts = [Action("kill-srun", argv, note="SIGKILL the training worker(s) on the node")]
     return FailurePlan(mode, target, tuple(acts), down_for if mode == "node-down" else 0, reason)
 
 

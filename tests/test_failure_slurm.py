@@ -32,7 +32,7 @@ class Mimic:
     events: Path
 
     def tasks(self):
-        return {j.array_task_id: j for j in client.jobs(self.job) if j.array_task_id is not None}
+        return client.array_tasks(self.job)
 
     def log(self, task: int) -> Path:
         return self.outputs / "torchft" / f"tft-{self.job}" / f"tft-{self.job}_{task}.out"
