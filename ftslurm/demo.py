@@ -284,31 +284,26 @@ class SlurmBackend(Backend):
             f"--array=0-{self.cfg.replicas - 1}",
             f"--output={runs}/slurm-%A_%a.out",
         ]
-        from ftslurm.runner import run
-        from ftslurm.slurm.args import parse_sbatch_parsable, sbatch_cmd
-
-        script = str(paths.project_root() / paths.FT_SCRIPT)
-        out = run(sbatch_cmd(script, opts), env=env, cwd=paths.project_root(), timeout=60)
-        self.job = parse_sbatch_parsable(out.stdout)
+        sbatch = client.current(env=env, timeout=60).sbatch
+        self.job = sbatch(paths.project_root() / paths.FT_SCRIPT, opts, cwd=paths.project_root())
         self.run_id = str(self.job)
         self.attach_logs()
         self.say(
             f"submitted FT array job {self.job} "
             f"(sbatch --array=0-{self.cfg.replicas - 1} {paths.FT_SCRIPT}, DEVICE=cpu)"
         )
-        del client
 
     def fail(self, replica: int) -> None:
         """`ftslurm simulate-failure --replica R --mode node-down --down-for D`, the same code:
         DOWN, D seconds, RESUME (RESUMEd on every way out), both logged to the event log."""
-        from ftslurm import failure
+        from ftslurm import failure, failure_plan
         from ftslurm.slurm import client
 
-        target = failure.resolve_target(
+        target = failure_plan.resolve_target(
             client.jobs(), client.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
-        plan = failure.make_plan(
+        plan = failure_plan.make_plan(
             "node-down", target, down_for=self.cfg.down_for, reason="ftslurm demo"
         )
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
@@ -319,11 +314,10 @@ class SlurmBackend(Backend):
 
     def teardown(self) -> None:
         from ftslurm.cluster import local
-        from ftslurm.runner import run
         from ftslurm.slurm import client
 
         if self.job is not None:
-            run(["scancel", str(self.job)], env=client.slurm_env(), check=False, timeout=30)
+            client.scancel(str(self.job), check=False)
             self.say(f"job {self.job} cancelled")
         self.stop_lighthouse()
         if self.started_cluster:

@@ -1,32 +1,24 @@
-"""Inject failures into a running FT job array: take a replica's node down, kill its training
-worker, or requeue its task; then bring everything back and say how long recovery took.
+"""Run a failure plan (`ftslurm.failure_plan`) against Slurm, guarded, and time the recovery;
+find kill mode's workers on the local cluster; chaos (repeated failures).
 
-Why a plan first: `--dry-run` must print exactly what a real run does, so the commands of a
-failure are computed once (`make_plan`, pure once the target is resolved) and the executor
-(`execute`) only runs them. The executor is guarded: a node it took DOWN is RESUMEd on every
-way out (normal end, error, Ctrl-C, SIGTERM), and every action is appended to the event log
-(`ftslurm.report.events`) so `ftslurm report` knows when a failure was *caused*, not only
-when the logs noticed it.
+The guard: a node a run took DOWN is RESUMEd on every way out (normal end, error, Ctrl-C,
+SIGTERM, SIGHUP from a closed terminal or a dropped ssh). A RESUME that fails is tried again;
+when every try fails, the run says which node is still DOWN and the command that brings it
+back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
+`ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
 
-Kill mode and process trees: torchrun starts its worker with start_new_session=True, so a
-process-group kill misses the worker. We select processes by what they run instead: the
-python interpreter running the training module (`python -u -m ftslurm.replica.train`, also
-`torchtitan.train`), never torchrun, the launcher, slurmd or slurmstepd. On the local cluster
-(every node shares this machine's /proc) the selection is also restricted to the node's UTS
-namespace and to processes whose environment has the task's SLURM_JOB_ID, so no other job or
-node is touched; on a real cluster the same regex goes to `pkill` through
-`srun --overlap` on the node (the allocation is exclusive, so the node runs only this job),
-limited to the node's UTS namespace; FTSLURM_KILL_VIA=srun takes that path on the local
-cluster too, where the namespace limit keeps it on the node (a test does).
+Kill mode on the local cluster (every node shares this machine's /proc): the workers are
+selected by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their
+environment, so no other job or node is touched. On a real cluster the plan's `srun --overlap
+... pkill` runs on the node; FTSLURM_KILL_VIA=srun takes that path on the local cluster too,
+where the namespace limit keeps it on the node (a test does).
 """
 
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import random
-import re
 import shlex
 import signal
 import socket
@@ -36,282 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import knobs, logvocab, procs
+from ftslurm import failure_plan, knobs, logvocab, procs
 from ftslurm.errors import UserError
-from ftslurm.resources import FT_JOB_NAME
+from ftslurm.failure_plan import Action, ActionKind, FailurePlan, KillSelection, Target
+from ftslurm.runner import CommandError
 from ftslurm.slurm import args as slurm_args
+from ftslurm.slurm import client
 from ftslurm.slurm.parse import JobInfo
-
-MODES = ("node-down", "kill", "requeue")
-LIVE_STATES = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED")
-# The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
-# interpreter followed only by options, so torchrun's own command line (`python .../torchrun
-# ... -m ftslurm.replica.train`) does not match. POSIX ERE: also valid for pkill -f.
-TRAIN_CMD_RE = r"(^|/)python[0-9.]*( -[^ ]+)* -m (ftslurm\.replica\.train|torchtitan\.train)( |$)"
-NEVER_KILL = ("slurmd", "slurmstepd", "slurmctld", "munged")
 
 Say = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     pass
-
-
-# --------------------------------------------------------------------------------------------
-# Target resolution (pure)
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a failure hits: a node, and the FT array task running there (if any)."""
-
-    node: str
-    job: int | None = None  # the array job id
-    replica: int | None = None  # the array task id
-    raw_job_id: int | None = None  # Slurm's own id of that task (srun --jobid)
-    restarts: int = 0  # the task's restart count when resolved
-
-    @property
-    def task_key(self) -> str | None:
-        if self.job is None or self.replica is None:
-            return None
-        return f"{self.job}_{self.replica}"
-
-    def describe(self) -> str:
-        if self.replica is None:
-            return f"node {self.node}"
-        return f"replica {self.replica} of job {self.job} on {self.node}"
-
-
-def is_ft_array_task(j: JobInfo) -> bool:
-    """An array task of the FT script: its job name, or a stdout path under `torchft`."""
-    return j.array_task_id is not None and (j.name == FT_JOB_NAME or "torchft" in j.stdout)
-
-
-def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
-    """The newest (highest id) FT array with a task RUNNING or PENDING, of `user` if given."""
-    ids = [
-        j.array_job_id
-        for j in jobs
-        if is_ft_array_task(j)
-        and j.array_job_id is not None
-        and j.state in ("RUNNING", "PENDING")
-        and (not user or not j.user or j.user == user)
-    ]
-    return max(ids) if ids else None
-
-
-def job_tasks(jobs: list[JobInfo], job: int) -> dict[int, JobInfo]:
-    """array task id -> its entry; a live entry wins over a finished one of the same task."""
-    out: dict[int, JobInfo] = {}
-    for j in jobs:
-        if j.array_job_id != job or j.array_task_id is None:
-            continue
-        prev = out.get(j.array_task_id)
-        if prev is None or (prev.state not in LIVE_STATES and j.state in LIVE_STATES):
-            out[j.array_task_id] = j
-    return out
-
-
-def _short(host: str) -> str:
-    return host.split(".", 1)[0]
-
-
-def check_node(
-    node: str,
-    cluster_nodes: dict[str, str],
-    here: str,
-    tasks_on_node: list[JobInfo],
-    job: int | None,
-    force: bool,
-) -> None:
-    """Refuse nodes a failure must not hit (UserError, one line): unknown ones, a login node,
-    the node this command runs on, and (without --force) a node running no task of the job."""
-    if _short(node).startswith("login"):
-        raise UserError(f"refusing {node}: it is a login node")
-    if node not in cluster_nodes:
-        known = ", ".join(sorted(cluster_nodes)) or "none"
-        raise UserError(f"node {node!r} is not in the cluster (nodes: {known})")
-    if _short(node) == _short(here):
-        raise UserError(f"refusing {node}: this command runs on it")
-    if not tasks_on_node and not force:
-        what = f"job {job}" if job is not None else "any FT job"
-        raise UserError(
-            f"refusing {node}: it runs no task of {what} (use --force to take it down anyway)"
-        )
-
-
-def resolve_target(
-    jobs: list[JobInfo],
-    cluster_nodes: dict[str, str],
-    *,
-    replica: int | None,
-    node: str | None,
-    job: int | None,
-    here: str,
-    user: str | None = None,
-    force: bool = False,
-) -> Target:
-    """--replica I (the node running array task I of the job) or --node NAME -> Target, with
-    every refusal checked. Pure: the caller passes squeue's jobs and sinfo's nodes."""
-    if (replica is None) == (node is None):
-        raise UserError("give exactly one of --replica I or --node NAME")
-    if job is None:
-        job = newest_ft_job(jobs, user)
-        if job is None and replica is not None:
-            raise UserError(
-                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
-            )
-    tasks = job_tasks(jobs, job) if job is not None else {}
-    if replica is not None:
-        t = tasks.get(replica)
-        if t is None:
-            have = ", ".join(str(i) for i in sorted(tasks)) or "none"
-            raise UserError(f"job {job} has no array task {replica} (tasks: {have})")
-        if t.state != "RUNNING" or not t.node:
-            raise UserError(
-                f"replica {replica} of job {job} is {t.state}"
-                + (f" ({t.reason})" if t.reason else "")
-                + ", not running on a node"
-            )
-        node = t.node
-    assert node is not None
-    on_node = [t for t in tasks.values() if t.state == "RUNNING" and t.node == node]
-    check_node(node, cluster_nodes, here, on_node, job, force)
-    if not on_node:
-        return Target(node=node, job=job)
-    t = on_node[0]
-    return Target(
-        node=node, job=job, replica=t.array_task_id, raw_job_id=t.job_id, restarts=t.restarts
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# The plan (pure)
-
-
-@dataclass(frozen=True)
-class Action:
-    """One step of a failure: a command to run, a wait, or a signal to processes."""
-
-    kind: str  # 'down' | 'resume' | 'wait' | 'requeue' | 'kill-local' | 'kill-srun'
-    argv: tuple[str, ...] = ()
-    seconds: float = 0.0
-    pids: tuple[int, ...] = ()
-    note: str = ""
-
-    def line(self) -> str:
-        """The action as the user would type it (dry run)."""
-        if self.kind == "wait":
-            return f"sleep {self.seconds:g}"
-        if self.kind == "kill-local":
-            text = "kill -KILL " + " ".join(str(p) for p in self.pids)
-        else:
-            text = shlex.join(self.argv)
-        return f"{text}    # {self.note}" if self.note else text
-
-
-@dataclass(frozen=True)
-class FailurePlan:
-    """A failure, resolved: the target and the exact actions, in order."""
-
-    mode: str
-    target: Target
-    actions: tuple[Action, ...]
-    down_for: float = 0.0
-    reason: str = ""
-
-    def lines(self) -> list[str]:
-        return [a.line() for a in self.actions]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The plan for `--dry-run --json`: the target and the exact commands, in order."""
-        t = self.target
-        return {
-            "mode": self.mode, "node": t.node, "job": t.job, "replica": t.replica,
-            "down_for": self.down_for, "reason": self.reason, "commands": self.lines(),
-        }  # fmt: skip
-
-
-def default_reason(mode: str) -> str:
-    return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
-
-
-@dataclass(frozen=True)
-class KillSelection:
-    """How kill mode finds the worker: local pids (local cluster) or srun + pkill."""
-
-    local: bool
-    pids: tuple[int, ...] = ()
-    described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
-
-
-# Run by `sh -c` on the node: pkill limited to the UTS namespace of the step itself ($$, then
-# pkill after exec), i.e. to the node. On a real node every process shares it; on a node of the
-# local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off the other
-# nodes' replicas, so the very command a real cluster gets is tested here.
-PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
-
-
-def srun_pkill_cmd(raw_job_id: int, node: str, regex: str = TRAIN_CMD_RE) -> list[str]:
-    """A step in the job's allocation on the node (--overlap: beside the running step) that
-    SIGKILLs the training workers on that node. Works where the node runs only this job
-    (exclusive allocation, one replica per node)."""
-    return [
-        "srun", f"--jobid={raw_job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-        f"--nodelist={node}", "sh", "-c", PKILL_ON_NODE, "ftslurm-kill", regex,
-    ]  # fmt: skip
-
-
-def make_plan(
-    mode: str,
-    target: Target,
-    *,
-    down_for: float = 30.0,
-    reason: str | None = None,
-    kill: KillSelection | None = None,
-) -> FailurePlan:
-    """The exact actions of one failure."""
-    if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
-    reason = reason or default_reason(mode)
-    acts: list[Action] = []
-    if mode == "node-down":
-        acts = [
-            Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),
-            Action("wait", seconds=down_for, note=f"{target.node} stays DOWN"),
-            Action("resume", tuple(slurm_args.node_update_cmd(target.node, "RESUME"))),
-        ]
-    elif mode == "requeue":
-        if target.task_key is None:
-            raise UserError(f"--mode requeue needs a replica; {target.node} runs no task")
-        acts = [Action("requeue", tuple(slurm_args.requeue_cmd(target.task_key)))]
-    else:
-        if target.raw_job_id is None:
-            raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
-        kill = kill or KillSelection(local=False)
-        if kill.local:
-            if not kill.pids:
-                raise UserError(
-                    f"no training worker of job {target.task_key} found on {target.node} "
-                    "(it may be starting or restarting; try again)"
-                )
-            acts = [
-                Action(
-                    "kill-local",
-                    pids=kill.pids,
-                    note="local cluster: training worker(s) " + "; ".join(kill.described)[:300],
-                )
-            ]
-        else:
-            acts = [
-                Action(
-                    "kill-srun",
-                    tuple(srun_pkill_cmd(target.raw_job_id, target.node)),
-                    note="SIGKILL the training worker(s) on the node",
-                )
-            ]
-    return FailurePlan(mode, target, tuple(acts), down_for if mode == "node-down" else 0, reason)
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,15 +67,6 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def is_training_worker(cmdline: list[str], comm: str = "", regex: str = TRAIN_CMD_RE) -> bool:
-    """Pure: does this command line run the training module (not torchrun, not slurm)?"""
-    if comm in NEVER_KILL or not cmdline:
-        return False
-    if os.path.basename(cmdline[0]) in NEVER_KILL:
-        return False
-    return re.search(regex, " ".join(cmdline)) is not None
-
-
 def local_node_ns(node: str) -> str | None:
     """The UTS namespace of `node` when it is a node of the local cluster we talk to, else
     None (a real cluster)."""
@@ -365,12 +85,14 @@ def local_node_ns(node: str) -> str | None:
     return ns if ns and ns != procs.uts_ns(os.getpid()) else None
 
 
-def find_local_workers(ns: str, raw_job_id: int, regex: str = TRAIN_CMD_RE) -> KillSelection:
+def find_local_workers(
+    ns: str, raw_job_id: int, regex: str = failure_plan.TRAIN_CMD_RE
+) -> KillSelection:
     """Training workers of Slurm job `raw_job_id` in the node namespace `ns`."""
     pids, described = [], []
     for pid in sorted(procs.pids_in_uts_ns(ns)):
         cmd = procs.cmdline(pid)
-        if not is_training_worker(cmd, _comm(pid), regex):
+        if not failure_plan.is_training_worker(cmd, _comm(pid), regex):
             continue
         if _environ(pid).get("SLURM_JOB_ID") != str(raw_job_id):
             continue
@@ -398,28 +120,57 @@ def kill_selection(target: Target) -> KillSelection:
 # The executor
 
 
+# Ctrl-C, kill, and a closed terminal or a dropped ssh: each ends a run through the guard
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+RESUME_WAITS_S = (0.5, 1.0, 2.0, 4.0)  # between the 5 tries of a RESUME: 7.5 s in all
+
+
 class RecoveryTimeout(UserError):
     """The replica did not come back in time (not a usage mistake: exit code 1)."""
 
     exit_code = 1
 
 
+class ResumeFailed(UserError):
+    """Every try to RESUME a node this run took DOWN failed: it is still DOWN. Not a usage
+    mistake (exit code 1); the message names the node and the command that brings it back."""
+
+    exit_code = 1
+
+    def __init__(self, node: str, tries: int, error: Exception):
+        fix = shlex.join(["sudo", *slurm_args.node_update_cmd(node, "RESUME")])
+        super().__init__(f"{node} is still DOWN: RESUME failed {tries} times (last: {error}); "
+                         f"bring it back with: {fix}")  # fmt: skip
+
+
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived during a failure; the guard resumes the node first."""
+    """A signal of SIGNALS arrived during a failure; the guard resumes the node first."""
 
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(signal.Signals(signum).name)
 
 
-@contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGINT/SIGTERM raise `Interrupted` (so `finally` blocks run), restored after."""
+_deferred: list[list[int]] = []  # the signals noted by the open `atomic` blocks, innermost last
 
-    def handler(signum: int, _frame: Any) -> None:
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _deferred:
+        _deferred[-1].append(signum)
+    else:
         raise Interrupted(signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGNALS raise `Interrupted` (so `finally` blocks run), or after the `atomic` block they
+    arrive in; the old handlers are restored after. One handler for the whole block, so there
+    is no moment without one. A SIGHUP that is ignored (`nohup`) stays ignored: the run then
+    goes on to its planned end."""
+    old = {s: signal.getsignal(s) for s in SIGNALS}
+    for s, h in old.items():
+        if not (s == signal.SIGHUP and h == signal.SIG_IGN):
+            signal.signal(s, _on_signal)
     try:
         yield
     finally:
@@ -428,28 +179,16 @@ def signals_raise() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[list[int]]:
-    """While the guard resumes a node, a second Ctrl-C must not stop it: signals are noted
-    and re-raised as `Interrupted` after the block."""
+def atomic() -> Iterator[list[int]]:
+    """An action and its event-log line go together (a Ctrl-C between them would leave a
+    DOWN node unrecorded), and a RESUME is not cut short: inside `signals_raise`, signals in
+    the block are noted (the list it yields) and raised as `Interrupted` after it."""
     got: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        got.append(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    _deferred.append(got)
     try:
         yield got
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def atomic() -> Iterator[None]:
-    """An action and its event-log line go together: a Ctrl-C between them would leave a
-    DOWN node unrecorded. Signals in the block are re-raised as `Interrupted` after it."""
-    with signals_deferred() as got:
-        yield
+        _deferred.pop()
     if got:
         raise Interrupted(got[0])
 
@@ -487,70 +226,182 @@ class Outcome:
         }  # fmt: skip
 
 
-class SlurmOps:
-    """The Slurm calls the executor makes (a seam for unit tests)."""
+def _state_text(j: JobInfo) -> str:
+    return f"{j.state} {j.reason}" if j.reason and j.reason != "None" else j.state
 
-    def update_node(self, node: str, state: str, reason: str | None = None) -> None:
-        from ftslurm.slurm import client
 
-        client.update_node(node, state, reason)
+class _Execution:
+    """One run of a plan: a handler per action kind (`HANDLERS`), the recovery timeline, and
+    whether the node this run took DOWN still needs its RESUME (the guard in `execute`)."""
 
-    def requeue(self, key: str) -> None:
-        from ftslurm.slurm import client
+    def __init__(self, plan: FailurePlan, wait_recovered: bool, timeout: float, say: Say,
+                 events_path: Path | None, poll: float, log_path: Path | None):  # fmt: skip
+        self.plan, self.t, self.out = plan, plan.target, Outcome(plan)
+        self.watch = wait_recovered and plan.target.replica is not None
+        self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
+        self.owes_resume = False
+        self.t0, self.last = time.monotonic(), 0.0
+        self.running_again: JobInfo | None = None
+        t = plan.target
+        if log_path is None and t.job is not None and t.replica is not None:
+            log_path = logvocab.replica_log(t.job, t.replica)
+        self.log_path = log_path
+        self.banners_before = logvocab.count_banners(log_path) if log_path else 0
 
-        client.requeue(key)
+    def record(self, action: str, detail: str) -> None:
+        """Append one event (JSON line) to the event log that `ftslurm report` reads."""
+        from ftslurm.report.events import InjectedEvent, append_event, now_iso
 
-    def run(self, argv: list[str]) -> None:
-        from ftslurm.runner import CommandError
-        from ftslurm.slurm import client
+        t = self.t
+        job = str(t.job) if t.job is not None else None
+        append_event(InjectedEvent(now_iso(), action, t.replica, t.node, job, detail),
+                     self.events_path)  # fmt: skip
 
-        try:
-            client._slurm(argv, timeout=60)
-        except CommandError as e:
-            if "pkill" in argv and e.returncode == 1:  # pkill: nothing matched
-                raise UserError(
+    def phase(self, name: str) -> None:
+        at = time.monotonic() - self.t0
+        self.out.phases.append(Phase(name, at, at - self.last))
+        self.last = at
+
+    def task(self) -> JobInfo | None:
+        return client.array_tasks(self.t.job).get(self.t.replica)  # type: ignore[arg-type]
+
+    def back(self) -> JobInfo | None:
+        """The task, once it runs again after this failure (a higher restart count)."""
+        cur = self.task()
+        return cur if cur and cur.state == "RUNNING" and cur.restarts > self.t.restarts else None
+
+    def left_running(self) -> JobInfo | None:
+        cur = self.task()
+        if cur is None or cur.state != "RUNNING" or cur.restarts > self.t.restarts:
+            return cur or JobInfo(0, self.t.job, self.t.replica, "UNKNOWN")
+        return None
+
+    def wait_until(self, cond: Callable[[], Any], limit: float, what: str) -> Any:
+        deadline = time.monotonic() + limit
+        while not (v := cond()):
+            if time.monotonic() >= deadline:
+                raise RecoveryTimeout(f"timed out after {limit:g} s waiting for {what}")
+            time.sleep(self.poll)
+        return v
+
+    def wait_left_running(self) -> None:
+        key = self.t.task_key
+        cur = self.wait_until(self.left_running, min(self.timeout, 60), f"{key} to stop")
+        self.phase(f"task {key} left RUNNING ({_state_text(cur)})")
+
+    def note_back(self, cur: JobInfo) -> None:
+        self.running_again = cur
+        self.phase(f"task {self.t.task_key} RUNNING again on {cur.node} (restarts {cur.restarts})")
+
+    def resume(self, why: str) -> None:
+        """RESUME the node, tried again with backoff (a busy controller, a lost reply); signals
+        wait until it is done. When every try fails the node stays DOWN: the event log and
+        `ResumeFailed` say so, and nothing claims that it was RESUMEd."""
+        node = self.t.node
+        with atomic():
+            for wait in (*RESUME_WAITS_S, None):
+                try:
+                    client.update_node(node, "RESUME")
+                    break
+                except Exception as e:  # noqa: BLE001 - whatever failed: try again, then say it
+                    if wait is None:
+                        self.owes_resume = False  # given up: ResumeFailed says it, once
+                        self.record("resume-failed", f"{why}: {e}")
+                        raise ResumeFailed(node, len(RESUME_WAITS_S) + 1, e) from e
+                    self.say(f"RESUME {node} failed ({e}); trying again in {wait:g} s")
+                    time.sleep(wait)
+            self.owes_resume = False
+            self.record("resume", why)
+            self.say(f"RESUMEd {node}" + (f" ({why})" if why != "planned" else ""))
+
+    # ---- one handler per action kind
+
+    def down(self, _: Action) -> None:
+        t = self.t
+        with atomic() as got:
+            self.owes_resume = True  # before the call: a Ctrl-C may stop scontrol after DOWN
+            try:
+                client.update_node(t.node, "DOWN", self.plan.reason)
+            except Exception:
+                self.owes_resume = bool(got)  # scontrol refused (no root): nothing to undo
+                raise
+            self.record("node-down", f"State=DOWN Reason={self.plan.reason}")
+            self.say(f"{t.node} set DOWN ({t.describe()})")
+        self.phase(f"DOWN {t.node}")
+        if self.watch:
+            self.wait_left_running()
+
+    def wait(self, a: Action) -> None:
+        end = time.monotonic() + a.seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.5))
+            if end - time.monotonic() <= 0:
+                break  # time's up: an squeue now would only delay the RESUME
+            if self.watch and self.running_again is None and (cur := self.back()):
+                self.note_back(cur)  # back on a spare node while this one is DOWN
+
+    def planned_resume(self, _: Action) -> None:
+        self.resume("planned")
+        self.phase(f"RESUME {self.t.node}")
+
+    def requeue(self, a: Action) -> None:
+        with atomic():
+            client.requeue(a.argv[-1])
+            self.record("requeue", shlex.join(a.argv))
+            self.say(f"requeued {a.argv[-1]} ({self.t.describe()})")
+        self.phase(f"requeue {a.argv[-1]}")
+
+    def kill_local(self, a: Action) -> None:
+        with atomic():
+            procs.kill_pids(list(a.pids), signal.SIGKILL)
+            self.out.killed = a.pids
+            self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}")
+            self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.t.describe()})")
+        self.phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
+
+    def kill_srun(self, a: Action) -> None:
+        with atomic():
+            try:
+                client.call(a.argv, timeout=60)
+            except CommandError as e:
+                if e.returncode != 1:
+                    raise
+                raise UserError(  # pkill's exit code 1: nothing matched
                     "no training worker matched on the node (starting or restarting?); "
                     "nothing was killed"
                 ) from e
-            raise
+            self.record("kill", shlex.join(a.argv))
+            self.say(f"SIGKILLed training worker(s) through srun ({self.t.describe()})")
+        self.phase("SIGKILL through srun")
 
-    def tasks(self, job: int) -> dict[int, JobInfo]:
-        from ftslurm.slurm import client
-
-        return job_tasks(client.jobs(job), job)
-
-    def node_state(self, node: str) -> str:
-        from ftslurm.slurm import client
-
-        return client.nodes().get(node, "")
-
-
-def record(plan: FailurePlan, action: str, detail: str, events_path: Path | None = None) -> None:
-    """Append one event (JSON line) to the event log that `ftslurm report` reads."""
-    from ftslurm.report.events import InjectedEvent, append_event, now_iso
-
-    t = plan.target
-    append_event(
-        InjectedEvent(
-            time=now_iso(),
-            action=action,
-            replica=t.replica,
-            node=t.node,
-            job=str(t.job) if t.job is not None else None,
-            detail=detail,
-        ),
-        events_path,
-    )
+    def recover(self) -> None:
+        """Wait until the task runs again (restart count above the one seen at resolve time,
+        state RUNNING) and, when its log is known, until its new attempt's launching line."""
+        if self.plan.mode != "node-down":
+            self.wait_left_running()
+        if self.running_again is None:
+            what = f"task {self.t.task_key} RUNNING again"
+            self.note_back(self.wait_until(self.back, self.timeout, what))
+        assert self.running_again is not None
+        self.out.new_node, self.out.restarts = self.running_again.node, self.running_again.restarts
+        log = self.log_path
+        if log is not None and log.parent.exists():
+            self.wait_until(lambda: logvocab.count_banners(log) > self.banners_before,
+                            self.timeout, f"a new `launching replica` line in {log}")  # fmt: skip
+            self.phase("new attempt's `launching replica` line in its log")
+        self.out.recovered = True
 
 
-def _state_text(j: JobInfo) -> str:
-    return f"{j.state} {j.reason}" if j.reason and j.reason != "None" else j.state
+HANDLERS: dict[ActionKind, Callable[[_Execution, Action], None]] = {
+    "down": _Execution.down, "wait": _Execution.wait, "resume": _Execution.planned_resume,
+    "requeue": _Execution.requeue, "kill-local": _Execution.kill_local,
+    "kill-srun": _Execution.kill_srun,
+}  # fmt: skip
 
 
 def execute(
     plan: FailurePlan,
     *,
-    ops: SlurmOps | None = None,
     wait_recovered: bool = False,
     timeout: float = 300.0,
     say: Say = _quiet,
@@ -558,145 +409,23 @@ def execute(
     poll: float = 0.25,
     log_path: Path | None = None,
 ) -> Outcome:
-    """Run the plan. A node taken DOWN is RESUMEd on every way out; each action is logged.
+    """Run the plan. A node taken DOWN is RESUMEd on every way out (or `ResumeFailed` says it
+    is not); each action is logged.
 
-    With `wait_recovered`, wait until the task runs again (restart count above the one seen
-    at resolve time, state RUNNING) and, when its log is known, until its new attempt's
-    launching line appears. Each step is put on a timeline (`Outcome.phases`)."""
-    ops = ops or SlurmOps()
-    t = plan.target
-    out = Outcome(plan)
-    down = False
-    t0 = time.monotonic()
-    last = 0.0
-    running_again: JobInfo | None = None
-    if log_path is None and t.job is not None and t.replica is not None:
-        log_path = logvocab.replica_log(t.job, t.replica)
-    banners_before = logvocab.count_banners(log_path) if log_path else 0
-
-    def phase(name: str) -> None:
-        nonlocal last
-        at = time.monotonic() - t0
-        out.phases.append(Phase(name, at, at - last))
-        last = at
-
-    def back() -> JobInfo | None:
-        cur = ops.tasks(t.job).get(t.replica)  # type: ignore[arg-type]
-        ok = cur and cur.state == "RUNNING" and cur.restarts > t.restarts
-        return cur if ok else None
-
-    def note_back(cur: JobInfo) -> None:
-        nonlocal running_again
-        running_again = cur
-        phase(f"task {t.task_key} RUNNING again on {cur.node} (restarts {cur.restarts})")
-
-    def left_running() -> JobInfo | None:
-        if t.job is None or t.replica is None:
-            return None
-        cur = ops.tasks(t.job).get(t.replica)
-        if cur is None or cur.state != "RUNNING" or cur.restarts > t.restarts:
-            return cur or JobInfo(0, t.job, t.replica, "UNKNOWN")
-        return None
-
-    def wait_until(cond: Callable[[], Any], limit: float, what: str) -> Any:
-        deadline = time.monotonic() + limit
-        while True:
-            v = cond()
-            if v:
-                return v
-            if time.monotonic() >= deadline:
-                raise RecoveryTimeout(f"timed out after {limit:g} s waiting for {what}")
-            time.sleep(poll)
-
-    def resume(why: str) -> None:
-        nonlocal down
-        with signals_deferred() as got:
-            ops.update_node(t.node, "RESUME")
-            down = False
-            record(plan, "resume", why, events_path)
-            say(f"RESUMEd {t.node}" + (f" ({why})" if why != "planned" else ""))
-        if got:
-            raise Interrupted(got[0])
-
-    try:
-        with signals_raise():
+    With `wait_recovered`, wait until the task runs again and, when its log is known, until
+    its new attempt's launching line appears. Each step is put on a timeline
+    (`Outcome.phases`)."""
+    run = _Execution(plan, wait_recovered, timeout, say, events_path, poll, log_path)
+    with signals_raise():
+        try:
             for a in plan.actions:
-                if a.kind == "down":
-                    with signals_deferred() as got:
-                        down = True  # before the call: a Ctrl-C may stop scontrol after DOWN
-                        try:
-                            ops.update_node(t.node, "DOWN", plan.reason)
-                        except Exception:
-                            down = bool(got)  # scontrol refused (no root): nothing to undo
-                            raise
-                        record(plan, "node-down", f"State=DOWN Reason={plan.reason}", events_path)
-                        say(f"{t.node} set DOWN ({t.describe()})")
-                    if got:
-                        raise Interrupted(got[0])
-                    phase(f"DOWN {t.node}")
-                    if wait_recovered and t.replica is not None:
-                        cur = wait_until(left_running, min(timeout, 60), f"{t.task_key} to stop")
-                        phase(f"task {t.task_key} left RUNNING ({_state_text(cur)})")
-                elif a.kind == "wait":
-                    end = time.monotonic() + a.seconds
-                    while (left := end - time.monotonic()) > 0:
-                        time.sleep(min(left, 0.5))
-                        if end - time.monotonic() <= 0:
-                            break  # time's up: an squeue now would only delay the RESUME
-                        if wait_recovered and t.replica is not None and running_again is None:
-                            if cur := back():  # back on a spare node while this one is DOWN
-                                note_back(cur)
-                elif a.kind == "resume":
-                    resume("planned")
-                    phase(f"RESUME {t.node}")
-                elif a.kind == "requeue":
-                    with atomic():
-                        ops.requeue(a.argv[-1])
-                        record(plan, "requeue", shlex.join(a.argv), events_path)
-                        say(f"requeued {a.argv[-1]} ({t.describe()})")
-                    phase(f"requeue {a.argv[-1]}")
-                elif a.kind == "kill-local":
-                    with atomic():
-                        procs.kill_pids(list(a.pids), signal.SIGKILL)
-                        out.killed = a.pids
-                        detail = f"SIGKILL to worker pid(s) {list(a.pids)}"
-                        record(plan, "kill", detail, events_path)
-                        say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({t.describe()})")
-                    phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
-                elif a.kind == "kill-srun":
-                    with atomic():
-                        ops.run(list(a.argv))
-                        record(plan, "kill", shlex.join(a.argv), events_path)
-                        say(f"SIGKILLed training worker(s) through srun ({t.describe()})")
-                    phase("SIGKILL through srun")
-            if wait_recovered and t.replica is not None:
-                if plan.mode != "node-down":
-                    cur = wait_until(left_running, min(timeout, 60), f"{t.task_key} to stop")
-                    phase(f"task {t.task_key} left RUNNING ({_state_text(cur)})")
-                if running_again is None:
-                    note_back(wait_until(back, timeout, f"task {t.task_key} RUNNING again"))
-                assert running_again is not None
-                out.new_node, out.restarts = running_again.node, running_again.restarts
-                if log_path is not None and log_path.parent.exists():
-                    wait_until(
-                        lambda: logvocab.count_banners(log_path) > banners_before,
-                        timeout,
-                        f"a new `launching replica` line in {log_path}",
-                    )
-                    phase("new attempt's `launching replica` line in its log")
-                out.recovered = True
-    finally:
-        if down:
-            try:
-                resume("guard: interrupted or failed")
-            except Interrupted:
-                raise  # a second Ctrl-C after the node was resumed
-            except Exception as e:  # noqa: BLE001 - say it, and let the first error through
-                say(
-                    f"WARNING: could not RESUME {t.node} ({e}); run by hand: "
-                    + shlex.join(slurm_args.node_update_cmd(t.node, "RESUME"))
-                )
-    return out
+                HANDLERS[a.kind](run, a)
+            if run.watch:
+                run.recover()
+        finally:
+            if run.owes_resume:  # the guard: every way out
+                run.resume("guard: interrupted or failed")
+    return run.out
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,27 +436,14 @@ def execute(
 class ChaosSummary:
     events: list[Outcome] = field(default_factory=list)
     skipped: int = 0
-    interrupted: bool = False
+    signum: int | None = None  # the signal that stopped it
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "events": [o.to_dict() for o in self.events],
             "skipped": self.skipped,
-            "interrupted": self.interrupted,
+            "interrupted": self.signum is not None,
         }
-
-
-def chaos_pick(
-    tasks: dict[int, JobInfo], rng: random.Random, live: set[int] | None = None
-) -> int | None:
-    """A random live replica, or None when fewer than two are live: the last live replica is
-    never hit. Live = RUNNING in Slurm and, when `live` is given (replicas whose current
-    attempt is training), also in that set: a task that Slurm just restarted is RUNNING but
-    still loading or healing, and hitting the only trained replica then would lose the run."""
-    alive = sorted(
-        i for i, j in tasks.items() if j.state == "RUNNING" and (live is None or i in live)
-    )
-    return rng.choice(alive) if len(alive) >= 2 else None
 
 
 def run_chaos(
@@ -737,7 +453,6 @@ def run_chaos(
     count: int,
     seed: int | None,
     make: Callable[[int], FailurePlan],
-    ops: SlurmOps | None = None,
     say: Say = _quiet,
     events_path: Path | None = None,
     live: Callable[[dict[int, JobInfo]], set[int] | None] | None = None,
@@ -749,7 +464,6 @@ def run_chaos(
     `wait_live` seconds, then skips the tick: the last live replica is never hit.
     `make(replica)` resolves and plans one failure (the command layer does the Slurm look-ups
     and safety checks). Each failure runs guarded by `execute`."""
-    ops = ops or SlurmOps()
     rng = random.Random(seed)
     summary = ChaosSummary()
     next_at = time.monotonic()
@@ -760,8 +474,8 @@ def run_chaos(
                     time.sleep(min(wait, 0.5))
                 t_tick = time.monotonic()
                 while True:
-                    tasks = ops.tasks(job)
-                    pick = chaos_pick(tasks, rng, live(tasks) if live else None)
+                    tasks = client.array_tasks(job)
+                    pick = failure_plan.chaos_pick(tasks, rng, live(tasks) if live else None)
                     if pick is not None or time.monotonic() - t_tick >= wait_live:
                         break
                     time.sleep(0.5)
@@ -778,15 +492,15 @@ def run_chaos(
                     summary.skipped += 1
                     say(f"[{stamp}] event {k + 1}/{count}: skipped ({e})")
                     continue
-                outcome = execute(plan, ops=ops, say=_quiet, events_path=events_path)
+                outcome = execute(plan, say=_quiet, events_path=events_path)
                 summary.events.append(outcome)
                 extra = f", {plan.down_for:g} s down, resumed" if plan.mode == "node-down" else ""
                 if waited >= 1:
                     extra += f" (waited {waited:.0f} s for 2 live replicas)"
                 say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")
                 next_at = max(next_at, time.monotonic())
-    except Interrupted:
-        summary.interrupted = True
+    except Interrupted as e:
+        summary.signum = e.signum
     return summary
 
 
@@ -805,7 +519,7 @@ def chaos_summary_line(summary: ChaosSummary) -> str:
     )
     if nodes:
         text += f"; nodes resumed: {', '.join(nodes)}"
-    if summary.interrupted:
+    if summary.signum is not None:
         text += " (interrupted)"
     return text
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm import logvocab
-from ftslurm.failure import job_tasks
 from ftslurm.logtail import read_tail
-from ftslurm.slurm.parse import JobInfo
+from ftslurm.slurm.parse import JobInfo, array_tasks
 
 TAIL_BYTES = 256 * 1024
 
@@ -91,7 +90,7 @@ class Row:
 def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: float) -> list[Row]:
     """Pure: one row per array task of `job`, in task order."""
     rows = []
-    for i, t in sorted(job_tasks(jobs, job).items()):
+    for i, t in sorted(array_tasks(jobs, job).items()):
         s = logs.get(i) or LogSummary(path="")
         rows.append(
             Row(

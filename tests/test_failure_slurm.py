@@ -32,7 +32,7 @@ class Mimic:
     events: Path
 
     def tasks(self):
-        return {j.array_task_id: j for j in client.jobs(self.job) if j.array_task_id is not None}
+        return client.array_tasks(self.job)
 
     def log(self, task: int) -> Path:
         return self.outputs / "torchft" / f"tft-{self.job}" / f"tft-{self.job}_{task}.out"
@@ -61,9 +61,11 @@ class Mimic:
         )  # fmt: skip
 
     def popen(self, *args: str) -> subprocess.Popen:
+        """The command as from a terminal: SIGHUP at its default even under `nohup pytest`."""
         return subprocess.Popen(
             [sys.executable, "-m", "ftslurm", *args],
             env=self.env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         )  # fmt: skip
 
     def events_list(self) -> list[dict]:
@@ -207,25 +209,70 @@ def test_refusals_are_one_line_errors(mimic: Mimic):
 
 
 @pytest.mark.timeout(90)
-def test_sigint_in_the_middle_resumes_the_node(mimic: Mimic):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_in_the_middle_resumes_the_node(mimic: Mimic, sig: signal.Signals):
+    """Ctrl-C, kill, and a closed terminal or dropped ssh (SIGHUP) while the node is DOWN."""
     node = mimic.tasks()[0].node
     proc = mimic.popen("simulate-failure", "--replica", "0", "--down-for", "120")
     try:
         wait_for(lambda: client.nodes()[node].startswith("down"), 20, 0.1, f"{node} DOWN")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, (out, err)
-    assert "Traceback" not in err and "RESUMEd" in err
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err
+    assert f"Interrupted ({sig.name}): every node this run took down was RESUMEd." in err
     assert not client.nodes()[node].startswith("down")
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["node-down", "resume"]
     assert "guard" in evs[-1]["detail"]
     # and the replica comes back on its own
     wait_for(lambda: (t := mimic.tasks()[0]).state == "RUNNING" and t.restarts == 1, 40)
+
+
+@pytest.mark.timeout(90)
+def test_a_failed_resume_is_tried_again_through_the_real_scontrol(mimic: Mimic, monkeypatch):
+    """The first `scontrol update ... State=RESUME` fails (a fault put around the real client in
+    this process, as a controller that does not answer in time); the second try goes through
+    the real scontrol, and sinfo shows the node back."""
+    from ftslurm import failure, failure_plan
+    from ftslurm.runner import CommandError
+    from ftslurm.slurm import args
+    from ftslurm.slurm.parse import parse_node_state
+
+    class FirstResumeFails(client.SlurmClient):
+        resumes = 0
+
+        def update_node(self, node: str, state: str, reason: str | None = None) -> None:
+            if state == "RESUME":
+                self.resumes += 1
+                if self.resumes == 1:
+                    raise CommandError(args.node_update_cmd(node, state), 1,
+                                       "slurm_update error: Socket timed out on send/recv "
+                                       "operation")  # fmt: skip
+            super().update_node(node, state, reason)
+
+    flaky = FirstResumeFails()
+    monkeypatch.setattr(client, "override", flaky)
+    target = failure_plan.resolve_target(client.jobs(), client.nodes(), replica=0, node=None,
+                                         job=mimic.job, here=failure.hostname())  # fmt: skip
+    node = target.node
+    plan = failure_plan.make_plan("node-down", target, down_for=2, reason="ftslurm test")
+    lines: list[str] = []
+    failure.execute(plan, say=lines.append, events_path=mimic.events)
+    assert flaky.resumes == 2
+    resume = f"`scontrol update NodeName={node} State=RESUME` failed (exit code 1)"
+    assert lines[1].startswith(f"RESUME {node} failed ({resume}: slurm_update error: Socket")
+    assert lines[2] == f"RESUMEd {node}"
+    state = client.nodes()[node]
+    assert parse_node_state(state).base in ("idle", "allocated", "mixed"), state  # RESUMEd
+    # `idle*` for a moment, until its slurmd registers again (0.2 s here)
+    wait_for(lambda: parse_node_state(client.nodes()[node]).usable, 20, 0.2, f"{node} usable")
+    assert [e["action"] for e in mimic.events_list()] == ["node-down", "resume"]
 
 
 @pytest.mark.timeout(120)

@@ -179,11 +179,10 @@ def test_arg_builders():
         "scontrol", "update", "NodeName=worker-1", "State=DOWN", "Reason=ftslurm test",
     ]  # fmt: skip
     assert requeue_cmd("12_1") == ["scontrol", "requeue", "12_1"]
-    from ftslurm import failure  # the same command as the one kill mode runs today
-
-    assert args.srun_step_cmd(8, "worker-1", ["sh", "-c", failure.PKILL_ON_NODE, "ftslurm-kill",
-                                              failure.TRAIN_CMD_RE]) == (
-        failure.srun_pkill_cmd(8, "worker-1"))  # fmt: skip
+    assert args.srun_step_cmd(8, "worker-1", ["sh", "-c", "pkill"]) == [
+        "srun", "--jobid=8", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=worker-1",
+        "sh", "-c", "pkill",
+    ]  # fmt: skip
     assert parse_sbatch_parsable("42\n") == 42
     assert parse_sbatch_parsable("42;mini\n") == 42
     # a site wrapper that talks first, or ignores --parsable

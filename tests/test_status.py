@@ -14,8 +14,17 @@ from click.testing import CliRunner
 from ftslurm import status as st
 from ftslurm.cli import cli
 from ftslurm.slurm.parse import parse_squeue_json
+from tests.fakeslurm import FakeSlurm
 
 FIX = Path(__file__).parent / "fixtures" / "failure"
+
+
+def squeue(monkeypatch: pytest.MonkeyPatch, recorded: str | None) -> FakeSlurm:
+    """The fake client's `squeue --json`: a recorded one, or (None) the same with no jobs."""
+    data = json.loads((FIX / f"{recorded or 'squeue_running'}.json").read_text())
+    if recorded is None:
+        data["jobs"] = []
+    return FakeSlurm().on(["squeue", "--json"], json.dumps(data)).install(monkeypatch)
 
 
 def real_log(tmp_path: Path, task: int) -> Path:
@@ -95,10 +104,7 @@ def test_lighthouse_problems_never_break_status(monkeypatch):
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_cli_status_with_recorded_squeue(monkeypatch, tmp_path, as_json):
-    from ftslurm.slurm import client
-
-    jobs = parse_squeue_json((FIX / "squeue_running.json").read_text())
-    monkeypatch.setattr(client, "jobs", lambda job=None: jobs)
+    squeue(monkeypatch, "squeue_running")
     monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
     run = tmp_path / "torchft" / "tft-12"
     run.mkdir(parents=True)
@@ -120,10 +126,7 @@ def test_cli_status_with_recorded_squeue(monkeypatch, tmp_path, as_json):
 
 def test_cli_status_json_is_strict_when_the_loss_diverged(monkeypatch, tmp_path):
     """A run whose loss is nan is when a script reads `status --json`: no NaN in the JSON."""
-    from ftslurm.slurm import client
-
-    jobs = parse_squeue_json((FIX / "squeue_running.json").read_text())
-    monkeypatch.setattr(client, "jobs", lambda job=None: jobs)
+    squeue(monkeypatch, "squeue_running")
     monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
     run = tmp_path / "torchft" / "tft-12"
     run.mkdir(parents=True)
@@ -145,18 +148,13 @@ def test_cli_status_json_is_strict_when_the_loss_diverged(monkeypatch, tmp_path)
 
 
 def test_cli_status_without_a_job(monkeypatch):
-    from ftslurm.slurm import client
-
-    monkeypatch.setattr(client, "jobs", lambda job=None: [])
+    squeue(monkeypatch, None)
     r = CliRunner().invoke(cli, ["status"])
     assert r.exit_code != 0 and "pass --job ID" in str(r.exception)
 
 
 def test_cli_status_says_when_it_has_no_logs(monkeypatch, tmp_path):
-    from ftslurm.slurm import client
-
-    jobs = parse_squeue_json((FIX / "squeue_running.json").read_text())
-    monkeypatch.setattr(client, "jobs", lambda job=None: jobs)
+    squeue(monkeypatch, "squeue_running")
     monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
     typo = CliRunner().invoke(cli, ["status", "--no-lighthouse", "--log-dir", str(tmp_path / "x")])
     assert typo.exit_code != 0 and "--log-dir" in str(typo.exception)

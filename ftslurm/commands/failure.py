@@ -14,11 +14,11 @@ from ftslurm.errors import UserError
 
 def _resolve(replica, node, job, mode, down_for, reason, force):
     """Slurm look-ups + safety checks + plan (what both a single failure and chaos use)."""
-    from ftslurm import failure
+    from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
     jobs = client.jobs()
-    target = failure.resolve_target(
+    target = failure_plan.resolve_target(
         jobs,
         client.nodes(),
         replica=replica,
@@ -29,7 +29,7 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
         force=force,
     )
     kill = failure.kill_selection(target) if mode == "kill" else None
-    return failure.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
+    return failure_plan.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
 
 
 def _say_to(as_json: bool):
@@ -116,10 +116,11 @@ def simulate_failure(
 ) -> None:
     """Inject a failure into a replica of a running FT job array, and undo it.
 
-    The node is always RESUMEd, also on Ctrl-C or an error. Every action is appended to the
-    event log that `ftslurm report` reads. `scontrol update` needs root: run with sudo.
-    Refused: nodes not in the cluster, login nodes, the node this runs on, and (without
-    --force) nodes that run no task of the job.
+    The node is always RESUMEd, also on Ctrl-C, kill, a closed terminal or an error; if every
+    RESUME fails, it says which node is still DOWN and how to fix it, and exits 1. Every
+    action is appended to the event log that `ftslurm report` reads. `scontrol update` needs
+    root: run with sudo. Refused: nodes not in the cluster, login nodes, the node this runs
+    on, and (without --force) nodes that run no task of the job.
 
     \b
     Examples:
@@ -161,7 +162,7 @@ def simulate_failure(
         )
     except failure.Interrupted as e:
         click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)
-        ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM
+        ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
         return
     if out.recovered:
         say(f"replica {plan.target.replica} RUNNING again on {out.new_node} "
@@ -196,7 +197,7 @@ def _live_from_logs(job: int, say):
 def _chaos(
     ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
 ):
-    from ftslurm import failure
+    from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
     say = _say_to(as_json)
@@ -204,7 +205,7 @@ def _chaos(
     if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
-        job = failure.newest_ft_job(client.jobs(), getpass.getuser())
+        job = failure_plan.newest_ft_job(client.jobs(), getpass.getuser())
         if job is None:
             raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
     if mode == "node-down" and down_for >= every:
@@ -220,7 +221,7 @@ def _chaos(
     if dry_run:
         import random
 
-        pick = failure.chaos_pick(failure.SlurmOps().tasks(job), random.Random(seed))
+        pick = failure_plan.chaos_pick(client.array_tasks(job), random.Random(seed))
         if pick is None:
             say("# fewer than 2 replicas running: every event would be skipped")
             if as_json:
@@ -244,5 +245,5 @@ def _chaos(
     say(failure.chaos_summary_line(summary))
     if as_json:
         click.echo(json.dumps({"job": job, **summary.to_dict()}))
-    if summary.interrupted:
-        ctx.exit(130)
+    if summary.signum is not None:
+        ctx.exit(128 + summary.signum)

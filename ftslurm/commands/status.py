@@ -38,20 +38,21 @@ def status(
       ftslurm status
       ftslurm status --job 12 --json
     """
-    from ftslurm import failure, logvocab
+    from ftslurm import logvocab
     from ftslurm import status as st
-    from ftslurm.slurm import client
+    from ftslurm.failure_plan import is_ft_array_task, newest_ft_job
+    from ftslurm.slurm import client, parse
 
     job = job_task[0] if job_task else None
     jobs = client.jobs()
     if job is None:
-        job = failure.newest_ft_job(jobs, getpass.getuser())
+        job = newest_ft_job(jobs, getpass.getuser())
         if job is None:
-            ft = [j.array_job_id for j in jobs if failure.is_ft_array_task(j) and j.array_job_id]
+            ft = [j.array_job_id for j in jobs if is_ft_array_task(j) and j.array_job_id]
             if not ft:
                 raise UserError("no FT job array in squeue (job name tft_replica): pass --job ID")
             job = max(ft)
-    tasks = failure.job_tasks(jobs, job)
+    tasks = parse.array_tasks(jobs, job)
     if not tasks:
         raise UserError(f"job {job} has no array tasks in squeue (finished long ago, or a typo?)")
     only = job_task[1] if job_task else None

@@ -145,6 +145,10 @@ class SlurmClient:
             found = [j for j in found if j.job_id == job or j.array_job_id == job]
         return found
 
+    def array_tasks(self, job: int) -> dict[int, JobInfo]:
+        """The tasks of array `job` now: task id -> its entry (see `parse.array_tasks`)."""
+        return parse.array_tasks(self.jobs(job), job)
+
     def active_job_ids(self) -> list[str]:
         """The ids of the jobs queued or running (squeue's default states)."""
         return parse.parse_job_ids(self.call(args.squeue_ids_cmd()).stdout)
@@ -204,6 +208,10 @@ def jobs(job: int | None = None) -> list[JobInfo]:
     return current().jobs(job)
 
 
+def array_tasks(job: int) -> dict[int, JobInfo]:
+    return current().array_tasks(job)
+
+
 def nodes() -> dict[str, str]:
     return current().nodes()
 
@@ -222,8 +230,3 @@ def requeue(job: str) -> None:
 
 def scancel(job: str, check: bool = True) -> None:
     current().scancel(job, check)
-
-
-def _slurm(cmd: Sequence[str], timeout: float | None = None) -> Completed:
-    """TEMPORARY, for failure.py's SlurmOps.run only: delete when it calls `call` (issue 27)."""
-    return call(cmd, timeout)

@@ -1,0 +1,276 @@
+"""What a failure does, decided before anything runs: the target it hits, the exact actions
+in order, and chaos mode's choice of replica. Pure: a function of what the caller passes
+(squeue's jobs, sinfo's nodes, the workers found on the node), so it is tested on recorded
+output; `ftslurm.failure` runs the plan.
+
+Why a plan first: `--dry-run` must print exactly what a real run does, so the commands of a
+failure are computed once (`make_plan`) and the executor only runs them.
+
+Kill mode and process trees: torchrun starts its worker with start_new_session=True, so a
+process-group kill misses the worker. We select processes by what they run instead: the
+python interpreter running the training module (`python -u -m ftslurm.replica.train`, also
+`torchtitan.train`), never torchrun, the launcher, slurmd or slurmstepd. On a real cluster
+the same regex goes to `pkill` through `srun --overlap` on the node (the allocation is
+exclusive, so the node runs only this job), limited to the node's UTS namespace.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import random
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ftslurm.errors import UserError
+from ftslurm.resources import FT_JOB_NAME
+from ftslurm.slurm import args as slurm_args
+from ftslurm.slurm.parse import JobInfo, array_tasks
+
+MODES = ("node-down", "kill", "requeue")
+ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun"]
+# The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
+# interpreter followed only by options, so torchrun's own command line (`python .../torchrun
+# ... -m ftslurm.replica.train`) does not match. POSIX ERE: also valid for pkill -f.
+TRAIN_CMD_RE = r"(^|/)python[0-9.]*( -[^ ]+)* -m (ftslurm\.replica\.train|torchtitan\.train)( |$)"
+NEVER_KILL = ("slurmd", "slurmstepd", "slurmctld", "munged")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a failure hits: a node, and the FT array task running there (if any)."""
+
+    node: str
+    job: int | None = None  # the array job id
+    replica: int | None = None  # the array task id
+    raw_job_id: int | None = None  # Slurm's own id of that task (srun --jobid)
+    restarts: int = 0  # the task's restart count when resolved
+
+    @property
+    def task_key(self) -> str | None:
+        if self.job is None or self.replica is None:
+            return None
+        return f"{self.job}_{self.replica}"
+
+    def describe(self) -> str:
+        if self.replica is None:
+            return f"node {self.node}"
+        return f"replica {self.replica} of job {self.job} on {self.node}"
+
+
+def is_ft_array_task(j: JobInfo) -> bool:
+    """An array task of the FT script: its job name, or a stdout path under `torchft`."""
+    return j.array_task_id is not None and (j.name == FT_JOB_NAME or "torchft" in j.stdout)
+
+
+def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
+    """The newest (highest id) FT array with a task RUNNING or PENDING, of `user` if given."""
+    ids = [
+        j.array_job_id
+        for j in jobs
+        if is_ft_array_task(j)
+        and j.array_job_id is not None
+        and j.state in ("RUNNING", "PENDING")
+        and (not user or not j.user or j.user == user)
+    ]
+    return max(ids) if ids else None
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
+def check_node(
+    node: str,
+    cluster_nodes: dict[str, str],
+    here: str,
+    tasks_on_node: list[JobInfo],
+    job: int | None,
+    force: bool,
+) -> None:
+    """Refuse nodes a failure must not hit (UserError, one line): unknown ones, a login node,
+    the node this command runs on, and (without --force) a node running no task of the job."""
+    if _short(node).startswith("login"):
+        raise UserError(f"refusing {node}: it is a login node")
+    if node not in cluster_nodes:
+        known = ", ".join(sorted(cluster_nodes)) or "none"
+        raise UserError(f"node {node!r} is not in the cluster (nodes: {known})")
+    if _short(node) == _short(here):
+        raise UserError(f"refusing {node}: this command runs on it")
+    if not tasks_on_node and not force:
+        what = f"job {job}" if job is not None else "any FT job"
+        raise UserError(
+            f"refusing {node}: it runs no task of {what} (use --force to take it down anyway)"
+        )
+
+
+def resolve_target(
+    jobs: list[JobInfo],
+    cluster_nodes: dict[str, str],
+    *,
+    replica: int | None,
+    node: str | None,
+    job: int | None,
+    here: str,
+    user: str | None = None,
+    force: bool = False,
+) -> Target:
+    """--replica I (the node running array task I of the job) or --node NAME -> Target, with
+    every refusal checked. Pure: the caller passes squeue's jobs and sinfo's nodes."""
+    if (replica is None) == (node is None):
+        raise UserError("give exactly one of --replica I or --node NAME")
+    if job is None:
+        job = newest_ft_job(jobs, user)
+        if job is None and replica is not None:
+            raise UserError(
+                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
+            )
+    tasks = array_tasks(jobs, job) if job is not None else {}
+    if replica is not None:
+        t = tasks.get(replica)
+        if t is None:
+            have = ", ".join(str(i) for i in sorted(tasks)) or "none"
+            raise UserError(f"job {job} has no array task {replica} (tasks: {have})")
+        if t.state != "RUNNING" or not t.node:
+            raise UserError(
+                f"replica {replica} of job {job} is {t.state}"
+                + (f" ({t.reason})" if t.reason else "")
+                + ", not running on a node"
+            )
+        node = t.node
+    assert node is not None
+    on_node = [t for t in tasks.values() if t.state == "RUNNING" and t.node == node]
+    check_node(node, cluster_nodes, here, on_node, job, force)
+    if not on_node:
+        return Target(node=node, job=job)
+    t = on_node[0]
+    return Target(
+        node=node, job=job, replica=t.array_task_id, raw_job_id=t.job_id, restarts=t.restarts
+    )
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of a failure: a command to run, a wait, or a signal to processes."""
+
+    kind: ActionKind
+    argv: tuple[str, ...] = ()
+    seconds: float = 0.0
+    pids: tuple[int, ...] = ()
+    note: str = ""
+
+    def line(self) -> str:
+        """The action as the user would type it (dry run)."""
+        if self.kind == "wait":
+            return f"sleep {self.seconds:g}"
+        if self.kind == "kill-local":
+            text = "kill -KILL " + " ".join(str(p) for p in self.pids)
+        else:
+            text = shlex.join(self.argv)
+        return f"{text}    # {self.note}" if self.note else text
+
+
+@dataclass(frozen=True)
+class FailurePlan:
+    """A failure, resolved: the target and the exact actions, in order."""
+
+    mode: str
+    target: Target
+    actions: tuple[Action, ...]
+    down_for: float = 0.0
+    reason: str = ""
+
+    def lines(self) -> list[str]:
+        return [a.line() for a in self.actions]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan for `--dry-run --json`: the target and the exact commands, in order."""
+        t = self.target
+        return {
+            "mode": self.mode, "node": t.node, "job": t.job, "replica": t.replica,
+            "down_for": self.down_for, "reason": self.reason, "commands": self.lines(),
+        }  # fmt: skip
+
+
+def default_reason(mode: str) -> str:
+    return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
+
+
+@dataclass(frozen=True)
+class KillSelection:
+    """How kill mode finds the worker: local pids (local cluster) or srun + pkill."""
+
+    local: bool
+    pids: tuple[int, ...] = ()
+    described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
+
+
+# Run by `sh -c` on the node, as a step of the job (`srun --overlap`: works where the node runs
+# only this job, an exclusive allocation): pkill limited to the UTS namespace of the step itself
+# ($$, then pkill after exec), i.e. to the node. On a real node every process shares it; on a
+# node of the local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off
+# the other nodes' replicas, so the very command a real cluster gets is tested here.
+PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
+
+
+def make_plan(
+    mode: str,
+    target: Target,
+    *,
+    down_for: float = 30.0,
+    reason: str | None = None,
+    kill: KillSelection | None = None,
+) -> FailurePlan:
+    """The exact actions of one failure."""
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    reason = reason or default_reason(mode)
+    if mode == "node-down":
+        acts = [
+            Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),
+            Action("wait", seconds=down_for, note=f"{target.node} stays DOWN"),
+            Action("resume", tuple(slurm_args.node_update_cmd(target.node, "RESUME"))),
+        ]
+    elif mode == "requeue":
+        if target.task_key is None:
+            raise UserError(f"--mode requeue needs a replica; {target.node} runs no task")
+        acts = [Action("requeue", tuple(slurm_args.requeue_cmd(target.task_key)))]
+    elif target.raw_job_id is None:
+        raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
+    elif kill and kill.local:
+        if not kill.pids:
+            raise UserError(
+                f"no training worker of job {target.task_key} found on {target.node} "
+                "(it may be starting or restarting; try again)"
+            )
+        note = "local cluster: training worker(s) " + "; ".join(kill.described)[:300]
+        acts = [Action("kill-local", pids=kill.pids, note=note)]
+    else:
+        pkill = ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE]
+        argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, pkill))
+        acts = [Action("kill-srun", argv, note="SIGKILL the training worker(s) on the node")]
+    return FailurePlan(mode, target, tuple(acts), down_for if mode == "node-down" else 0, reason)
+
+
+def is_training_worker(cmdline: list[str], comm: str = "", regex: str = TRAIN_CMD_RE) -> bool:
+    """Pure: does this command line run the training module (not torchrun, not slurm)?"""
+    if comm in NEVER_KILL or not cmdline:
+        return False
+    if os.path.basename(cmdline[0]) in NEVER_KILL:
+        return False
+    return re.search(regex, " ".join(cmdline)) is not None
+
+
+def chaos_pick(
+    tasks: dict[int, JobInfo], rng: random.Random, live: set[int] | None = None
+) -> int | None:
+    """A random live replica, or None when fewer than two are live: the last live replica is
+    never hit. Live = RUNNING in Slurm and, when `live` is given (replicas whose current
+    attempt is training), also in that set: a task that Slurm just restarted is RUNNING but
+    still loading or healing, and hitting the only trained replica then would lose the run."""
+    alive = sorted(
+        i for i, j in tasks.items() if j.state == "RUNNING" and (live is None or i in live)
+    )
+    return rng.choice(alive) if len(alive) >= 2 else None
