@@ -75,13 +75,30 @@ def test_fix_builds_torchfts_transport_with_the_configured_timeout(transport) ->
 def test_survivor_raises_when_a_download_outlasts_the_timeout(transport) -> None:
     """The crash fix 4 prevents at 8B scale: the peer is still downloading after the timeout."""
     stalled, _ = _get(transport)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        """A slow peer, not a dead one: it keeps reading (about 1 MiB/s), so the server's own
+        2 s socket timeout never fires and releases the read lock before the survivor's wait
+        ends (that race made this test fail now and then on a loaded machine)."""
+        while not stop.wait(0.05):
+            try:
+                if not stalled.recv(64 * 1024):
+                    return
+            except OSError:
+                return
+
+    reader = threading.Thread(target=trickle, daemon=True)
+    reader.start()
     try:
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="Timed out waiting for wlock after 2.0 seconds"):
             transport.disallow_checkpoint()
         assert 1.9 <= time.monotonic() - t0 < 30
     finally:
+        stop.set()
         stalled.close()
+        reader.join(timeout=5)
 
 
 @pytest.mark.parametrize("transport", [30], indirect=True)
