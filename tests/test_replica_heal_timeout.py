@@ -28,19 +28,22 @@ pytestmark = pytest.mark.timeout(120)
 
 STEP = 5
 MIB = 2**20
+_STATE = torch.arange(16 * MIB, dtype=torch.float32)
 
 
 @pytest.fixture
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator:
     """The transport fix 4 hands to torchft's Manager, with FTSLURM_HEAL_TIMEOUT_S=2 (or the
-    test's parameter), serving a 64 MiB state dict (more than the socket buffers hold) at STEP."""
+    test's parameter), serving a 64 MiB state dict (more than the socket buffers hold) at STEP.
+    64 tensors of 1 MiB: the server writes each in its own sendall, under its own socket
+    timeout, so a slow peer that keeps reading never times the server out."""
     import torchtitan.components.ft.manager as tt_ft
 
     before = tt_ft.ft
     monkeypatch.setenv("FTSLURM_HEAL_TIMEOUT_S", str(getattr(request, "param", 2)))
     fixes.fix_heal_timeout()
     made = tt_ft.ft.kwargs["checkpoint_transport"]()
-    state = {"w": torch.arange(16 * MIB, dtype=torch.float32)}
+    state = {i: part.clone() for i, part in enumerate(_STATE.split(MIB // 4))}  # own storages
     made.send_checkpoint(dst_ranks=[1], step=STEP, state_dict=state, timeout=None)
     try:
         yield made
@@ -78,9 +81,10 @@ def test_survivor_raises_when_a_download_outlasts_the_timeout(transport) -> None
     stop = threading.Event()
 
     def trickle() -> None:
-        """A slow peer, not a dead one: it keeps reading (about 1 MiB/s), so the server's own
-        2 s socket timeout never fires and releases the read lock before the survivor's wait
-        ends (that race made this test fail now and then on a loaded machine)."""
+        """A slow peer, not a dead one: it keeps reading (about 1.3 MiB/s, so each 1 MiB
+        tensor's sendall ends well inside the server's own 2 s socket timeout). A peer that
+        stopped reading made that timeout race the survivor's 2 s wait: when the server's
+        fired first it released the read lock and the survivor did not time out."""
         while not stop.wait(0.05):
             try:
                 if not stalled.recv(64 * 1024):
@@ -132,4 +136,4 @@ def test_survivor_waits_for_a_download_that_ends_in_time(transport) -> None:
     from torch.distributed._serialization import _streaming_load
 
     got = _streaming_load(io.BytesIO(body), weights_only=False)
-    assert torch.equal(got["w"], torch.arange(16 * MIB, dtype=torch.float32))
+    assert torch.equal(torch.cat([got[i] for i in range(len(got))]), _STATE)
