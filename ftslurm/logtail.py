@@ -3,7 +3,10 @@
 Why it reads backwards: replica logs of a long run reach gigabytes, and `logs -n 20` or
 `status` must answer at once, so only the tail of each file is read (seek from the end, one
 block at a time, until enough lines are found), never the whole file. `read_tail` is the one
-tail reader (`status`, the Lighthouse's log and `demo` use it too).
+tail reader (`status`, the Lighthouse's log and `demo` use it too). Memory is bounded by the
+lines returned: a line over LINE_MAX (a newline-free log is one line of its whole size) comes
+back as its head and a marker (`CutLines`, also what the follower keeps of the line being
+written).
 
 Merging: lines are ordered by the timestamp at their start (torchtitan's `[titan] 2026-11-23
 10:10:51,647`, the Rust `2026-11-23T10:10:51.647`, the launcher's `[2026-11-23 10:10:51]`).
@@ -16,6 +19,7 @@ the start, and files that appear later (a task that starts late) are picked up.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import os
 import re
@@ -25,6 +29,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
+from typing import BinaryIO
 
 from ftslurm import logvocab
 from ftslurm.logfile import is_gzip, open_log
@@ -32,11 +38,58 @@ from ftslurm.logvocab import line_time
 
 BLOCK = 64 * 1024
 CONTEXT = 200  # lines read before a tail to date its first, untimed lines
+LINE_MAX = 1 << 20  # a longer line is shown cut, with a marker: memory is lines shown x this
+KEEP_MAX = 1 << 20  # the bytes a tail search keeps; past it, the tail is read a second time
+_TIME_HEAD = 64  # bytes of a context line kept: its time is at its start
+_READ = 1 << 20
+
+
+@dataclass
+class CutLines:
+    """Bytes -> lines without their newline, each cut to its first `max_line` bytes.
+
+    Why: a newline-free log (binary junk, a progress bar's carriage returns) is one line of
+    gigabytes; whoever shows a tail must hold at most `max_line` bytes of any line. Fed blocks
+    of a file in order; `head`/`cut` are the unfinished last line (kept / not kept bytes).
+    """
+
+    max_line: int = LINE_MAX
+    head: bytearray = field(default_factory=bytearray)
+    cut: int = 0
+
+    def feed(self, data: bytes) -> list[tuple[bytes, int]]:
+        """The lines `data` completes, each as (its first `max_line` bytes, bytes cut)."""
+        *done, last = data.split(b"\n")
+        out = []
+        if done:
+            self._add(done[0])
+            out.append(self.flush())
+            m = self.max_line
+            out += [(b[:m], max(0, len(b) - m)) for b in done[1:]]
+        self._add(last)
+        return out
+
+    def flush(self) -> tuple[bytes, int]:
+        """The unfinished line (possibly empty), and start a new one."""
+        line = (bytes(self.head), self.cut)
+        self.head, self.cut = bytearray(), 0
+        return line
+
+    @property
+    def pending(self) -> int:
+        """Bytes of the unfinished line, those cut included."""
+        return len(self.head) + self.cut
+
+    def _add(self, piece: bytes) -> None:
+        room = max(0, self.max_line - len(self.head))
+        if room:
+            self.head += memoryview(piece)[:room]  # no copy of a long piece
+        self.cut += max(0, len(piece) - room)
 
 
 def read_tail(
     path: Path, n: int = -1, block: int = BLOCK, *, max_bytes: int | None = None,
-    partial: bool = False,
+    partial: bool = False, context: int = 0,
 ) -> tuple[list[str], int]:
     """The last `n` lines of `path` (all if n < 0) within its last `max_bytes` (all if None),
     and the offset just after the last complete line (where following resumes).
@@ -47,58 +100,115 @@ def read_tail(
     gzipped log (`tft-12_0.out.gz`, or gzipped in place) cannot be read backwards: it is read
     through once; nothing writes to an archive, so its last line counts even without a newline
     and the offset is the file's end.
+
+    A line longer than LINE_MAX is its first LINE_MAX bytes and a marker, so memory stays
+    bounded by the lines returned. `context` more lines before those are returned first, cut
+    to their first bytes: a caller needs only their time. Anything but a regular file (a
+    FIFO would block, a device never ends) raises OSError.
     """
+    _regular(path)
     if is_gzip(path):
-        return _archive_tail(path, n, max_bytes), path.stat().st_size
+        tail = _Tail(n, context, max_bytes)
+        with open_log(path) as fh:
+            whole = _feed_archive(fh, tail)
+        return tail.finish(partial=whole)[0], path.stat().st_size
     with open(path, "rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         floor = 0 if max_bytes is None else max(0, size - max_bytes)
-        pos, chunks, newlines = size, [], 0
-        while pos > floor and (n < 0 or newlines <= n):
+        want = n + context if n >= 0 else -1
+        pos, chunks, kept, newlines = size, [], 0, 0
+        while pos > floor and (want < 0 or newlines <= want):
             step = min(block, pos - floor)
             pos -= step
             fh.seek(pos)
-            chunks.append(fh.read(step))
-            newlines += chunks[-1].count(b"\n")
-    data = b"".join(reversed(chunks))
-    end = data.rfind(b"\n") + 1  # after the last complete line
-    lines = (data if partial else data[:end]).split(b"\n")
-    if not lines[-1]:
-        lines.pop()  # after the last newline
-    if pos > 0:
-        lines = lines[1:]  # the first piece may be the middle of a line
-    if n >= 0:
-        lines = lines[-n:] if n else []
-    return [_text(b) for b in lines], size - (len(data) - end)
+            chunk = fh.read(step)
+            newlines += chunk.count(b"\n")
+            if kept <= KEEP_MAX:  # past it, only counted: read again below, line by line
+                chunks.append(chunk)
+                kept += len(chunk)
+        if kept <= KEEP_MAX:
+            blocks: Iterable[bytes] = [b"".join(reversed(chunks))]
+        else:
+            del chunks
+            fh.seek(pos)
+            blocks = iter(lambda: fh.read(min(_READ, size - fh.tell())), b"")
+        tail = _Tail(n, context, skip_first=pos > 0)
+        tail.feed(blocks)
+    lines, pending = tail.finish(partial)
+    return lines, size - pending
 
 
-def _archive_tail(path: Path, n: int, max_bytes: int | None) -> list[str]:
-    """`read_tail`'s lines of a gzipped log, read through once."""
-    lines: Iterable[bytes] = _archive_lines(path)
-    if max_bytes is not None:
-        window: deque[bytes] = deque()
-        size = 0
-        for raw in lines:
-            window.append(raw)
-            size += len(raw)
-            while size > max_bytes:
-                size -= len(window.popleft())
-        lines = window
-    return [_text(b) for b in deque(lines, maxlen=n if n >= 0 else None)]
+def _regular(path: Path) -> os.stat_result:
+    """`path`'s stat when it is a regular file, else OSError: a FIFO would block the reader
+    for ever and a device never ends; a folder says so."""
+    st = os.stat(path)
+    if S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return st
 
 
-def _archive_lines(path: Path) -> Iterator[bytes]:
-    """The lines of a gzipped log; a truncated or corrupt archive ends after what could be
-    read (a log copied while it was being compressed is still worth its first part)."""
-    with open_log(path) as fh:
-        try:
-            yield from fh
-        except (EOFError, zlib.error, OSError):
+@dataclass
+class _Tail:
+    """The last `n` lines of bytes fed in order (cut, see CutLines), after up to `context`
+    lines before them, cut to a head. `max_bytes`: only lines within that many bytes of the
+    end. `skip_first`: the first line is the middle of one (a read that began there)."""
+
+    n: int
+    context: int = 0
+    max_bytes: int | None = None
+    skip_first: bool = False
+    lines: CutLines = field(default_factory=CutLines)
+    shown: deque[tuple[bytes, int]] = field(default_factory=deque)
+    before: deque[bytes] = field(default_factory=deque)
+    size: int = 0
+
+    def feed(self, blocks: Iterable[bytes]) -> None:
+        for data in blocks:
+            for line in self.lines.feed(data):
+                self._add(line)
+
+    def finish(self, partial: bool) -> tuple[list[str], int]:
+        """The lines, the unterminated last one too if `partial`; and that one's length."""
+        pending = self.lines.pending
+        if partial and pending:
+            self._add(self.lines.flush())
+        return [_text(b) for b in self.before] + [_text(*x) for x in self.shown], pending
+
+    def _add(self, line: tuple[bytes, int]) -> None:
+        if self.skip_first:
+            self.skip_first = False
             return
+        shown = self.shown
+        shown.append(line)
+        self.size += len(line[0]) + line[1] + 1
+        while shown and (
+            0 <= self.n < len(shown) or self.max_bytes is not None and self.size > self.max_bytes
+        ):
+            head, cut = shown.popleft()
+            self.size -= len(head) + cut + 1
+            if self.context:
+                self.before.append(head[:_TIME_HEAD])
+                if len(self.before) > self.context:
+                    self.before.popleft()
 
 
-def _text(raw: bytes) -> str:
-    return raw.rstrip(b"\n").decode(errors="replace").rstrip("\r")
+def _feed_archive(fh: BinaryIO, tail: _Tail) -> bool:
+    """Feed a gzipped log to `tail`; False when the archive is cut or corrupt: it ends after
+    what could be read (a log copied while it was being compressed is still worth its first
+    part), less its last, unfinished line."""
+    read = getattr(fh, "read1", fh.read)  # what is decompressed so far, before a cut's error
+    try:
+        tail.feed(iter(lambda: read(_READ), b""))
+    except (EOFError, zlib.error, OSError):
+        return False
+    return True
+
+
+def _text(raw: bytes, cut: int = 0) -> str:
+    text = raw.rstrip(b"\n").decode(errors="replace").rstrip("\r")
+    return f"{text} [... line cut: {cut} more bytes]" if cut else text
 
 
 @dataclass
@@ -139,8 +249,12 @@ class Source:
     path: Path
     offset: int = 0
     inode: int | None = None
-    partial: bytes = b""
+    pending: CutLines = field(default_factory=CutLines)  # the line being written, cut
     last_key: float | None = None
+
+
+def _no_error(label: str, path: Path, error: OSError) -> None:
+    pass
 
 
 @dataclass
@@ -148,19 +262,24 @@ class Follower:
     """Follows a set of files found by `discover()` (label -> path), emitting merged batches.
 
     `start(n)` returns the last n lines per file, merged; `poll()` returns what was appended
-    since, merged. New files from `discover()` are read from their beginning."""
+    since, merged. New files from `discover()` are read from their beginning. A file that
+    cannot be read (a folder or a dangling link named like a log, no permission) is told to
+    `on_error` once, and tried again at each poll; the others go on."""
 
     discover: Callable[[], dict[str, Path]]
     sources: dict[str, Source] = field(default_factory=dict)
+    on_error: Callable[[str, Path, OSError], None] = _no_error
+    failed: set[Path] = field(default_factory=set)
 
     def start(self, n: int) -> list[Entry]:
         groups = []
         for label, path in sorted(self.discover().items(), key=lambda kv: _label_order(kv[0])):
             try:
                 # extra lines before the tail only to know the time of untimed first lines
-                lines, offset = read_tail(path, n + CONTEXT)
+                lines, offset = read_tail(path, n, context=CONTEXT)
                 inode = path.stat().st_ino
-            except OSError:
+            except OSError as e:
+                self._failed(label, path, e)
                 continue
             src = Source(label, path, offset, inode)
             context, lines = lines[: max(0, len(lines) - n)], lines[len(lines) - n :] if n else []
@@ -181,30 +300,41 @@ class Follower:
             groups.append(self._read_new(self.sources[label]))
         return merge(groups)
 
+    def _failed(self, label: str, path: Path, error: OSError) -> None:
+        if path not in self.failed:
+            self.failed.add(path)
+            self.on_error(label, path, error)
+
     def _read_new(self, src: Source) -> list[Entry]:
         try:
-            st = src.path.stat()
-        except OSError:
+            st = _regular(src.path)
+        except FileNotFoundError:
+            return []  # gone (rotated, or not there yet): not an error while following
+        except OSError as e:
+            self._failed(src.label, src.path, e)
             return []
         if src.inode is not None and st.st_ino != src.inode or st.st_size < src.offset:
-            src.offset, src.partial = 0, b""  # replaced or truncated: read it again
+            src.offset, src.pending = 0, CutLines()  # replaced or truncated: read it again
         src.inode = st.st_ino
         if st.st_size == src.offset:
             return []
+        lines: list[str] = []
         try:
             if src.offset == 0 and is_gzip(src.path):  # an archive (new, or a log gzipped in place)
                 lines, src.offset = read_tail(src.path)
-                return self._keyed(src, lines)
-            with open(src.path, "rb") as fh:
-                fh.seek(src.offset)
-                data = fh.read(st.st_size - src.offset)
-        except OSError:
-            return []
-        src.offset += len(data)
-        data = src.partial + data
-        end = data.rfind(b"\n") + 1
-        src.partial = data[end:]
-        lines = [_text(b) for b in data[:end].split(b"\n")[:-1]]
+            else:
+                with open(src.path, "rb") as fh:
+                    fh.seek(src.offset)
+                    while src.offset < st.st_size:  # what was there at stat(), in blocks
+                        data = fh.read(min(_READ, st.st_size - src.offset))
+                        if not data:
+                            break
+                        src.offset += len(data)
+                        lines += [_text(*x) for x in src.pending.feed(data)]
+        except OSError as e:
+            self._failed(src.label, src.path, e)
+            return self._keyed(src, lines)
+        self.failed.discard(src.path)
         return self._keyed(src, lines)
 
     @staticmethod

@@ -35,8 +35,14 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------- files of a run
 
+# A number in a log (a step, an attempt, a replica index, a quorum id) has at most 18 digits
+# (the `{1,18}` in the shapes below): they do not match a longer one, the line is then malformed
+# (the report counts it), and int() never meets the thousands of digits it refuses (ValueError
+# past 4300: `step: 999...` in a log stopped `report` and `status`).
+MAX_DIGITS = 18
+
 RUN_PREFIX = "tft-"
-_LOG_NAME = re.compile(r"^tft-(.+)_(\d+)\.out(\.gz)?$")
+_LOG_NAME = re.compile(r"^tft-(.+)_(\d{1,18})\.out(\.gz)?$")
 
 
 class LogName(NamedTuple):
@@ -131,7 +137,7 @@ class Event:
     job: str = ""  # INJECTED: the Slurm job id
 
 
-_RID = re.compile(r"^(.*)_(\d+)(?::(.*))?$")
+_RID = re.compile(r"^(.*)_(\d{1,18})(?::(.*))?$")
 
 
 @lru_cache(maxsize=4096)  # the timeline asks for the same few ids thousands of times
@@ -218,8 +224,8 @@ def line_time(line: str, year: int | None = None) -> float | None:
 # ---------------------------------------------------------------- banner, steps, colours
 
 BANNER = b"launching replica "  # what readers look for; one per attempt
-_BANNER = re.compile(rb"launching replica (\d+) \(attempt (\d+)\)(?: on (\S+))?")
-STEP = re.compile(rb"step:\s*(\d+)\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
+_BANNER = re.compile(rb"launching replica (\d{1,18}) \(attempt (\d{1,18})\)(?: on (\S+))?")
+STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
 # colour codes and any other CSI / OSC / two-byte escape: none may change what a line says
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
@@ -264,17 +270,17 @@ def strip_ansi(data: bytes) -> bytes:
 
 # ---------------------------------------------------------------- torchft lines
 
-_QID = re.compile(rb"quorum_id: (\d+)")
+_QID = re.compile(rb"quorum_id: (\d{1,18})(?!\d)")
 _MEMBER = re.compile(
     rb'replica_id: "([^"]*)".*?[ ,{]step: (-?\d+)(?:.*?commit_failures: (\d+))?'
 )
 _SRC_ADDRESS = re.compile(rb"recover_src_manager_address='?([^'\s]+)")
-_CREATED = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d+), nanos: (\d+)")
-_MGR = re.compile(rb"\[([^\s\[\]/]+)/(\d+) - step (-?\d+)\] ([^\r\n]*)")
+_CREATED = re.compile(rb"created: Some\(Timestamp \{ seconds: (\d{1,18}), nanos: (\d{1,18})(?!\d)")
+_MGR = re.compile(rb"\[([^\s\[\]/]+)/(\d{1,18}) - step (-?\d{1,18})\] ([^\r\n]*)")
 _RUST_REPLICA = re.compile(rb"\[Replica ([^\]\s]+)\] ([^\r\n]*)")
-_INTS = re.compile(rb"-?\d+")
+_INTS = re.compile(rb"(?<!\d)-?\d{1,18}(?!\d)")
 _KV_INT = {
-    k: re.compile(rb"(?<![a-z_])" + k.encode() + rb"=(-?\d+)")
+    k: re.compile(rb"(?<![a-z_])" + k.encode() + rb"=(-?\d{1,18})(?!\d)")
     for k in ("max_step", "recover_src_replica_rank", "step", "quorum_id")
 }
 
@@ -300,10 +306,10 @@ def parse_quorum(line: bytes, t: float | None) -> Event | None:
     end = body.find(b"created:")
     if end < 0 or body.rfind(b"]", 0, end) < 0:
         return None
-    members = tuple(
-        Member(_dec(rid), int(step), int(cf) if cf else 0)
-        for rid, step, cf in _MEMBER.findall(body, 0, end)
-    )
+    found = _MEMBER.findall(body, 0, end)
+    if any(len(step.lstrip(b"-")) > MAX_DIGITS or len(cf) > MAX_DIGITS for _, step, cf in found):
+        return None  # a member's step past any real one: junk, not a quorum
+    members = tuple(Member(_dec(rid), int(step), int(cf) if cf else 0) for rid, step, cf in found)
     return Event(QUORUM, t, quorum_id=int(m.group(1)), members=members)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ftslurm import logvocab
 from ftslurm.logtail import read_tail
 from ftslurm.slurm.parse import JobInfo, array_tasks
+from ftslurm.textsafe import printable
 
 TAIL_BYTES = 256 * 1024
 
@@ -156,22 +157,25 @@ def _fmt_age(s: float | None) -> str:
     return f"{s / 3600:.1f}h"
 
 
-def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
-    head = ["REPLICA", "STATE", "REASON", "NODE", "RESTARTS", "ATTEMPT", "STEP", "LOSS", "LAST LOG"]
-    body = [
-        [
-            str(r.replica),
-            r.state,
-            r.reason or "-",
-            r.node or "-",
-            str(r.restarts),
-            "-" if r.attempt is None else str(r.attempt),
-            "-" if r.last_step is None else str(r.last_step),
-            "-" if r.last_loss is None else f"{r.last_loss:.4f}",
-            _fmt_age(r.idle_s) + (" ago" if r.idle_s is not None else ""),
-        ]
-        for r in rows
+def _cells(r: Row) -> list[str]:
+    return [
+        str(r.replica),
+        r.state,
+        r.reason or "-",
+        r.node or "-",
+        str(r.restarts),
+        "-" if r.attempt is None else str(r.attempt),
+        "-" if r.last_step is None else str(r.last_step),
+        "-" if r.last_loss is None else f"{r.last_loss:.4f}",
+        _fmt_age(r.idle_s) + (" ago" if r.idle_s is not None else ""),
     ]
+
+
+def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
+    """The table for a person. Cells are escaped (`printable`): node names and reasons come
+    from Slurm, the Lighthouse's member ids from whoever started a replica."""
+    head = ["REPLICA", "STATE", "REASON", "NODE", "RESTARTS", "ATTEMPT", "STEP", "LOSS", "LAST LOG"]
+    body = [[printable(c) for c in _cells(r)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     lines = [f"job {job}: {len(rows)} array task(s)"]
     for cells in [head, *body]:
@@ -182,6 +186,11 @@ def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
 
 
 def render_quorum(q: Quorum) -> str:
+    """One line; escaped like the table (the Lighthouse's address, errors and member ids)."""
+    return printable(_quorum_text(q))
+
+
+def _quorum_text(q: Quorum) -> str:
     if not q.running:
         return "lighthouse: not running" + (f" ({q.error})" if q.error else "")
     if q.quorum_id is None:

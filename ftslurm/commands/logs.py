@@ -43,7 +43,9 @@ def logs(
     """Tail one or all replica logs of a run, merged by timestamp, each line prefixed with its
     replica. Reads only the end of each file; follows growth, new attempts of requeued tasks
     (appended to the same file) and replicas whose log appears later. Works from the login
-    node on the shared filesystem.
+    node on the shared filesystem. Control characters in the logs are shown escaped (ESC as
+    \\x1b), colour codes dropped, lines over 1 MiB cut. Exit status 1 when a log could not be
+    read (each one is named on stderr; the others are shown).
 
     \b
     Examples:
@@ -52,6 +54,7 @@ def logs(
       ftslurm logs -f --lighthouse
     """
     from ftslurm import logtail, logvocab, paths, stdout_pipe
+    from ftslurm.textsafe import printable
 
     if lines < 0:
         raise UserError("-n must be >= 0")
@@ -79,8 +82,8 @@ def logs(
     if chosen[0] is None and len(several) > 1:
         chosen[0] = logtail.newest_job(several)
         others = ", ".join(sorted(j for j in several if j != chosen[0]))
-        click.echo(f"note: logs of several jobs in {run_dir}: showing job {chosen[0]}, the "
-                   f"newest (also there: {others}; choose with --job)", err=True)
+        click.echo(printable(f"note: logs of several jobs in {run_dir}: showing job {chosen[0]}, "
+                             f"the newest (also there: {others}; choose with --job)"), err=True)
     lh_log: Path | None = None
     if lighthouse:
         from ftslurm import lighthouse as lh
@@ -100,8 +103,8 @@ def logs(
     if not follow and not discover():
         jobs = logtail.job_logs(run_dir)
         if chosen[0] is not None and chosen[0] not in jobs and jobs:
-            raise UserError(f"no logs of job {chosen[0]} in {run_dir} (there: job "
-                            f"{', '.join(sorted(jobs))})")
+            raise UserError(printable(f"no logs of job {chosen[0]} in {run_dir} (there: job "
+                                      f"{', '.join(sorted(jobs))})"))
         have = sorted(logtail.replica_logs(run_dir, None, chosen[0]), key=lambda k: int(k[1:]))
         if selected and have:
             raise UserError(
@@ -111,11 +114,20 @@ def logs(
         raise UserError(f"no replica logs in {run_dir}")
     use_color = sys.stdout.isatty() if color is None else color
     width = max((len(k) for k in discover()), default=2)
-    follower = logtail.Follower(discover)
+
+    def unreadable(label: str, path: Path, error: OSError) -> None:
+        what = f"replica {label[1:]}" if label.startswith("r") else "the Lighthouse"
+        reason = error.strerror or str(error)
+        click.echo(printable(f"Error: cannot read the log of {what}, {path} ({reason})"),
+                   err=True)  # fmt: skip
+
+    follower = logtail.Follower(discover, on_error=unreadable)
 
     def emit(entries: list[logtail.Entry]) -> None:
         for e in entries:
-            click.echo(logtail.prefix(e.label, width, use_color) + e.text, color=use_color)
+            # what a log says is shown, never done: no raw escape reaches the terminal
+            text = printable(e.text, tabs=True, colours=True)
+            click.echo(logtail.prefix(e.label, width, use_color) + text, color=use_color)
 
     emit(follower.start(lines))
     if follow:
@@ -125,3 +137,5 @@ def logs(
                 emit([e])
         except KeyboardInterrupt:
             pass
+    if follower.failed:
+        sys.exit(1)

@@ -22,6 +22,7 @@ from ftslurm.logvocab import (
     BANNER,
     ERROR,
     FINISHED,
+    MAX_DIGITS,
     Event,
     has_time,
     parse_line,
@@ -131,7 +132,8 @@ _QIDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
 # every manager line; group 1 (the step) only on a well-formed committed step: the other ones
 # (heals, failed commits, reconfigurations, errors) are rare and taken one by one, the runs of
 # committed steps between them are counted in bulk (_FileScan.committed)
-_MGR = re.compile(rb" - step (?:(-?\d{1,30})\] should_commit=True)?")
+_MGR = re.compile(rb" - step (?:(-?\d{1,18})\] should_commit=True)?")
+_LONG_STEP = re.compile(rb"-?\d{%d}" % (MAX_DIGITS + 1))  # after ` - step `: malformed
 _NEEDLES = (
     (b"Manager listening on", _OTHER),
     (BANNER, _LAUNCH_M),
@@ -412,6 +414,9 @@ class _FileScan:
         line (parsed; heals and reconfigurations are changes)."""
         buf, stats = self.buf, self.stats
         self.matched += 1
+        if _LONG_STEP.match(buf, p + len(_STEP)):  # no shape takes it (logvocab.MAX_DIGITS)
+            stats.malformed += 1
+            return None
         q = buf.find(b"] ", p + 8, p + 40)
         if q > 0 and buf.startswith(b"should_commit=", q + 2):
             try:
@@ -542,6 +547,9 @@ def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:
         stats.bytes += filled - rest
         cut = filled if eof else buf.rfind(b"\n", 0, filled) + 1
         if cut == 0 and not eof:
+            if dropping:  # more of the overlong line: not kept, counted once already
+                rest = 0
+                continue
             rest = filled
             if rest > MAX_LINE:
                 stats.overlong += 1

@@ -9,10 +9,12 @@ replica logs know (see timeline.py). The global event log keeps only the run's j
 from __future__ import annotations
 
 import heapq
+import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ftslurm import logvocab
 from ftslurm.errors import UserError
@@ -21,6 +23,7 @@ from ftslurm.logvocab import Event
 from ftslurm.report import reader as R
 from ftslurm.report.events import iter_event_log
 from ftslurm.report.reader import ParseStats
+from ftslurm.textsafe import printable
 
 # ---------------------------------------------------------------- files of a run
 
@@ -88,25 +91,69 @@ def find_run_files(
     return files
 
 
+SPOOL_MAX = 1 << 30  # a pipe longer than this is refused: a file is read in place instead
+_SPOOLS: list[BinaryIO] = []  # open for the life of the process: their paths are /proc/self/fd/N
+_SHELL_FDS = (Path("/dev/fd"), Path("/proc/self/fd"))
+
+
 def _spooled(path: str | Path) -> Path:
-    """A pipe (`report <(ssh node cat log)`, /dev/stdin) copied to a temporary file; any other
-    path as it is. The report reads each file twice (the clock offset, then the events), and a
-    pipe can be read only once."""
+    """A pipe the shell handed over (`report /dev/stdin < log`, `report <(ssh node cat log)`)
+    copied to an unnamed temporary file; a file or a folder as it is (read in place); any other
+    kind of file refused.
+
+    Why a copy at all: the report reads each file twice (the clock offset, then the events)
+    and a pipe can be read only once. Why bounded and unnamed: `report /dev/zero` copied the
+    device into /tmp without end, and a killed report left its copy behind; now a pipe past
+    SPOOL_MAX is refused, and the copy has no name (its path is /proc/self/fd/N), so it goes
+    with the process however that ends. A named pipe elsewhere is refused: opening one
+    with no writer blocks for ever.
+    """
     p = Path(path)
-    if not p.exists() or p.is_dir() or p.is_file():
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return p  # missing: counted in ParseStats.missing (named files), or said by the caller
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return p
-    import atexit
-    import shutil
+    if not (stat.S_ISFIFO(mode) and (p.parent in _SHELL_FDS or p == Path("/dev/stdin"))):
+        raise UserError(
+            f"{printable(str(p))}: {_kind(mode)}, not a log file (give a log file, or pipe one in: "
+            "ftslurm report /dev/stdin < LOG)"
+        )
     import tempfile
 
-    spool = Path(tempfile.mkdtemp(prefix="ftslurm-report-")) / (p.name or "stdin")
-    atexit.register(shutil.rmtree, spool.parent, True)
+    spool = tempfile.TemporaryFile(prefix="ftslurm-report-")  # noqa: SIM115 - kept open
     try:
-        with open(p, "rb") as src, open(spool, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with open(p, "rb") as src:
+            while chunk := src.read(1 << 20):
+                if spool.tell() + len(chunk) > SPOOL_MAX:
+                    raise UserError(
+                        f"{printable(str(p))}: a pipe of more than {SPOOL_MAX >> 20} MiB: save "
+                        "it to a file and give that file (a file is read where it is)"
+                    )
+                spool.write(chunk)
+        spool.flush()
     except OSError as e:
-        raise UserError(f"{p}: cannot read it ({e.strerror})") from None
-    return spool
+        spool.close()
+        raise UserError(f"{printable(str(p))}: cannot read it ({e.strerror})") from None
+    except BaseException:
+        spool.close()
+        raise
+    _SPOOLS.append(spool)
+    return Path(f"/proc/self/fd/{spool.fileno()}")
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a log is, in words."""
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def _newest_run(root: Path, files: RunFiles) -> Path:
@@ -162,8 +209,8 @@ def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> f
     """
     for path in lighthouse_logs:
         try:
-            with open_log(path) as fh:
-                for i, line in enumerate(fh):
+            with open_log(path) as fh:  # lines cut at R.MAX_LINE: a newline-free log is no line
+                for i, line in enumerate(R.iter_lines(fh, ParseStats())):
                     if i > max_lines:
                         break
                     if b"Quorum! " not in line:
