@@ -223,11 +223,6 @@ class ReplicaHandle:
             return "UNKNOWN"
         return "COMPLETED" if outcome == "success" else "FAILED"
 
-    @property
-    def submitit_stdout(self) -> Path | None:
-        """submitit's own log of this task (unpickling, result), not the training log."""
-        return Path(self.submitit_job.paths.stdout) if self.submitit_job is not None else None
-
     def text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -314,11 +309,6 @@ class FTArray:
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""
         client.scancel(str(self.job_id))
-
-    def report_command(self, lighthouse_log: str | Path | None = None) -> list[str]:
-        """The `ftslurm report` command line for this run."""
-        cmd = ["ftslurm", "report", str(self.log_dir)]
-        return [*cmd, "--lighthouse", str(lighthouse_log)] if lighthouse_log else cmd
 
 
 # --------------------------------------------------------------------------------------------

@@ -212,7 +212,6 @@ class Outcome:
     recovered: bool | None = None  # None: not waited for
     new_node: str | None = None
     restarts: int | None = None
-    killed: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         t = self.plan.target
@@ -354,7 +353,6 @@ class _Execution:
     def kill_local(self, a: Action) -> None:
         with atomic():
             procs.kill_pids(list(a.pids), signal.SIGKILL)
-            self.out.killed = a.pids
             self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}")
             self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.t.describe()})")
         self.phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")

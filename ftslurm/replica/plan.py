@@ -59,7 +59,6 @@ class Plan:
     group_size: int
     attempt: int
     run_id: str
-    dump_folder: str
     ft_mode: str | None
     max_requeues: int
     array_job_id: str | None = None
@@ -318,7 +317,6 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         group_size=group_size,
         attempt=attempt,
         run_id=run_id,
-        dump_folder=dump,
         ft_mode=ft_mode,
         max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
@@ -419,7 +417,6 @@ def build_classic_plan(
         group_size=1,
         attempt=_first_int(env, ["SLURM_RESTART_COUNT"], 0, "attempt"),
         run_id=run_id,
-        dump_folder=dump,
         ft_mode=None,
         max_requeues=0,
     )

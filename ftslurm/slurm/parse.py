@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 JOB_STATES = {
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED",
@@ -217,10 +217,7 @@ class JobInfo:
     restarts: int = 0
     name: str = ""
     user: str = ""
-    submit_time: int | None = None
-    start_time: int | None = None
     stdout: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -316,8 +313,6 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
                 restarts=_int_or_none(j.get("restart_cnt")) or 0,
                 name=str(j.get("name") or ""),
                 user=str(j.get("user_name") or ""),
-                submit_time=_int_or_none(j.get("submit_time")),
-                start_time=_int_or_none(j.get("start_time")),
                 stdout=str(j.get("standard_output") or ""),
             ),
             str(j.get("array_task_string") or "") if task is None else "",
