@@ -73,10 +73,6 @@ from ftslurm.slurm import client
 SUBMITIT_DIRNAME = "submitit"
 # Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
 _MEMORY_OPTIONS = frozenset({"mem", "mem_gb", "mem_per_cpu", "mem_per_gpu"})
-# The launcher's internal channels (replica id, group size, attempt, run id...): Slurm's
-# variables name the replica inside an array, and stale copies exported from the submitting
-# shell must not override them.
-_REPLICA_OVERRIDES = knoblib.INTERNAL
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
 
@@ -101,7 +97,10 @@ class ReplicaTask:
     def env(self, node_env: Mapping[str, str]) -> dict[str, str]:
         env = {**node_env, **self.knobs}
         if self.kind == "job":
-            for name in _REPLICA_OVERRIDES:
+            # the launcher's internal channels (replica id, group size, attempt, run id...):
+            # Slurm's variables name the replica inside an array, and stale copies exported
+            # from the submitting shell must not override them
+            for name in knoblib.INTERNAL:
                 env.pop(name, None)
             if not env.get("SLURM_ARRAY_JOB_ID"):
                 # one replica is a plain job (submitit submits a single callable without
@@ -508,7 +507,7 @@ def submit_ft_array(
     knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, view)
     knobs["FTSLURM_OUTPUTS"] = str(out)
     view = {**view, **knobs}
-    for name in _REPLICA_OVERRIDES:
+    for name in knoblib.INTERNAL:  # as on the node (ReplicaTask.env)
         view.pop(name, None)
     plan = planlib.preflight_ft(view, paths.project_root(), replicas)
     knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree

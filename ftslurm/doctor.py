@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftslurm import paths
+from ftslurm import knobs, paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.runner import CommandError
@@ -110,7 +110,7 @@ class DoctorConfig:
     """What to check against (defaults: the environment a job would get)."""
 
     device: str = "cuda"
-    lighthouse: str = planlib.DEFAULT_LIGHTHOUSE
+    lighthouse: str = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default
     lighthouse_from_env: bool = False
     assets: Path = field(default_factory=lambda: paths.project_root() / "assets")
     requirements: Path = field(default_factory=lambda: paths.project_root() / "requirements.txt")
@@ -127,7 +127,7 @@ class DoctorConfig:
         lh = env.get("TORCHFT_LIGHTHOUSE")
         cfg = cls(
             device=device,
-            lighthouse=lh or planlib.DEFAULT_LIGHTHOUSE,
+            lighthouse=lh or knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default,
             lighthouse_from_env=bool(lh),
             node_python=paths.job_python(env),  # what `ftslurm submit` passes the job
             env=env,
@@ -715,7 +715,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         checks.append(Check("python packages", WARN, f"cannot read {cfg.requirements}: "
                             f"{e.strerror}", "run from the ftslurm checkout"))  # fmt: skip
 
-    for name in planlib.SECRET_ENV:
+    for name in knobs.SECRETS:
         checks.append(check_secret(name, cfg.env, cfg.device, tok.status == PASS))
 
     checks.append(_shared_fs(cfg, idle_node, slurm, skipped))

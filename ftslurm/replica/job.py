@@ -91,7 +91,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     if what == "job":
         plan = planlib.build_ft_plan(env, root, torchrun)
     elif what == "classic":
-        head = "localhost" if planlib.single_node(env) else head_node(env)
+        head = "localhost" if knobs.get(env, "FTSLURM_SINGLE_NODE") else head_node(env)
         plan = planlib.build_classic_plan(env, root, head, torchrun)
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")

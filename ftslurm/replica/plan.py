@@ -20,12 +20,8 @@ from pathlib import Path
 from ftslurm import knobs
 from ftslurm.errors import UserError
 
-DEFAULT_LIGHTHOUSE = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default  # doctor and the API show it
 TRAIN_MODULE = "ftslurm.replica.train"
 CONFIG_DIR = Path("slurm") / "configs"
-
-# Env names that must never be printed, whatever happens.
-SECRET_ENV = knobs.SECRETS
 
 
 @dataclass(frozen=True)
@@ -324,11 +320,6 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
     )
 
 
-def single_node(env: Mapping[str, str]) -> bool:
-    """FTSLURM_SINGLE_NODE=1: the classic job runs on this machine alone, without srun."""
-    return knobs.get(env, "FTSLURM_SINGLE_NODE")
-
-
 def preflight_ft(env: Mapping[str, str], root: Path, group_size: int = 1) -> Plan:
     """The plan replica 0 of a `group_size` array would build, before submitting: every knob
     checked on the login node as each node's launcher will (`ftslurm submit`, the API)."""
@@ -361,7 +352,7 @@ def build_classic_plan(
     """
     knobs.check(env)
     name, preset, device = resolve_preset(env, classic=True)
-    local = single_node(env)
+    local = knobs.get(env, "FTSLURM_SINGLE_NODE")  # this machine alone, without srun
     nnodes = (
         1
         if local
@@ -423,9 +414,8 @@ def build_classic_plan(
 
 
 def _no_secrets(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in SECRET_ENV}
-
-
+    """`env` without the knobs that must never be printed, whatever happens."""
+    return {k: v for k, v in env.items() if k not in knobs.SECRETS}
 
 
 def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:
