@@ -201,7 +201,7 @@ class ReplicaHandle:
     @property
     def state(self) -> str:
         """Slurm's state (PENDING, RUNNING, COMPLETED, ...), or UNKNOWN once Slurm forgot it."""
-        for j in client.jobs(self.array_job_id):
+        for j in client.current().jobs(self.array_job_id):
             if j.key == self.job_id or (j.array_task_id is None and str(j.job_id) == self.job_id):
                 return j.state
         return self._state_from_submitit()
@@ -229,7 +229,7 @@ class ReplicaHandle:
             return ""
 
     def cancel(self) -> None:
-        client.scancel(self.job_id)
+        client.current().scancel(self.job_id)
 
     def wait(self, timeout: float = 3600, interval: float = 2.0) -> str:
         """Wait until Slurm says this job finished; return its final state (UNKNOWN when
@@ -259,7 +259,7 @@ class FTArray:
         """The states and the replicas held by Slurm (`scontrol release`), one squeue call."""
         from ftslurm.slurm.parse import is_held
 
-        by_task = {j.array_task_id: j for j in client.jobs(self.job_id)}
+        by_task = {j.array_task_id: j for j in client.current().jobs(self.job_id)}
         held = {t for t, j in by_task.items() if t is not None and is_held(j)}
         if len(self.replicas) == 1 and not by_task.get(0):
             return {0: self.replicas[0].state}, held
@@ -307,7 +307,7 @@ class FTArray:
 
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""
-        client.scancel(str(self.job_id))
+        client.current().scancel(str(self.job_id))
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
 def partition_time_limit(partition: str | None) -> int:
     """The partition's time limit in minutes (0 = none): a replica should run as long as the
     partition allows. submitit always writes --time (default 5 min), so we pass this one."""
-    limits, default = client.partition_limits()
+    limits, default = client.current().partition_limits()
     key = partition or default
     if key not in limits:
         raise UserError(
@@ -426,7 +426,7 @@ def _slurm_conf_for_submitit() -> Iterator[None]:
     """submitit runs `sbatch` with os.environ: give it SLURM_CONF when ftslurm would find the
     local cluster's, for the duration of the submission only (it is exported to the job too,
     where the launcher's `scontrol requeue` needs it)."""
-    conf = client.slurm_env().get("SLURM_CONF")
+    conf = client.current().environment().get("SLURM_CONF")
     if conf is None or "SLURM_CONF" in os.environ:
         yield
         return

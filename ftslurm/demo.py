@@ -299,8 +299,9 @@ class SlurmBackend(Backend):
         from ftslurm import failure, failure_plan
         from ftslurm.slurm import client
 
+        slurm = client.current()
         target = failure_plan.resolve_target(
-            client.jobs(), client.nodes(), replica=replica, node=None, job=self.job,
+            slurm.jobs(), slurm.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
         plan = failure_plan.make_plan(
@@ -317,7 +318,7 @@ class SlurmBackend(Backend):
         from ftslurm.slurm import client
 
         if self.job is not None:
-            client.scancel(str(self.job), check=False)
+            client.current().scancel(str(self.job), check=False)
             self.say(f"job {self.job} cancelled")
         self.stop_lighthouse()
         if self.started_cluster:

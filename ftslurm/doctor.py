@@ -652,7 +652,7 @@ def _installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
 def run_checks(cfg: DoctorConfig) -> list[Check]:
     """Observe and judge, in order; a dead controller skips what needs it."""
     checks: list[Check] = []
-    env = client.slurm_env(check_conf=False)
+    env = client.current().environment(check_conf=False)
     env.update({k: v for k, v in cfg.env.items() if k == "SLURM_CONF"})
     slurm = client.current(env=env)
     found = slurm.tools()

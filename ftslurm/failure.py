@@ -239,6 +239,7 @@ class _Execution:
         self.watch = wait_recovered and plan.target.replica is not None
         self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
         self.owes_resume = False
+        self.slurm = client.current()
         self.t0, self.last = time.monotonic(), 0.0
         self.running_again: JobInfo | None = None
         t = plan.target
@@ -262,7 +263,7 @@ class _Execution:
         self.last = at
 
     def task(self) -> JobInfo | None:
-        return client.array_tasks(self.t.job).get(self.t.replica)  # type: ignore[arg-type]
+        return self.slurm.array_tasks(self.t.job).get(self.t.replica)  # type: ignore[arg-type]
 
     def back(self) -> JobInfo | None:
         """The task, once it runs again after this failure (a higher restart count)."""
@@ -300,7 +301,7 @@ class _Execution:
         with atomic():
             for wait in (*RESUME_WAITS_S, None):
                 try:
-                    client.update_node(node, "RESUME")
+                    self.slurm.update_node(node, "RESUME")
                     break
                 except Exception as e:  # noqa: BLE001 - whatever failed: try again, then say it
                     if wait is None:
@@ -320,7 +321,7 @@ class _Execution:
         with atomic() as got:
             self.owes_resume = True  # before the call: a Ctrl-C may stop scontrol after DOWN
             try:
-                client.update_node(t.node, "DOWN", self.plan.reason)
+                self.slurm.update_node(t.node, "DOWN", self.plan.reason)
             except Exception:
                 self.owes_resume = bool(got)  # scontrol refused (no root): nothing to undo
                 raise
@@ -345,7 +346,7 @@ class _Execution:
 
     def requeue(self, a: Action) -> None:
         with atomic():
-            client.requeue(a.argv[-1])
+            self.slurm.requeue(a.argv[-1])
             self.record("requeue", shlex.join(a.argv))
             self.say(f"requeued {a.argv[-1]} ({self.t.describe()})")
         self.phase(f"requeue {a.argv[-1]}")
@@ -360,7 +361,7 @@ class _Execution:
     def kill_srun(self, a: Action) -> None:
         with atomic():
             try:
-                client.call(a.argv, timeout=60)
+                self.slurm.call(a.argv, timeout=60)
             except CommandError as e:
                 if e.returncode != 1:
                     raise
@@ -472,7 +473,7 @@ def run_chaos(
                     time.sleep(min(wait, 0.5))
                 t_tick = time.monotonic()
                 while True:
-                    tasks = client.array_tasks(job)
+                    tasks = client.current().array_tasks(job)
                     pick = failure_plan.chaos_pick(tasks, rng, live(tasks) if live else None)
                     if pick is not None or time.monotonic() - t_tick >= wait_live:
                         break
