@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ftslurm import logvocab, paths, procs
 from ftslurm.errors import UserError
-from ftslurm.report.events import InjectedEvent
+from ftslurm.report.events import InjectedEvent, append_event, now_iso
 from ftslurm.wait import WaitTimeout, free_port, wait_for
 
 Say = Callable[[str], None]
@@ -191,13 +191,8 @@ class Backend:
         return self.run_dir / "events.jsonl"
 
     def record(self, action: str, replica: int | None, node: str | None, detail: str) -> None:
-        ev = InjectedEvent(
-            time=_now_iso(), action=action, replica=replica, node=node, job=self.run_id,
-            detail=detail,
-        )  # fmt: skip
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.events_path, "a") as f:
-            f.write(ev.to_json_line() + "\n")
+        ev = InjectedEvent(now_iso(), action, replica, node, self.run_id, detail)
+        append_event(ev, self.events_path)
 
     def poll(self) -> list[ReplicaLog]:
         for log in self.logs:
@@ -227,12 +222,6 @@ class Backend:
 
     def teardown(self) -> None:
         raise NotImplementedError
-
-
-def _now_iso() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
 def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
