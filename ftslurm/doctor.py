@@ -149,6 +149,17 @@ def _needs_controller(name: str) -> Check:
     )  # fmt: skip
 
 
+def _skipped_fix(why: str) -> str:
+    """The fix of a probe that found no compute node to run on (`why`)."""
+    if "controller" in why:
+        return "fix `slurm controller` first"
+    return "run `ftslurm doctor` again when a compute node is idle"
+
+
+def _not_probed(name: str, why: str) -> Check:
+    return Check(name, WARN, f"not checked ({why})", _skipped_fix(why))
+
+
 def check_tools(found: Mapping[str, str | None]) -> Check:
     missing = [t for t, p in found.items() if not p]
     if missing:
@@ -322,9 +333,7 @@ def check_lighthouse(
     if login.ok:
         return Check(
             name, WARN, f"{where}: {login.output} from this login node; not probed from a "
-            f"compute node{why}",
-            "fix `slurm controller` first" if "controller" in node_skipped_why
-            else "run `ftslurm doctor` again when a compute node is idle",
+            f"compute node{why}", _skipped_fix(node_skipped_why),
         )  # fmt: skip
     return Check(name, FAIL, f"{where}: not answering from here ({login.output}){why}", start_fix)
 
@@ -404,11 +413,8 @@ def satisfies(version: str, spec: str) -> bool:
         from packaging.version import Version
 
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except ImportError:
-        pass
-    except Exception:  # noqa: BLE001 - an odd version string: fall back to numbers
-        pass
-    return satisfies_simple(version, spec)
+    except Exception:  # noqa: BLE001 - no packaging, or an odd version string: numbers
+        return satisfies_simple(version, spec)
 
 
 def satisfies_simple(version: str, spec: str) -> bool:
@@ -494,9 +500,7 @@ def check_secret(name: str, env: Mapping[str, str], device: str, tokenizer_ok: b
 def check_shared_fs(path: Path, node: Probe | None, token: str, skipped_why: str = "") -> Check:
     name = "shared filesystem"
     if node is None:
-        fix = ("fix `slurm controller` first" if "controller" in skipped_why
-               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
-        return Check(name, WARN, f"not checked ({skipped_why})", fix)
+        return _not_probed(name, skipped_why)
     if node.ok and node.output.strip() == token:
         return Check(name, PASS, f"a file written here under {path.parent} is read on {node.where}")
     return Check(
@@ -545,9 +549,7 @@ def check_peer_addresses(
     weaker check, so a warning at most."""
     name = "replica addresses"
     if advertiser is None:
-        fix = ("fix `slurm controller` first" if "controller" in skipped_why
-               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
-        return Check(name, WARN, f"not checked ({skipped_why})", fix)
+        return _not_probed(name, skipped_why)
     rerun = ("run the interpreter the scripts use (FTSLURM_PYTHON) on a compute node: "
              "`srun -N1 python3 -c 'import socket'`")  # fmt: skip
     info = parse_advertise_probe(advertiser.output) if advertiser.ok else None
