@@ -9,44 +9,28 @@
     run.replicas[1].log_path  # outputs/torchft/tft-<job>/tft-<job>_1.out (`ftslurm report`)
     run.cancel()
 
-What runs where. submitit's Slurm executor pickles a callable (`ReplicaTask`) into
-`outputs/submitit/` and submits one sbatch array (`--array=0-<N-1>`, one node and one task per
-array task). On the node, submitit's `python -m submitit.core._submit` (with the *same
-interpreter path* as the submitting Python, `sys.executable`: a venv on the shared filesystem)
-unpickles it, and the callable runs the same launcher as the sbatch script,
-`ftslurm.replica.job.main(["job"], env)`, with the env knobs of `ftslurm/knobs.py`
-(DEVICE, STEPS, TORCHFT_LIGHTHOUSE, ...). It appends its stdout/stderr (and torchrun's, which
-inherits them) to `outputs/torchft/tft-<job>/tft-<job>_<i>.out`, the file the sbatch script
-writes, so the launcher's banner line (`launching replica i (attempt a) on node`) starts every
-attempt and `ftslurm report` / `status` / `logs` read an API run like a script run.
-submitit's own logs (`<job>_<task>_0_log.out|err`: its unpickling, the result) stay in
-`outputs/submitit/`, never in the run folder, so the report does not read them as replicas.
-
-The launcher runs in the batch step (`use_srun=False`), as in the sbatch script: the classic
-launcher itself calls `srun` across the nodes, and Slurm's cancel/requeue signals reach the
+What runs where. submitit pickles a callable (`ReplicaTask`) into `outputs/submitit/` and
+submits one sbatch array (one node and one task per array task). On the node, submitit
+unpickles it with the submitting interpreter's path (`sys.executable`: a venv on the shared
+filesystem), and it runs the sbatch script's launcher, `ftslurm.replica.job.main`, appending
+to the file the script writes (`outputs/torchft/tft-<job>/tft-<job>_<i>.out`), so the
+launcher's banner starts every attempt and `ftslurm report` / `status` / `logs` read an API
+run like a script run. submitit's own logs stay in `outputs/submitit/`, where the report does
+not take them for replicas. The launcher runs in the batch step (`use_srun=False`), as in the
+script: the classic launcher calls `srun` itself, and Slurm's cancel/requeue signals reach the
 launcher, which forwards them to torchrun.
 
-Requeue semantics (why not submitit's). submitit requeues a job only from its USR2 handler
-(sent `signal_delay_s` before the time limit, or on preemption) and only usefully for
-`Checkpointable` callables that save a checkpoint to resume from. An FT replica does not
-resume from its own checkpoint: it heals from a live peer. So the sbatch array keeps Slurm's
-`--requeue` (passed as an additional sbatch parameter), exactly like the script:
+Requeue semantics (why not submitit's). submitit requeues a job only from its USR2 handler,
+and usefully only for `Checkpointable` callables that resume from their own checkpoint. An FT
+replica heals from a live peer instead, so the array keeps Slurm's `--requeue`, as the script
+does: a node that goes DOWN puts its task back in the queue (submitit's pickle is still there,
+so the requeued task runs the same callable and logs its next attempt in the same file); a
+crashed training process is requeued by the launcher itself (FT_MAX_REQUEUES); USR2 is
+ignored (no checkpoint to take, and its default would end the replica).
 
-- a node goes DOWN (or fails): Slurm kills the replica's task and puts it back in the queue
-  (`SLURM_RESTART_COUNT` + 1); submitit's pickle is still in its folder, so the requeued task
-  unpickles the same callable, the launcher logs `launching replica i (attempt a+1)` in the
-  same log file, and the replica heals from a peer once it gets a node. The other replicas
-  keep training meanwhile;
-- the training process crashes (OOM kill, exception): the launcher itself runs
-  `scontrol requeue <job>_<i>` up to FT_MAX_REQUEUES times (see `ftslurm.replica.job`);
-- USR2 (submitit's timeout/preemption signal) is ignored by the callable: there is no
-  checkpoint to take, and its default would end the replica. The time limit defaults to the
-  partition's (`timeout_min=` sets one).
-
-submitit runs `sbatch` itself (its own subprocess call, inside the library this API is built
-on); everything else here (state, cancel) goes through `ftslurm.slurm.client`.
-`submitit`'s job state uses `sacct`, which clusters without accounting (the local cluster)
-lack, so states come from `squeue`.
+submitit runs `sbatch` itself; everything else (state, cancel) goes through
+`ftslurm.slurm.client`. States come from `squeue`: submitit's come from `sacct`, which
+clusters without accounting (the local cluster) lack.
 """
 
 from __future__ import annotations
@@ -478,6 +462,19 @@ def _nproc(plan: planlib.Plan) -> int:
     return int(arg.split("=", 1)[1])
 
 
+def _launch(task: ReplicaTask, plan: planlib.Plan, nodes: int, count: int,
+            slurm_options: dict[str, Any]) -> list[Any]:  # fmt: skip
+    """Submit `count` copies of `task` as the preflight `plan` sized them; the submitit jobs.
+    FT replicas (`kind` job) get `--requeue`, the classic job does not."""
+    task.knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
+    ft = task.kind == "job"
+    slurm_options.setdefault("job_name", FT_JOB_NAME if ft else CLASSIC_JOB_NAME)
+    if "timeout_min" not in slurm_options and "time" not in slurm_options:
+        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
+    params = executor_parameters(plan.device, _nproc(plan), nodes, ft, **slurm_options)
+    return _submit(_executor(Path(task.outputs) / SUBMITIT_DIRNAME, params), task, count)
+
+
 def submit_ft_array(
     replicas: int = 2,
     config: str | Mapping[str, str] | None = None,
@@ -510,16 +507,7 @@ def submit_ft_array(
     for name in knoblib.INTERNAL:  # as on the node (ReplicaTask.env)
         view.pop(name, None)
     plan = planlib.preflight_ft(view, paths.project_root(), replicas)
-    knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
-    gpus = _nproc(plan)
-    slurm_options.setdefault("job_name", FT_JOB_NAME)
-    if "timeout_min" not in slurm_options and "time" not in slurm_options:
-        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
-    params = executor_parameters(plan.device, gpus, 1, **slurm_options)
-    folder = out / SUBMITIT_DIRNAME
-    ex = _executor(folder, params)
-    task = ReplicaTask("job", knobs, str(out))
-    jobs = _submit(ex, task, replicas)
+    jobs = _launch(ReplicaTask("job", knobs, str(out)), plan, 1, replicas, slurm_options)
     array_id = int(str(jobs[0].job_id).split("_", 1)[0])
     handles = []
     for i, j in enumerate(jobs):
@@ -528,7 +516,7 @@ def submit_ft_array(
                if "_" in jid else {"FTSLURM_RUN_ID": jid, "FTSLURM_REPLICA_ID": "0"})  # fmt: skip
         handles.append(ReplicaHandle(jid, i, _log_path("job", out, env), j))
     return FTArray(array_id, handles, logvocab.run_dir(array_id, out),
-                   knobs["TORCHFT_LIGHTHOUSE"], folder)  # fmt: skip
+                   knobs["TORCHFT_LIGHTHOUSE"], out / SUBMITIT_DIRNAME)  # fmt: skip
 
 
 def submit_classic(
@@ -550,15 +538,7 @@ def submit_classic(
     knobs = _knobs(config)
     knobs["FTSLURM_OUTPUTS"] = str(out)
     plan = planlib.preflight_classic({**os.environ, **knobs}, paths.project_root(), nodes)
-    knobs["DEVICE"] = plan.device
-    gpus = _nproc(plan)
-    slurm_options.setdefault("job_name", CLASSIC_JOB_NAME)
-    if "timeout_min" not in slurm_options and "time" not in slurm_options:
-        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
-    params = executor_parameters(plan.device, gpus, nodes, requeue=False, **slurm_options)
-    folder = out / SUBMITIT_DIRNAME
-    ex = _executor(folder, params)
-    (job,) = _submit(ex, ReplicaTask("classic", knobs, str(out)), 1)
+    (job,) = _launch(ReplicaTask("classic", knobs, str(out)), plan, nodes, 1, slurm_options)
     jid = str(job.job_id)
     return ReplicaHandle(jid, 0, _log_path("classic", out, {"SLURM_JOB_ID": jid}), job,
                          kind="classic")  # fmt: skip
