@@ -23,6 +23,7 @@ import shlex
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -504,9 +505,7 @@ def run_chaos(
 
 
 def chaos_summary_line(summary: ChaosSummary) -> str:
-    modes: dict[str, int] = {}
-    for o in summary.events:
-        modes[o.plan.mode] = modes.get(o.plan.mode, 0) + 1
+    modes = Counter(o.plan.mode for o in summary.events)
     by_mode = ", ".join(f"{m} x{n}" for m, n in sorted(modes.items())) or "none"
     replicas = sorted(
         {o.plan.target.replica for o in summary.events if o.plan.target.replica is not None}
