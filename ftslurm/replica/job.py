@@ -112,27 +112,11 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     return _run_attempt(plan, env)
 
 
-def _flag_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Values of `flag` in the forms torchtitan's parser (tyro) takes: `--a.b_c=V`,
-    `--a.b_c V`, and the same with `-` for `_` (`--a.b-c=V`)."""
-    want = "--" + flag[2:].replace("-", "_")
-    out = []
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if not name.startswith("--") or "--" + name[2:].replace("-", "_") != want:
-            continue
-        if eq:
-            out.append(value)
-        elif i + 1 < len(argv):
-            out.append(argv[i + 1])
-    return out
-
-
 def _check_tokenizer(plan: planlib.Plan) -> None:
     """The gated tokenizer is downloaded by hand on the login node: without it torchtitan
     fails after torchrun and the imports, and every FT requeue fails the same way. Said once,
     before anything starts (exit 2: a user mistake, not requeued)."""
-    given = _flag_values(plan.argv, "--model.hf_assets_path")
+    given = planlib.flag_values(plan.argv, "--model.hf_assets_path")
     if not given:
         return
     folder = Path(given[-1])

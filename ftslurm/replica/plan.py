@@ -82,6 +82,22 @@ NO_MODEL_CHECKPOINTS_NOTE = (
 )
 
 
+def flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    """Values of torchtitan's `flag` in the forms its parser (tyro) takes: `--a.b_c=V`,
+    `--a.b_c V`, and the same with `-` for `_` (`--a.b-c=V`)."""
+    want = "--" + flag[2:].replace("-", "_")
+    out = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or "--" + name[2:].replace("-", "_") != want:
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return out
+
+
 def model_checkpoints_on(tt_args: list[str]) -> bool:
     """Whether torchtitan will save model checkpoints: every preset TOML says `enable =
     false`, and torchtitan's flags `--checkpoint.enable` / `--checkpoint.no-enable` (the last
