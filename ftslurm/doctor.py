@@ -341,16 +341,16 @@ def check_lighthouse(
 def tokenizer_paths(device: str, assets: Path) -> tuple[list[Path], str]:
     """The files the launcher's torchtitan arguments point at (paths from plan.py), and the
     command that makes them."""
-    root = Path("/r")
+    root = Path("/r")  # plan.py's paths under a stand-in root, moved into `assets`
+
+    def moved(path: Path) -> Path:
+        return assets / path.relative_to(root / "assets")
+
     if device == "cpu":
-        tok, data = planlib.local_assets(root)
-        tok, data = (
-            assets / tok.relative_to(root / "assets"),
-            assets / data.relative_to(root / "assets"),
-        )
+        tok, data = map(moved, planlib.local_assets(root))
         files = [tok / "tokenizer.json", tok / "tokenizer_config.json", data / "data.jsonl"]
         return files, "ftslurm assets make-local (~5 s, no network)"
-    hf = assets / planlib.hf_assets(root).relative_to(root / "assets")
+    hf = moved(planlib.hf_assets(root))
     return [hf / "tokenizer.json", hf / "tokenizer_config.json"], (
         "export HF_TOKEN=hf_... (licence accepted on huggingface.co/meta-llama/Llama-3.1-8B) "
         "&& ftslurm assets download"
@@ -705,7 +705,6 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     checks.append(check_lighthouse(cfg.lighthouse, cfg.lighthouse_from_env, node_probe, login,
                                    skipped, managed))  # fmt: skip
 
-    files, _ = tokenizer_paths(cfg.device, cfg.assets)
     tok = check_tokenizer(cfg.device, cfg.assets, lambda p: p.is_file())
     checks.append(tok)
 
