@@ -15,6 +15,7 @@ Everything started is tracked by pid and stopped in a `finally`, also on Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -361,10 +362,8 @@ class LocalBackend(Backend):
             return []
         tree = procs.process_tree(pid)
         procs.kill_pids(tree, signal.SIGKILL)
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)  # our child: reap it
-        except ChildProcessError:
-            pass
         # torchrun's worker is in a session of its own and is not our child: a killed process
         # freeing a few GiB stays "alive" ~0.1 s; the demo ends with nothing of it left
         procs.wait_gone(lambda: any(procs.pid_alive(p) for p in tree), timeout=10.0)
