@@ -37,12 +37,11 @@ def normalize_job_state(raw: str | None) -> str:
     return SHORT_JOB_STATES.get(word, UNKNOWN)
 
 
-NODE_BASE_STATES = {
-    "idle", "allocated", "alloc", "mixed", "mix", "down", "drained", "drain", "draining",
-    "drng", "completing", "comp", "fail", "failing", "future", "futr", "maint", "reserved",
-    "resv", "unknown", "unk", "inval", "planned", "plnd", "power_down", "powered_down",
-    "powering_down", "powering_up", "reboot_issued", "reboot_requested", "perfctrs", "npc",
-    "blocked",
+NODE_BASE_STATES = {  # sinfo's short forms go through NODE_ALIASES first
+    "idle", "allocated", "mixed", "down", "drained", "drain", "draining", "completing", "fail",
+    "failing", "future", "maint", "reserved", "unknown", "inval", "planned", "power_down",
+    "powered_down", "powering_down", "powering_up", "reboot_issued", "reboot_requested",
+    "perfctrs", "npc", "blocked",
 }  # fmt: skip
 NODE_ALIASES = {
     "alloc": "allocated",
