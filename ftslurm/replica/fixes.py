@@ -93,16 +93,11 @@ def _quorum_line(manager: object) -> str:
     return f"[ftslurm] torchft quorum: {mode}"
 
 
-def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
-    """FTSLURM_HEAL_TIMEOUT_S as seconds (the launcher's plan has already refused bad values)."""
-    return knobs.get(os.environ if env is None else env, "FTSLURM_HEAL_TIMEOUT_S")
-
-
 def fix_heal_timeout() -> None:
     """Bug 4: torchft's HTTP checkpoint transport with FTSLURM_HEAL_TIMEOUT_S, not 60 s."""
     from torchft.checkpointing import HTTPTransport
 
-    timeout = timedelta(seconds=heal_timeout_s())
+    timeout = timedelta(seconds=knobs.get(os.environ, "FTSLURM_HEAL_TIMEOUT_S"))
     patch = _manager_patch()
     patch.kwargs["checkpoint_transport"] = lambda: HTTPTransport(timeout=timeout, num_chunks=0)
     patch.reports["heal_timeout"] = _transport_line
