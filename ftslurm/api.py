@@ -500,14 +500,11 @@ def submit_ft_array(
     _count("replicas", replicas)
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
-    view = {**os.environ, **knobs}
-    knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, view)
+    knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, {**os.environ, **knobs})
     knobs["FTSLURM_OUTPUTS"] = str(out)
-    view = {**view, **knobs}
-    for name in knoblib.INTERNAL:  # as on the node (ReplicaTask.env)
-        view.pop(name, None)
-    plan = planlib.preflight_ft(view, paths.project_root(), replicas)
-    jobs = _launch(ReplicaTask("job", knobs, str(out)), plan, 1, replicas, slurm_options)
+    task = ReplicaTask("job", knobs, str(out))
+    plan = planlib.preflight_ft(task.env(os.environ), paths.project_root(), replicas)  # as a node
+    jobs = _launch(task, plan, 1, replicas, slurm_options)
     array_id = int(str(jobs[0].job_id).split("_", 1)[0])
     handles = []
     for i, j in enumerate(jobs):
