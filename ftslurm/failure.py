@@ -7,11 +7,9 @@ when every try fails, the run says which node is still DOWN and the command that
 back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
 `ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
 
-Kill mode on the local cluster (every node shares this machine's /proc): the workers are
-selected by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their
-environment, so no other job or node is touched. On a real cluster the plan's `srun --overlap
-... pkill` runs on the node; FTSLURM_KILL_VIA=srun takes that path on the local cluster too,
-where the namespace limit keeps it on the node (a test does).
+Kill mode on the local cluster (every node shares this machine's /proc) selects the workers
+by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their environment, so
+no other job or node is touched (`kill_selection`: when the plan's srun + pkill runs instead).
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ failure are computed once (`make_plan`) and the executor only runs them.
 
 Kill mode and process trees: torchrun starts its worker with start_new_session=True, so a
 process-group kill misses the worker. We select processes by what they run instead: the
-python interpreter running the training module (`python -u -m ftslurm.replica.train`, also
-`torchtitan.train`), never torchrun, the launcher, slurmd or slurmstepd. On a real cluster
-the same regex goes to `pkill` through `srun --overlap` on the node (the allocation is
-exclusive, so the node runs only this job), limited to the node's UTS namespace.
+python interpreter running the training module (TRAIN_CMD_RE), never torchrun, the launcher,
+slurmd or slurmstepd; on a real cluster through `pkill` on the node (PKILL_ON_NODE).
 """
 
 from __future__ import annotations
