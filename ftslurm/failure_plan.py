@@ -76,6 +76,14 @@ def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
     return max(ids) if ids else None
 
 
+def ft_job(jobs: list[JobInfo], user: str | None = None) -> int:
+    """`newest_ft_job`, or a UserError saying to name the job."""
+    job = newest_ft_job(jobs, user)
+    if job is None:
+        raise UserError(f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID")
+    return job
+
+
 def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
@@ -119,12 +127,8 @@ def resolve_target(
     every refusal checked. Pure: the caller passes squeue's jobs and sinfo's nodes."""
     if (replica is None) == (node is None):
         raise UserError("give exactly one of --replica I or --node NAME")
-    if job is None:
-        job = newest_ft_job(jobs, user)
-        if job is None and replica is not None:
-            raise UserError(
-                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
-            )
+    if job is None:  # a node is enough without a job
+        job = newest_ft_job(jobs, user) if replica is None else ft_job(jobs, user)
     tasks = array_tasks(jobs, job) if job is not None else {}
     if replica is not None:
         t = tasks.get(replica)

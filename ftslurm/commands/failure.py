@@ -205,9 +205,7 @@ def _chaos(
     if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
-        job = failure_plan.newest_ft_job(client.current().jobs(), getpass.getuser())
-        if job is None:
-            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+        job = failure_plan.ft_job(client.current().jobs(), getpass.getuser())
     if mode == "node-down" and down_for >= every:
         say(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
 
