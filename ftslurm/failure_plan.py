@@ -196,10 +196,6 @@ class FailurePlan:
         }  # fmt: skip
 
 
-def default_reason(mode: str) -> str:
-    return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
-
-
 @dataclass(frozen=True)
 class KillSelection:
     """How kill mode finds the worker: local pids (local cluster) or srun + pkill."""
@@ -228,7 +224,7 @@ def make_plan(
     """The exact actions of one failure."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
-    reason = reason or default_reason(mode)
+    reason = reason or f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
     if mode == "node-down":
         acts = [
             Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),
