@@ -179,10 +179,6 @@ def lighthouse_address_problem(address: str) -> str | None:
     return None
 
 
-def _run_id(env: Mapping[str, str]) -> str:
-    return env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
-
-
 def _outputs(env: Mapping[str, str], root: Path) -> Path:
     return Path(knobs.get(env, "FTSLURM_OUTPUTS") or root / "outputs")
 
@@ -253,7 +249,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         )
     attempt = _first_int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
     gpus = _gpus(env, device)
-    run_id = _run_id(env)
+    run_id = env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
     dump = _dump(env, _outputs(env, root) / "torchft" / f"tft-{run_id}")
     ft_mode = knobs.get(env, "FT_MODE") or preset.ft_mode or "per-step"
     pg = knobs.get(env, "PROCESS_GROUP", device)
