@@ -234,6 +234,16 @@ def _cpu_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _torchrun(env: Mapping[str, str], torchrun: Sequence[str], nnodes: int, gpus: int,
+              endpoint: str, rdzv_id: str, tt_args: list[str]) -> list[str]:  # fmt: skip
+    """torchrun (`torchrun`, else FTSLURM_TORCHRUN, else the one on PATH) running the training
+    module on `gpus` ranks of each of `nnodes` nodes, rendezvous at `endpoint`."""
+    return [*(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
+            f"--nnodes={nnodes}", f"--nproc_per_node={gpus}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={endpoint}", f"--rdzv_id={rdzv_id}", "-m", TRAIN_MODULE,
+            *tt_args]  # fmt: skip
+
+
 def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous)."""
@@ -292,17 +302,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
-    argv = list(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"])
-    argv += [
-        "--nnodes=1",
-        f"--nproc_per_node={gpus}",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=localhost:0",
-        f"--rdzv_id=tft_{run_id}_{replica_id}",
-        "-m",
-        TRAIN_MODULE,
-        *tt,
-    ]
+    argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", f"tft_{run_id}_{replica_id}", tt)
     child_env = {
         "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
@@ -394,18 +394,9 @@ def build_classic_plan(
         *_srun_cpus(env),
         "--kill-on-bad-exit=1",
     ]
-    argv = [
-        *([] if local else srun),
-        *(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
-        f"--nnodes={nnodes}",
-        f"--nproc_per_node={gpus}",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=localhost:0" if local else f"--rdzv_endpoint={head_node}:{port}",
-        f"--rdzv_id=classic_{run_id}",
-        "-m",
-        TRAIN_MODULE,
-        *tt,
-    ]
+    endpoint = "localhost:0" if local else f"{head_node}:{port}"
+    argv = [*([] if local else srun),
+            *_torchrun(env, torchrun, nnodes, gpus, endpoint, f"classic_{run_id}", tt)]
     child_env = {"FTSLURM_DEVICE": device}
     if device == "cpu":
         child_env.update(_cpu_env(env))
