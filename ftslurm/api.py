@@ -9,44 +9,28 @@
     run.replicas[1].log_path  # outputs/torchft/tft-<job>/tft-<job>_1.out (`ftslurm report`)
     run.cancel()
 
-What runs where. submitit's Slurm executor pickles a callable (`ReplicaTask`) into
-`outputs/submitit/` and submits one sbatch array (`--array=0-<N-1>`, one node and one task per
-array task). On the node, submitit's `python -m submitit.core._submit` (with the *same
-interpreter path* as the submitting Python, `sys.executable`: a venv on the shared filesystem)
-unpickles it, and the callable runs the same launcher as the sbatch script,
-`ftslurm.replica.job.main(["job"], env)`, with the env knobs of `ftslurm/knobs.py`
-(DEVICE, STEPS, TORCHFT_LIGHTHOUSE, ...). It appends its stdout/stderr (and torchrun's, which
-inherits them) to `outputs/torchft/tft-<job>/tft-<job>_<i>.out`, the file the sbatch script
-writes, so the launcher's banner line (`launching replica i (attempt a) on node`) starts every
-attempt and `ftslurm report` / `status` / `logs` read an API run like a script run.
-submitit's own logs (`<job>_<task>_0_log.out|err`: its unpickling, the result) stay in
-`outputs/submitit/`, never in the run folder, so the report does not read them as replicas.
-
-The launcher runs in the batch step (`use_srun=False`), as in the sbatch script: the classic
-launcher itself calls `srun` across the nodes, and Slurm's cancel/requeue signals reach the
+What runs where. submitit pickles a callable (`ReplicaTask`) into `outputs/submitit/` and
+submits one sbatch array (one node and one task per array task). On the node, submitit
+unpickles it with the submitting interpreter's path (`sys.executable`: a venv on the shared
+filesystem), and it runs the sbatch script's launcher, `ftslurm.replica.job.main`, appending
+to the file the script writes (`outputs/torchft/tft-<job>/tft-<job>_<i>.out`), so the
+launcher's banner starts every attempt and `ftslurm report` / `status` / `logs` read an API
+run like a script run. submitit's own logs stay in `outputs/submitit/`, where the report does
+not take them for replicas. The launcher runs in the batch step (`use_srun=False`), as in the
+script: the classic launcher calls `srun` itself, and Slurm's cancel/requeue signals reach the
 launcher, which forwards them to torchrun.
 
-Requeue semantics (why not submitit's). submitit requeues a job only from its USR2 handler
-(sent `signal_delay_s` before the time limit, or on preemption) and only usefully for
-`Checkpointable` callables that save a checkpoint to resume from. An FT replica does not
-resume from its own checkpoint: it heals from a live peer. So the sbatch array keeps Slurm's
-`--requeue` (passed as an additional sbatch parameter), exactly like the script:
+Requeue semantics (why not submitit's). submitit requeues a job only from its USR2 handler,
+and usefully only for `Checkpointable` callables that resume from their own checkpoint. An FT
+replica heals from a live peer instead, so the array keeps Slurm's `--requeue`, as the script
+does: a node that goes DOWN puts its task back in the queue (submitit's pickle is still there,
+so the requeued task runs the same callable and logs its next attempt in the same file); a
+crashed training process is requeued by the launcher itself (FT_MAX_REQUEUES); USR2 is
+ignored (no checkpoint to take, and its default would end the replica).
 
-- a node goes DOWN (or fails): Slurm kills the replica's task and puts it back in the queue
-  (`SLURM_RESTART_COUNT` + 1); submitit's pickle is still in its folder, so the requeued task
-  unpickles the same callable, the launcher logs `launching replica i (attempt a+1)` in the
-  same log file, and the replica heals from a peer once it gets a node. The other replicas
-  keep training meanwhile;
-- the training process crashes (OOM kill, exception): the launcher itself runs
-  `scontrol requeue <job>_<i>` up to FT_MAX_REQUEUES times (see `ftslurm.replica.job`);
-- USR2 (submitit's timeout/preemption signal) is ignored by the callable: there is no
-  checkpoint to take, and its default would end the replica. The time limit defaults to the
-  partition's (`timeout_min=` sets one).
-
-submitit runs `sbatch` itself (its own subprocess call, inside the library this API is built
-on); everything else here (state, cancel) goes through `ftslurm.slurm.client`.
-`submitit`'s job state uses `sacct`, which clusters without accounting (the local cluster)
-lack, so states come from `squeue`.
+submitit runs `sbatch` itself; everything else (state, cancel) goes through
+`ftslurm.slurm.client`. States come from `squeue`: submitit's come from `sacct`, which
+clusters without accounting (the local cluster) lack.
 """
 
 from __future__ import annotations
@@ -73,10 +57,6 @@ from ftslurm.slurm import client
 SUBMITIT_DIRNAME = "submitit"
 # Any of these from the caller sizes the job's memory (instead of the scripts' --mem=0).
 _MEMORY_OPTIONS = frozenset({"mem", "mem_gb", "mem_per_cpu", "mem_per_gpu"})
-# The launcher's internal channels (replica id, group size, attempt, run id...): Slurm's
-# variables name the replica inside an array, and stale copies exported from the submitting
-# shell must not override them.
-_REPLICA_OVERRIDES = knoblib.INTERNAL
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                    "BOOT_FAIL", "DEADLINE", "PREEMPTED")  # fmt: skip
 
@@ -101,7 +81,10 @@ class ReplicaTask:
     def env(self, node_env: Mapping[str, str]) -> dict[str, str]:
         env = {**node_env, **self.knobs}
         if self.kind == "job":
-            for name in _REPLICA_OVERRIDES:
+            # the launcher's internal channels (replica id, group size, attempt, run id...):
+            # Slurm's variables name the replica inside an array, and stale copies exported
+            # from the submitting shell must not override them
+            for name in knoblib.INTERNAL:
                 env.pop(name, None)
             if not env.get("SLURM_ARRAY_JOB_ID"):
                 # one replica is a plain job (submitit submits a single callable without
@@ -202,7 +185,7 @@ class ReplicaHandle:
     @property
     def state(self) -> str:
         """Slurm's state (PENDING, RUNNING, COMPLETED, ...), or UNKNOWN once Slurm forgot it."""
-        for j in client.jobs(self.array_job_id):
+        for j in client.current().jobs(self.array_job_id):
             if j.key == self.job_id or (j.array_task_id is None and str(j.job_id) == self.job_id):
                 return j.state
         return self._state_from_submitit()
@@ -223,11 +206,6 @@ class ReplicaHandle:
             return "UNKNOWN"
         return "COMPLETED" if outcome == "success" else "FAILED"
 
-    @property
-    def submitit_stdout(self) -> Path | None:
-        """submitit's own log of this task (unpickling, result), not the training log."""
-        return Path(self.submitit_job.paths.stdout) if self.submitit_job is not None else None
-
     def text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -235,7 +213,7 @@ class ReplicaHandle:
             return ""
 
     def cancel(self) -> None:
-        client.scancel(self.job_id)
+        client.current().scancel(self.job_id)
 
     def wait(self, timeout: float = 3600, interval: float = 2.0) -> str:
         """Wait until Slurm says this job finished; return its final state (UNKNOWN when
@@ -265,7 +243,7 @@ class FTArray:
         """The states and the replicas held by Slurm (`scontrol release`), one squeue call."""
         from ftslurm.slurm.parse import is_held
 
-        by_task = {j.array_task_id: j for j in client.jobs(self.job_id)}
+        by_task = {j.array_task_id: j for j in client.current().jobs(self.job_id)}
         held = {t for t, j in by_task.items() if t is not None and is_held(j)}
         if len(self.replicas) == 1 and not by_task.get(0):
             return {0: self.replicas[0].state}, held
@@ -313,12 +291,7 @@ class FTArray:
 
     def cancel(self) -> None:
         """scancel the whole array (every replica)."""
-        client.scancel(str(self.job_id))
-
-    def report_command(self, lighthouse_log: str | Path | None = None) -> list[str]:
-        """The `ftslurm report` command line for this run."""
-        cmd = ["ftslurm", "report", str(self.log_dir)]
-        return [*cmd, "--lighthouse", str(lighthouse_log)] if lighthouse_log else cmd
+        client.current().scancel(str(self.job_id))
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,7 +353,7 @@ def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
 def partition_time_limit(partition: str | None) -> int:
     """The partition's time limit in minutes (0 = none): a replica should run as long as the
     partition allows. submitit always writes --time (default 5 min), so we pass this one."""
-    limits, default = client.partition_limits()
+    limits, default = client.current().partition_limits()
     key = partition or default
     if key not in limits:
         raise UserError(
@@ -437,7 +410,7 @@ def _slurm_conf_for_submitit() -> Iterator[None]:
     """submitit runs `sbatch` with os.environ: give it SLURM_CONF when ftslurm would find the
     local cluster's, for the duration of the submission only (it is exported to the job too,
     where the launcher's `scontrol requeue` needs it)."""
-    conf = client.slurm_env().get("SLURM_CONF")
+    conf = client.current().environment().get("SLURM_CONF")
     if conf is None or "SLURM_CONF" in os.environ:
         yield
         return
@@ -489,6 +462,19 @@ def _nproc(plan: planlib.Plan) -> int:
     return int(arg.split("=", 1)[1])
 
 
+def _launch(task: ReplicaTask, plan: planlib.Plan, nodes: int, count: int,
+            slurm_options: dict[str, Any]) -> list[Any]:  # fmt: skip
+    """Submit `count` copies of `task` as the preflight `plan` sized them; the submitit jobs.
+    FT replicas (`kind` job) get `--requeue`, the classic job does not."""
+    task.knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
+    ft = task.kind == "job"
+    slurm_options.setdefault("job_name", FT_JOB_NAME if ft else CLASSIC_JOB_NAME)
+    if "timeout_min" not in slurm_options and "time" not in slurm_options:
+        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
+    params = executor_parameters(plan.device, _nproc(plan), nodes, ft, **slurm_options)
+    return _submit(_executor(Path(task.outputs) / SUBMITIT_DIRNAME, params), task, count)
+
+
 def submit_ft_array(
     replicas: int = 2,
     config: str | Mapping[str, str] | None = None,
@@ -514,23 +500,11 @@ def submit_ft_array(
     _count("replicas", replicas)
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
-    view = {**os.environ, **knobs}
-    knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, view)
+    knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, {**os.environ, **knobs})
     knobs["FTSLURM_OUTPUTS"] = str(out)
-    view = {**view, **knobs}
-    for name in _REPLICA_OVERRIDES:
-        view.pop(name, None)
-    plan = planlib.preflight_ft(view, paths.project_root(), replicas)
-    knobs["DEVICE"] = plan.device  # the node's resources and the launcher agree
-    gpus = _nproc(plan)
-    slurm_options.setdefault("job_name", FT_JOB_NAME)
-    if "timeout_min" not in slurm_options and "time" not in slurm_options:
-        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
-    params = executor_parameters(plan.device, gpus, 1, **slurm_options)
-    folder = out / SUBMITIT_DIRNAME
-    ex = _executor(folder, params)
     task = ReplicaTask("job", knobs, str(out))
-    jobs = _submit(ex, task, replicas)
+    plan = planlib.preflight_ft(task.env(os.environ), paths.project_root(), replicas)  # as a node
+    jobs = _launch(task, plan, 1, replicas, slurm_options)
     array_id = int(str(jobs[0].job_id).split("_", 1)[0])
     handles = []
     for i, j in enumerate(jobs):
@@ -539,7 +513,7 @@ def submit_ft_array(
                if "_" in jid else {"FTSLURM_RUN_ID": jid, "FTSLURM_REPLICA_ID": "0"})  # fmt: skip
         handles.append(ReplicaHandle(jid, i, _log_path("job", out, env), j))
     return FTArray(array_id, handles, logvocab.run_dir(array_id, out),
-                   knobs["TORCHFT_LIGHTHOUSE"], folder)  # fmt: skip
+                   knobs["TORCHFT_LIGHTHOUSE"], out / SUBMITIT_DIRNAME)  # fmt: skip
 
 
 def submit_classic(
@@ -561,15 +535,7 @@ def submit_classic(
     knobs = _knobs(config)
     knobs["FTSLURM_OUTPUTS"] = str(out)
     plan = planlib.preflight_classic({**os.environ, **knobs}, paths.project_root(), nodes)
-    knobs["DEVICE"] = plan.device
-    gpus = _nproc(plan)
-    slurm_options.setdefault("job_name", CLASSIC_JOB_NAME)
-    if "timeout_min" not in slurm_options and "time" not in slurm_options:
-        slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
-    params = executor_parameters(plan.device, gpus, nodes, requeue=False, **slurm_options)
-    folder = out / SUBMITIT_DIRNAME
-    ex = _executor(folder, params)
-    (job,) = _submit(ex, ReplicaTask("classic", knobs, str(out)), 1)
+    (job,) = _launch(ReplicaTask("classic", knobs, str(out)), plan, nodes, 1, slurm_options)
     jid = str(job.job_id)
     return ReplicaHandle(jid, 0, _log_path("classic", out, {"SLURM_JOB_ID": jid}), job,
                          kind="classic")  # fmt: skip

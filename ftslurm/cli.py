@@ -64,7 +64,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        if ctx.resilient_parsing or _listing_help(ctx):
+        if ctx.resilient_parsing or _listing_help():
             # `ftslurm --help`: show the short help without importing the module.
             return click.Command(cmd_name, help=COMMANDS[cmd_name][1])
         module_name, attr = COMMANDS[cmd_name][0].split(":")
@@ -108,7 +108,7 @@ def _command_path(args: list[str]) -> str:
     return " ".join(path)
 
 
-def _listing_help(ctx: click.Context) -> bool:
+def _listing_help() -> bool:
     args = sys.argv[1:]
     return bool(args) and args[0] in ("--help", "-h")
 

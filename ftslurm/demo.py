@@ -15,6 +15,7 @@ Everything started is tracked by pid and stopped in a `finally`, also on Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ftslurm import logvocab, paths, procs
 from ftslurm.errors import UserError
-from ftslurm.report.events import InjectedEvent
+from ftslurm.report.events import InjectedEvent, append_event, now_iso
 from ftslurm.wait import WaitTimeout, free_port, wait_for
 
 Say = Callable[[str], None]
@@ -191,13 +192,8 @@ class Backend:
         return self.run_dir / "events.jsonl"
 
     def record(self, action: str, replica: int | None, node: str | None, detail: str) -> None:
-        ev = InjectedEvent(
-            time=_now_iso(), action=action, replica=replica, node=node, job=self.run_id,
-            detail=detail,
-        )  # fmt: skip
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.events_path, "a") as f:
-            f.write(ev.to_json_line() + "\n")
+        ev = InjectedEvent(now_iso(), action, replica, node, self.run_id, detail)
+        append_event(ev, self.events_path)
 
     def poll(self) -> list[ReplicaLog]:
         for log in self.logs:
@@ -227,12 +223,6 @@ class Backend:
 
     def teardown(self) -> None:
         raise NotImplementedError
-
-
-def _now_iso() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
 def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
@@ -299,8 +289,9 @@ class SlurmBackend(Backend):
         from ftslurm import failure, failure_plan
         from ftslurm.slurm import client
 
+        slurm = client.current()
         target = failure_plan.resolve_target(
-            client.jobs(), client.nodes(), replica=replica, node=None, job=self.job,
+            slurm.jobs(), slurm.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
         plan = failure_plan.make_plan(
@@ -317,7 +308,7 @@ class SlurmBackend(Backend):
         from ftslurm.slurm import client
 
         if self.job is not None:
-            client.scancel(str(self.job), check=False)
+            client.current().scancel(str(self.job), check=False)
             self.say(f"job {self.job} cancelled")
         self.stop_lighthouse()
         if self.started_cluster:
@@ -371,10 +362,8 @@ class LocalBackend(Backend):
             return []
         tree = procs.process_tree(pid)
         procs.kill_pids(tree, signal.SIGKILL)
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)  # our child: reap it
-        except ChildProcessError:
-            pass
         # torchrun's worker is in a session of its own and is not our child: a killed process
         # freeing a few GiB stays "alive" ~0.1 s; the demo ends with nothing of it left
         procs.wait_gone(lambda: any(procs.pid_alive(p) for p in tree), timeout=10.0)

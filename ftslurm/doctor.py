@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftslurm import paths
+from ftslurm import knobs, paths
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.runner import CommandError
@@ -110,7 +110,7 @@ class DoctorConfig:
     """What to check against (defaults: the environment a job would get)."""
 
     device: str = "cuda"
-    lighthouse: str = planlib.DEFAULT_LIGHTHOUSE
+    lighthouse: str = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default
     lighthouse_from_env: bool = False
     assets: Path = field(default_factory=lambda: paths.project_root() / "assets")
     requirements: Path = field(default_factory=lambda: paths.project_root() / "requirements.txt")
@@ -127,7 +127,7 @@ class DoctorConfig:
         lh = env.get("TORCHFT_LIGHTHOUSE")
         cfg = cls(
             device=device,
-            lighthouse=lh or planlib.DEFAULT_LIGHTHOUSE,
+            lighthouse=lh or knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default,
             lighthouse_from_env=bool(lh),
             node_python=paths.job_python(env),  # what `ftslurm submit` passes the job
             env=env,
@@ -147,6 +147,17 @@ def _needs_controller(name: str) -> Check:
         name, WARN, "not checked: the Slurm controller is not answering",
         "fix `slurm controller` first, then run `ftslurm doctor` again",
     )  # fmt: skip
+
+
+def _skipped_fix(why: str) -> str:
+    """The fix of a probe that found no compute node to run on (`why`)."""
+    if "controller" in why:
+        return "fix `slurm controller` first"
+    return "run `ftslurm doctor` again when a compute node is idle"
+
+
+def _not_probed(name: str, why: str) -> Check:
+    return Check(name, WARN, f"not checked ({why})", _skipped_fix(why))
 
 
 def check_tools(found: Mapping[str, str | None]) -> Check:
@@ -322,9 +333,7 @@ def check_lighthouse(
     if login.ok:
         return Check(
             name, WARN, f"{where}: {login.output} from this login node; not probed from a "
-            f"compute node{why}",
-            "fix `slurm controller` first" if "controller" in node_skipped_why
-            else "run `ftslurm doctor` again when a compute node is idle",
+            f"compute node{why}", _skipped_fix(node_skipped_why),
         )  # fmt: skip
     return Check(name, FAIL, f"{where}: not answering from here ({login.output}){why}", start_fix)
 
@@ -332,16 +341,16 @@ def check_lighthouse(
 def tokenizer_paths(device: str, assets: Path) -> tuple[list[Path], str]:
     """The files the launcher's torchtitan arguments point at (paths from plan.py), and the
     command that makes them."""
-    root = Path("/r")
+    root = Path("/r")  # plan.py's paths under a stand-in root, moved into `assets`
+
+    def moved(path: Path) -> Path:
+        return assets / path.relative_to(root / "assets")
+
     if device == "cpu":
-        tok, data = planlib.local_assets(root)
-        tok, data = (
-            assets / tok.relative_to(root / "assets"),
-            assets / data.relative_to(root / "assets"),
-        )
+        tok, data = map(moved, planlib.local_assets(root))
         files = [tok / "tokenizer.json", tok / "tokenizer_config.json", data / "data.jsonl"]
         return files, "ftslurm assets make-local (~5 s, no network)"
-    hf = assets / planlib.hf_assets(root).relative_to(root / "assets")
+    hf = moved(planlib.hf_assets(root))
     return [hf / "tokenizer.json", hf / "tokenizer_config.json"], (
         "export HF_TOKEN=hf_... (licence accepted on huggingface.co/meta-llama/Llama-3.1-8B) "
         "&& ftslurm assets download"
@@ -404,11 +413,8 @@ def satisfies(version: str, spec: str) -> bool:
         from packaging.version import Version
 
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except ImportError:
-        pass
-    except Exception:  # noqa: BLE001 - an odd version string: fall back to numbers
-        pass
-    return satisfies_simple(version, spec)
+    except Exception:  # noqa: BLE001 - no packaging, or an odd version string: numbers
+        return satisfies_simple(version, spec)
 
 
 def satisfies_simple(version: str, spec: str) -> bool:
@@ -494,9 +500,7 @@ def check_secret(name: str, env: Mapping[str, str], device: str, tokenizer_ok: b
 def check_shared_fs(path: Path, node: Probe | None, token: str, skipped_why: str = "") -> Check:
     name = "shared filesystem"
     if node is None:
-        fix = ("fix `slurm controller` first" if "controller" in skipped_why
-               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
-        return Check(name, WARN, f"not checked ({skipped_why})", fix)
+        return _not_probed(name, skipped_why)
     if node.ok and node.output.strip() == token:
         return Check(name, PASS, f"a file written here under {path.parent} is read on {node.where}")
     return Check(
@@ -545,9 +549,7 @@ def check_peer_addresses(
     weaker check, so a warning at most."""
     name = "replica addresses"
     if advertiser is None:
-        fix = ("fix `slurm controller` first" if "controller" in skipped_why
-               else "run `ftslurm doctor` again when a compute node is idle")  # fmt: skip
-        return Check(name, WARN, f"not checked ({skipped_why})", fix)
+        return _not_probed(name, skipped_why)
     rerun = ("run the interpreter the scripts use (FTSLURM_PYTHON) on a compute node: "
              "`srun -N1 python3 -c 'import socket'`")  # fmt: skip
     info = parse_advertise_probe(advertiser.output) if advertiser.ok else None
@@ -652,7 +654,7 @@ def _installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
 def run_checks(cfg: DoctorConfig) -> list[Check]:
     """Observe and judge, in order; a dead controller skips what needs it."""
     checks: list[Check] = []
-    env = client.slurm_env(check_conf=False)
+    env = client.current().environment(check_conf=False)
     env.update({k: v for k, v in cfg.env.items() if k == "SLURM_CONF"})
     slurm = client.current(env=env)
     found = slurm.tools()
@@ -703,7 +705,6 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     checks.append(check_lighthouse(cfg.lighthouse, cfg.lighthouse_from_env, node_probe, login,
                                    skipped, managed))  # fmt: skip
 
-    files, _ = tokenizer_paths(cfg.device, cfg.assets)
     tok = check_tokenizer(cfg.device, cfg.assets, lambda p: p.is_file())
     checks.append(tok)
 
@@ -715,7 +716,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         checks.append(Check("python packages", WARN, f"cannot read {cfg.requirements}: "
                             f"{e.strerror}", "run from the ftslurm checkout"))  # fmt: skip
 
-    for name in planlib.SECRET_ENV:
+    for name in knobs.SECRETS:
         checks.append(check_secret(name, cfg.env, cfg.device, tok.status == PASS))
 
     checks.append(_shared_fs(cfg, idle_node, slurm, skipped))

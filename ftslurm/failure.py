@@ -7,11 +7,9 @@ when every try fails, the run says which node is still DOWN and the command that
 back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
 `ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
 
-Kill mode on the local cluster (every node shares this machine's /proc): the workers are
-selected by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their
-environment, so no other job or node is touched. On a real cluster the plan's `srun --overlap
-... pkill` runs on the node; FTSLURM_KILL_VIA=srun takes that path on the local cluster too,
-where the namespace limit keeps it on the node (a test does).
+Kill mode on the local cluster (every node shares this machine's /proc) selects the workers
+by pid, in the node's UTS namespace and with the task's SLURM_JOB_ID in their environment, so
+no other job or node is touched (`kill_selection`: when the plan's srun + pkill runs instead).
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ import shlex
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,7 +211,6 @@ class Outcome:
     recovered: bool | None = None  # None: not waited for
     new_node: str | None = None
     restarts: int | None = None
-    killed: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         t = self.plan.target
@@ -240,6 +238,7 @@ class _Execution:
         self.watch = wait_recovered and plan.target.replica is not None
         self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
         self.owes_resume = False
+        self.slurm = client.current()
         self.t0, self.last = time.monotonic(), 0.0
         self.running_again: JobInfo | None = None
         t = plan.target
@@ -263,7 +262,7 @@ class _Execution:
         self.last = at
 
     def task(self) -> JobInfo | None:
-        return client.array_tasks(self.t.job).get(self.t.replica)  # type: ignore[arg-type]
+        return self.slurm.array_tasks(self.t.job).get(self.t.replica)  # type: ignore[arg-type]
 
     def back(self) -> JobInfo | None:
         """The task, once it runs again after this failure (a higher restart count)."""
@@ -301,7 +300,7 @@ class _Execution:
         with atomic():
             for wait in (*RESUME_WAITS_S, None):
                 try:
-                    client.update_node(node, "RESUME")
+                    self.slurm.update_node(node, "RESUME")
                     break
                 except Exception as e:  # noqa: BLE001 - whatever failed: try again, then say it
                     if wait is None:
@@ -321,7 +320,7 @@ class _Execution:
         with atomic() as got:
             self.owes_resume = True  # before the call: a Ctrl-C may stop scontrol after DOWN
             try:
-                client.update_node(t.node, "DOWN", self.plan.reason)
+                self.slurm.update_node(t.node, "DOWN", self.plan.reason)
             except Exception:
                 self.owes_resume = bool(got)  # scontrol refused (no root): nothing to undo
                 raise
@@ -346,7 +345,7 @@ class _Execution:
 
     def requeue(self, a: Action) -> None:
         with atomic():
-            client.requeue(a.argv[-1])
+            self.slurm.requeue(a.argv[-1])
             self.record("requeue", shlex.join(a.argv))
             self.say(f"requeued {a.argv[-1]} ({self.t.describe()})")
         self.phase(f"requeue {a.argv[-1]}")
@@ -354,7 +353,6 @@ class _Execution:
     def kill_local(self, a: Action) -> None:
         with atomic():
             procs.kill_pids(list(a.pids), signal.SIGKILL)
-            self.out.killed = a.pids
             self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}")
             self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.t.describe()})")
         self.phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
@@ -362,7 +360,7 @@ class _Execution:
     def kill_srun(self, a: Action) -> None:
         with atomic():
             try:
-                client.call(a.argv, timeout=60)
+                self.slurm.call(a.argv, timeout=60)
             except CommandError as e:
                 if e.returncode != 1:
                     raise
@@ -474,7 +472,7 @@ def run_chaos(
                     time.sleep(min(wait, 0.5))
                 t_tick = time.monotonic()
                 while True:
-                    tasks = client.array_tasks(job)
+                    tasks = client.current().array_tasks(job)
                     pick = failure_plan.chaos_pick(tasks, rng, live(tasks) if live else None)
                     if pick is not None or time.monotonic() - t_tick >= wait_live:
                         break
@@ -505,9 +503,7 @@ def run_chaos(
 
 
 def chaos_summary_line(summary: ChaosSummary) -> str:
-    modes: dict[str, int] = {}
-    for o in summary.events:
-        modes[o.plan.mode] = modes.get(o.plan.mode, 0) + 1
+    modes = Counter(o.plan.mode for o in summary.events)
     by_mode = ", ".join(f"{m} x{n}" for m, n in sorted(modes.items())) or "none"
     replicas = sorted(
         {o.plan.target.replica for o in summary.events if o.plan.target.replica is not None}

@@ -8,10 +8,8 @@ failure are computed once (`make_plan`) and the executor only runs them.
 
 Kill mode and process trees: torchrun starts its worker with start_new_session=True, so a
 process-group kill misses the worker. We select processes by what they run instead: the
-python interpreter running the training module (`python -u -m ftslurm.replica.train`, also
-`torchtitan.train`), never torchrun, the launcher, slurmd or slurmstepd. On a real cluster
-the same regex goes to `pkill` through `srun --overlap` on the node (the allocation is
-exclusive, so the node runs only this job), limited to the node's UTS namespace.
+python interpreter running the training module (TRAIN_CMD_RE), never torchrun, the launcher,
+slurmd or slurmstepd; on a real cluster through `pkill` on the node (PKILL_ON_NODE).
 """
 
 from __future__ import annotations
@@ -78,6 +76,14 @@ def newest_ft_job(jobs: list[JobInfo], user: str | None = None) -> int | None:
     return max(ids) if ids else None
 
 
+def ft_job(jobs: list[JobInfo], user: str | None = None) -> int:
+    """`newest_ft_job`, or a UserError saying to name the job."""
+    job = newest_ft_job(jobs, user)
+    if job is None:
+        raise UserError(f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID")
+    return job
+
+
 def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
@@ -121,12 +127,8 @@ def resolve_target(
     every refusal checked. Pure: the caller passes squeue's jobs and sinfo's nodes."""
     if (replica is None) == (node is None):
         raise UserError("give exactly one of --replica I or --node NAME")
-    if job is None:
-        job = newest_ft_job(jobs, user)
-        if job is None and replica is not None:
-            raise UserError(
-                f"no running FT job array found (job name {FT_JOB_NAME}): pass --job ID"
-            )
+    if job is None:  # a node is enough without a job
+        job = newest_ft_job(jobs, user) if replica is None else ft_job(jobs, user)
     tasks = array_tasks(jobs, job) if job is not None else {}
     if replica is not None:
         t = tasks.get(replica)
@@ -194,10 +196,6 @@ class FailurePlan:
         }  # fmt: skip
 
 
-def default_reason(mode: str) -> str:
-    return f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
-
-
 @dataclass(frozen=True)
 class KillSelection:
     """How kill mode finds the worker: local pids (local cluster) or srun + pkill."""
@@ -226,7 +224,7 @@ def make_plan(
     """The exact actions of one failure."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
-    reason = reason or default_reason(mode)
+    reason = reason or f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
     if mode == "node-down":
         acts = [
             Action("down", tuple(slurm_args.node_update_cmd(target.node, "DOWN", reason))),

@@ -1,17 +1,12 @@
 """Every environment variable ftslurm reads (its "knobs"), in one typed registry.
 
-Why one registry: the knobs used to be listed by hand in plan.py's docstring, in
-`ftslurm submit` (the names it passes under a restricting --export), in the tests, in both
-sbatch scripts and in the README, and booleans were parsed three ways that disagreed
-(`FTSLURM_CHECKSUM_ASYNC=off` left it on). Now:
-
-- every read of a knob goes through `get` (one parser per type, one boolean parser:
-  1/0, true/false, yes/no, on/off; anything else is a `UserError` naming the knob);
-- `check` validates every public knob set in an environment: the launcher's plan calls it,
-  so `ftslurm submit`, the Python API and the launcher's own start refuse a bad value in one
-  line (exit 2) before the queue wait, not on every rank after it;
-- the knob tables of the sbatch scripts' headers and of the README are rendered from here
-  (`python -m ftslurm.knobs --write` rewrites them; tests/test_knobs.py fails when they drift).
+Why one registry: the knobs were listed by hand in five places (plan.py, `ftslurm submit`,
+the tests, both sbatch scripts, the README) and booleans were parsed three ways that
+disagreed (`FTSLURM_CHECKSUM_ASYNC=off` left it on). Now every read goes through `get` (one
+parser per type; a bad value is a `UserError` naming the knob); `check`, which the launcher's
+plan calls, makes `ftslurm submit`, the Python API and the launcher refuse a bad value in one
+line before the queue wait, not on every rank after it; and the knob tables of the scripts
+and the README are rendered from here (`--write`; tests/test_knobs.py fails when they drift).
 
 Imports nothing heavy (the standard library, ftslurm.errors and ftslurm.paths' file names):
 the launcher, the training worker and the CLI all read it.

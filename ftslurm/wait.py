@@ -35,16 +35,3 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         return s.getsockname()[1]
 
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct free ports (sockets held open together so none repeats)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()

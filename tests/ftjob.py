@@ -57,7 +57,7 @@ class FTRun:
         return list(checksum.parse(self.text(task).splitlines()))
 
     def tasks(self):
-        return {j.array_task_id: j for j in client.jobs(self.job)}
+        return {j.array_task_id: j for j in client.current().jobs(self.job)}
 
     def lighthouse_log(self) -> str:
         return Path(self.lighthouse.log_path).read_text(errors="replace")
@@ -86,7 +86,7 @@ def submit_ft(
     """`DEVICE=cpu ftslurm submit --array=0-(N-1)` of the real FT script, from the repo root
     (where users run it), its outputs in `outputs`."""
     full = {
-        **client.slurm_env(),
+        **client.current().environment(),
         "DEVICE": "cpu",
         "STEPS": str(steps),
         "TORCHFT_LIGHTHOUSE": lh.address,
@@ -105,13 +105,14 @@ def submit_ft(
 
 
 def cancel(job: int) -> None:
-    subprocess.run(["scancel", str(job)], env=client.slurm_env(), timeout=30, check=False)
+    subprocess.run(["scancel", str(job)], env=client.current().environment(), timeout=30,
+                   check=False)  # fmt: skip
 
 
 def resume_all_nodes() -> None:
-    for node, state in client.nodes().items():
+    for node, state in client.current().nodes().items():
         if "down" in state or "drain" in state:
-            client.update_node(node, "RESUME")
+            client.current().update_node(node, "RESUME")
 
 
 def env_without(*names: str) -> dict[str, str]:

@@ -302,7 +302,8 @@ def test_replica_task_runs_the_launcher_into_the_scripts_log(tmp_path, monkeypat
 
 
 def _gone(job: int) -> bool:
-    return all(j.state not in ("PENDING", "RUNNING", "COMPLETING") for j in client.jobs(job))
+    jobs = client.current().jobs(job)
+    return all(j.state not in ("PENDING", "RUNNING", "COMPLETING") for j in jobs)
 
 
 @pytest.mark.slurm
@@ -372,16 +373,16 @@ def test_api_replica_whose_node_goes_down_is_requeued_into_the_same_log(slurm_cl
         run = ftslurm.submit_ft_array(2, {"DEVICE": "cpu"}, "http://login-0:1", outputs=tmp_path)
         replica = run.replicas[1]
         wait_for(lambda: "(attempt 0)" in replica.text(), 90, what="replica 1 launched")
-        node = {j.array_task_id: j.node for j in client.jobs(run.job_id)}[1]
-        client.update_node(node, "DOWN", "ftslurm api test")
+        node = {j.array_task_id: j.node for j in client.current().jobs(run.job_id)}[1]
+        client.current().update_node(node, "DOWN", "ftslurm api test")
         try:
             wait_for(lambda: replica.state == "PENDING", 30, what="replica 1 requeued")
             assert run.states()[0] == "RUNNING"
         finally:
-            client.update_node(node, "RESUME")
+            client.current().update_node(node, "RESUME")
         wait_for(lambda: "(attempt 1)" in replica.text(), 90, what="attempt 1 in the same log")
         assert replica.text().count("launching replica 1 (attempt") == 2
-        assert {j.array_task_id: j.restarts for j in client.jobs(run.job_id)}[1] == 1
+        assert {j.array_task_id: j.restarts for j in client.current().jobs(run.job_id)}[1] == 1
     finally:
         if run is not None:
             run.cancel()

@@ -17,7 +17,7 @@ from tests.ftjob import CLASSIC_SCRIPT, ROOT, STEP_RE, cancel
 @pytest.mark.timeout(300)
 def test_classic_script_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path):
     env = {
-        **client.slurm_env(),
+        **client.current().environment(),
         "DEVICE": "cpu",
         "STEPS": "4",
         "RDZV_PORT": str(free_port()),
@@ -33,7 +33,7 @@ def test_classic_script_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path)
     try:
         running = ("PENDING", "RUNNING", "COMPLETING")
         final = wait_for(
-            lambda: (j := client.jobs(job)) and j[0].state not in running and j[0],
+            lambda: (j := client.current().jobs(job)) and j[0].state not in running and j[0],
             240, interval=1, what="classic job to finish",
         )  # fmt: skip
         log = (tmp_path / f"classic-{job}.out").read_text(errors="replace")

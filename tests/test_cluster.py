@@ -47,9 +47,10 @@ def test_node_command_is_an_argument_list_with_the_node_name():
 @pytest.mark.slurm
 @pytest.mark.timeout(60)
 def test_sinfo_shows_n_idle_nodes(slurm_cluster):
-    assert sorted(client.nodes()) == slurm_cluster.node_names
+    assert sorted(client.current().nodes()) == slurm_cluster.node_names
     # earlier tests' cancelled jobs may still be completing on a node
-    wait_for(lambda: all(s == "idle" for s in client.nodes().values()), 30, what="idle nodes")
+    wait_for(lambda: all(s == "idle" for s in client.current().nodes().values()), 30,
+             what="idle nodes")  # fmt: skip
 
 
 @pytest.mark.slurm
@@ -58,7 +59,7 @@ def test_job_hostname_is_node_name_and_login_resolves(slurm_cluster, tmp_path):
     out = tmp_path / "host.out"
     script = tmp_path / "host.sh"
     script.write_text("#!/bin/sh\nhostname\ngetent hosts login-0\n")
-    job = client.sbatch(script, [f"--output={out}"])
+    job = client.current().sbatch(script, [f"--output={out}"])
     wait_for(lambda: out.exists() and "login-0" in out.read_text(), 30, what=f"job {job}")
     name, login = out.read_text().splitlines()[:2]
     assert name in slurm_cluster.node_names
@@ -77,12 +78,12 @@ def test_array_task_requeued_when_its_node_goes_down(slurm_cluster, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text(JOB)
     opts = ["--array=0-1", "--requeue", "--open-mode=append", f"--output={tmp_path}/t-%A_%a.out"]
-    job = client.sbatch(script, opts)
+    job = client.current().sbatch(script, opts)
     node = None
     try:
 
         def tasks():
-            return {j.array_task_id: j for j in client.jobs(job)}
+            return {j.array_task_id: j for j in client.current().jobs(job)}
 
         running = wait_for(
             lambda: (
@@ -99,14 +100,14 @@ def test_array_task_requeued_when_its_node_goes_down(slurm_cluster, tmp_path):
         log1 = tmp_path / f"t-{job}_1.out"
         wait_for(lambda: log1.exists() and "SLURM_RESTART_COUNT=0" in log1.read_text(), 30)
 
-        client.update_node(node, "DOWN", "ftslurm test")
+        client.current().update_node(node, "DOWN", "ftslurm test")
         after = wait_for(
             lambda: (t := tasks())[1].state == "PENDING" and t, 20, what="task 1 PENDING"
         )
         assert after[0].state == "RUNNING"  # task 0 keeps running
         assert after[1].restarts == 1
 
-        client.update_node(node, "RESUME")
+        client.current().update_node(node, "RESUME")
         node = None
         again = wait_for(
             lambda: (t := tasks())[1].state == "RUNNING" and t, 30, what="task 1 again"
@@ -118,8 +119,8 @@ def test_array_task_requeued_when_its_node_goes_down(slurm_cluster, tmp_path):
         assert text.index("SLURM_RESTART_COUNT=0") < text.index("SLURM_RESTART_COUNT=1")
     finally:
         if node:
-            client.update_node(node, "RESUME")
-        subprocess.run(["scancel", str(job)], env=client.slurm_env(), timeout=30)
+            client.current().update_node(node, "RESUME")
+        subprocess.run(["scancel", str(job)], env=client.current().environment(), timeout=30)
 
 
 @pytest.mark.slurm
@@ -255,7 +256,7 @@ def test_controller_down_is_a_one_line_fix(tmp_path, monkeypatch):
     local._prepare_state_dir(spec)
     monkeypatch.setenv("SLURM_CONF", str(spec.conf_path))
     with pytest.raises(UserError, match="does not answer.*ftslurm cluster up"):
-        client.nodes()
+        client.current().nodes()
 
 
 @pytest.mark.slurm
@@ -265,7 +266,7 @@ def test_local_conf_is_found_only_while_its_controller_runs(slurm_cluster, tmp_p
     and not once it is stopped (its file stays behind; on a login node with its own Slurm it
     must not replace the system's configuration)."""
     monkeypatch.delenv("SLURM_CONF")
-    assert client.slurm_env()["SLURM_CONF"] == str(slurm_cluster.conf_path)  # running
+    assert client.current().environment()["SLURM_CONF"] == str(slurm_cluster.conf_path)  # running
     stopped = tmp_path / "stopped"
     try:
         local.up(nodes=1, state_dir=stopped, timeout=60)
@@ -273,7 +274,7 @@ def test_local_conf_is_found_only_while_its_controller_runs(slurm_cluster, tmp_p
         local.down(stopped)
     assert (stopped / "slurm.conf").is_file()
     monkeypatch.setenv("FTSLURM_CLUSTER_DIR", str(stopped))
-    assert "SLURM_CONF" not in client.slurm_env()
+    assert "SLURM_CONF" not in client.current().environment()
 
 
 @pytest.mark.slurm
@@ -300,8 +301,8 @@ def test_slurm_refusals_for_a_non_admin_name_the_fix(monkeypatch):
             env=env, capture_output=True, text=True, timeout=30, check=True,
         ).stdout.strip()  # fmt: skip
         # a pending job is another refusal ("pending execution"): wait until it runs
-        wait_for(lambda: any(t.state == "RUNNING" for t in client.jobs(int(job))), timeout=30,
-                 what=f"job {job} running")  # fmt: skip
+        wait_for(lambda: any(t.state == "RUNNING" for t in client.current().jobs(int(job))),
+                 timeout=30, what=f"job {job} running")  # fmt: skip
 
         def as_nobody(cmd, **kwargs):
             return real_run(
@@ -311,12 +312,12 @@ def test_slurm_refusals_for_a_non_admin_name_the_fix(monkeypatch):
 
         monkeypatch.setattr(client, "run", as_nobody)
         with pytest.raises(UserError, match=r"^`scontrol update` needs root or a Slurm admin"):
-            client.update_node(spec.node_names[0], "DOWN", reason="test")
+            client.current().update_node(spec.node_names[0], "DOWN", reason="test")
         with pytest.raises(UserError, match=r"^`scontrol requeue` needs root or a Slurm admin"):
-            client.requeue(job)
+            client.current().requeue(job)
         monkeypatch.setattr(client, "run", real_run)
-        assert client.nodes() == {spec.node_names[0]: "allocated"}  # not DOWN
-        assert [(t.state, t.restarts) for t in client.jobs(int(job))] == [("RUNNING", 0)]
+        assert client.current().nodes() == {spec.node_names[0]: "allocated"}  # not DOWN
+        assert [(t.state, t.restarts) for t in client.current().jobs(int(job))] == [("RUNNING", 0)]
     finally:
         monkeypatch.setattr(client, "run", real_run)
         local.down(state)

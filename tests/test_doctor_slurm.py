@@ -31,7 +31,7 @@ def _doctor(env: dict[str, str], *args: str, timeout: float = 150):
 def _env(tmp_path: Path, lighthouse_address: str, **extra: str) -> dict[str, str]:
     return {
         **env_without("WANDB_API_KEY", "HF_TOKEN", "FTSLURM_PYTHON"),
-        **client.slurm_env(),
+        **client.current().environment(),
         "DEVICE": "cpu",
         "TORCHFT_LIGHTHOUSE": lighthouse_address,
         "FTSLURM_OUTPUTS": str(tmp_path / "outputs"),
@@ -45,7 +45,7 @@ def _checks(out: subprocess.CompletedProcess) -> dict[str, dict]:
 
 def _idle_nodes(n: int) -> None:
     """Earlier tests' jobs may still be ending: the probes need an idle node."""
-    wait_for(lambda: sum(s == "idle" for s in client.nodes().values()) >= n, 60,
+    wait_for(lambda: sum(s == "idle" for s in client.current().nodes().values()) >= n, 60,
              what=f"{n} idle nodes")  # fmt: skip
 
 

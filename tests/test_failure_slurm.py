@@ -32,7 +32,7 @@ class Mimic:
     events: Path
 
     def tasks(self):
-        return client.array_tasks(self.job)
+        return client.current().array_tasks(self.job)
 
     def log(self, task: int) -> Path:
         return self.outputs / "torchft" / f"tft-{self.job}" / f"tft-{self.job}_{task}.out"
@@ -46,7 +46,7 @@ class Mimic:
 
     def env(self) -> dict[str, str]:
         return {
-            **client.slurm_env(),
+            **client.current().environment(),
             "FTSLURM_OUTPUTS": str(self.outputs),
             "FTSLURM_EVENTS": str(self.events),
         }
@@ -85,7 +85,8 @@ class Mimic:
 
 def submit_mimic(outputs: Path, tasks: str = "0-1") -> int:
     (outputs / "torchft").mkdir(parents=True, exist_ok=True)
-    env = {**client.slurm_env(), "FTSLURM_OUTPUTS": str(outputs), "MIMIC_PKG": str(FIX / "fakepkg")}
+    env = {**client.current().environment(), "FTSLURM_OUTPUTS": str(outputs),
+           "MIMIC_PKG": str(FIX / "fakepkg")}  # fmt: skip
     out = subprocess.run(
         ["sbatch", "--parsable", f"--array={tasks}", "--job-name=tft_replica", "--requeue",
          "--open-mode=append", f"--output={outputs}/torchft/slurm-%A_%a.out",
@@ -96,13 +97,13 @@ def submit_mimic(outputs: Path, tasks: str = "0-1") -> int:
 
 
 def resume_all() -> None:
-    for node, state in client.nodes().items():
+    for node, state in client.current().nodes().items():
         if "down" in state or "drain" in state:
-            client.update_node(node, "RESUME")
+            client.current().update_node(node, "RESUME")
 
 
 def nodes_up() -> bool:
-    return not any("down" in s or "drain" in s for s in client.nodes().values())
+    return not any("down" in s or "drain" in s for s in client.current().nodes().values())
 
 
 @pytest.fixture
@@ -114,10 +115,11 @@ def mimic(slurm_cluster, tmp_path):
         m.all_running()
         yield m
     finally:
-        subprocess.run(["scancel", str(job)], env=client.slurm_env(), timeout=30, check=False)
+        subprocess.run(["scancel", str(job)], env=client.current().environment(), timeout=30,
+                       check=False)  # fmt: skip
         resume_all()
-        wait_for(lambda: not client.jobs(job) or all(
-            j.state not in ("RUNNING", "COMPLETING", "PENDING") for j in client.jobs(job)
+        wait_for(lambda: not client.current().jobs(job) or all(
+            j.state not in ("RUNNING", "COMPLETING", "PENDING") for j in client.current().jobs(job)
         ), 30, what=f"job {job} gone")  # fmt: skip
 
 
@@ -134,7 +136,7 @@ def test_node_down_wait_recovered(mimic: Mimic):
             lambda: (t := mimic.tasks()[1]).state == "PENDING" and t, 20, 0.1, "task 1 PENDING"
         )
         assert seen.restarts == 1
-        assert client.nodes()[node].startswith("down")
+        assert client.current().nodes()[node].startswith("down")
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -144,7 +146,7 @@ def test_node_down_wait_recovered(mimic: Mimic):
     after = mimic.tasks()
     assert after[1].state == "RUNNING" and after[1].restarts == 1
     assert after[0].state == "RUNNING" and after[0].restarts == 0  # the other one untouched
-    assert not client.nodes()[node].startswith("down")  # RESUMEd
+    assert not client.current().nodes()[node].startswith("down")  # RESUMEd
     assert f"scontrol update NodeName={node} State=DOWN" in out
     assert "RUNNING again" in out and "restart count 1" in out
     timeline = out.split("timeline", 1)[1].splitlines()[1:]
@@ -188,7 +190,7 @@ def test_dry_run_touches_nothing(mimic: Mimic):
 @pytest.mark.timeout(60)
 def test_refusals_are_one_line_errors(mimic: Mimic):
     busy = {t.node for t in mimic.tasks().values()}
-    spare = next(n for n in client.nodes() if n not in busy)
+    spare = next(n for n in client.current().nodes() if n not in busy)
     cases = {
         "worker-99": "is not in the cluster",
         "login-0": "login node",
@@ -216,7 +218,7 @@ def test_a_signal_in_the_middle_resumes_the_node(mimic: Mimic, sig: signal.Signa
     node = mimic.tasks()[0].node
     proc = mimic.popen("simulate-failure", "--replica", "0", "--down-for", "120")
     try:
-        wait_for(lambda: client.nodes()[node].startswith("down"), 20, 0.1, f"{node} DOWN")
+        wait_for(lambda: client.current().nodes()[node].startswith("down"), 20, 0.1, f"{node} DOWN")
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -226,7 +228,7 @@ def test_a_signal_in_the_middle_resumes_the_node(mimic: Mimic, sig: signal.Signa
     assert proc.returncode == 128 + sig, (out, err)
     assert "Traceback" not in err
     assert f"Interrupted ({sig.name}): every node this run took down was RESUMEd." in err
-    assert not client.nodes()[node].startswith("down")
+    assert not client.current().nodes()[node].startswith("down")
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["node-down", "resume"]
     assert "guard" in evs[-1]["detail"]
@@ -258,7 +260,7 @@ def test_a_failed_resume_is_tried_again_through_the_real_scontrol(mimic: Mimic, 
 
     flaky = FirstResumeFails()
     monkeypatch.setattr(client, "override", flaky)
-    target = failure_plan.resolve_target(client.jobs(), client.nodes(), replica=0, node=None,
+    target = failure_plan.resolve_target(flaky.jobs(), flaky.nodes(), replica=0, node=None,
                                          job=mimic.job, here=failure.hostname())  # fmt: skip
     node = target.node
     plan = failure_plan.make_plan("node-down", target, down_for=2, reason="ftslurm test")
@@ -268,10 +270,11 @@ def test_a_failed_resume_is_tried_again_through_the_real_scontrol(mimic: Mimic, 
     resume = f"`scontrol update NodeName={node} State=RESUME` failed (exit code 1)"
     assert lines[1].startswith(f"RESUME {node} failed ({resume}: slurm_update error: Socket")
     assert lines[2] == f"RESUMEd {node}"
-    state = client.nodes()[node]
+    state = client.current().nodes()[node]
     assert parse_node_state(state).base in ("idle", "allocated", "mixed"), state  # RESUMEd
     # `idle*` for a moment, until its slurmd registers again (0.2 s here)
-    wait_for(lambda: parse_node_state(client.nodes()[node]).usable, 20, 0.2, f"{node} usable")
+    wait_for(lambda: parse_node_state(client.current().nodes()[node]).usable, 20, 0.2,
+             f"{node} usable")  # fmt: skip
     assert [e["action"] for e in mimic.events_list()] == ["node-down", "resume"]
 
 
@@ -289,7 +292,7 @@ def test_kill_mode_the_job_requeues_its_own_task(mimic: Mimic):
     assert "worker exited with code 137" in text  # SIGKILL, as an OOM kill
     assert f"requeueing {mimic.job}_0" in text and "(attempt 1)" in text
     assert mimic.tasks()[1].restarts == 0  # the other replica untouched
-    assert nodes_up() and node in client.nodes()
+    assert nodes_up() and node in client.current().nodes()
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["kill"] and "SIGKILL" in evs[0]["detail"]
     mimic.all_running()

@@ -26,7 +26,8 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
     lh = start_lighthouse(lh_dir)
     job = None
     events = tmp_path / "events.jsonl"
-    env = {**client.slurm_env(), "FTSLURM_OUTPUTS": str(outputs), "FTSLURM_EVENTS": str(events)}
+    env = {**client.current().environment(), "FTSLURM_OUTPUTS": str(outputs),
+           "FTSLURM_EVENTS": str(events)}  # fmt: skip
     try:
         job = submit_ft(outputs, lh, replicas=2, steps=1000)
         logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]
@@ -35,7 +36,7 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
             return logs[i].read_text(errors="replace").count(" loss: ") if logs[i].exists() else 0
 
         wait_for(lambda: min(steps(0), steps(1)) >= 3, 240, 1, "both replicas training")
-        node = {j.array_task_id: j for j in client.jobs(job)}[1].node
+        node = {j.array_task_id: j for j in client.current().jobs(job)}[1].node
         r = subprocess.run(
             [sys.executable, "-m", "ftslurm", "simulate-failure", "--job", str(job),
              "--replica", "1", "--down-for", "5", "--wait-recovered", "--timeout", "120",
@@ -46,10 +47,10 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
         assert f"scontrol update NodeName={node} State=DOWN" in r.stderr  # --json: text there
         result = json.loads(r.stdout)
         assert result["recovered"] and result["restarts"] == 1 and result["node"] == node
-        tasks = {j.array_task_id: j for j in client.jobs(job)}
+        tasks = {j.array_task_id: j for j in client.current().jobs(job)}
         assert tasks[1].state == "RUNNING" and tasks[1].restarts == 1
         assert tasks[0].restarts == 0
-        assert not client.nodes()[node].startswith("down")
+        assert not client.current().nodes()[node].startswith("down")
         assert [json.loads(x)["action"] for x in events.read_text().splitlines()] == [
             "node-down", "resume",
         ]  # fmt: skip

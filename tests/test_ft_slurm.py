@@ -65,7 +65,7 @@ def test_node_down_requeues_and_heals_to_identical_parameters(ft_run: FTRun):
     node1 = tasks[1].node
     assert tasks[0].state == "RUNNING" and tasks[1].state == "RUNNING"
     survivor_before = ft_run.last_step(0)
-    client.update_node(node1, "DOWN", "ftslurm test")
+    client.current().update_node(node1, "DOWN", "ftslurm test")
     try:
         wait_for(lambda: ft_run.tasks()[1].state == "PENDING", 30, what="task 1 PENDING")
         assert ft_run.tasks()[0].state == "RUNNING"
@@ -75,7 +75,7 @@ def test_node_down_requeues_and_heals_to_identical_parameters(ft_run: FTRun):
             what="survivor steps while replica 1 is down",
         )  # fmt: skip
     finally:
-        client.update_node(node1, "RESUME")
+        client.current().update_node(node1, "RESUME")
     wait_for(lambda: ft_run.tasks()[1].state == "RUNNING", 60, what="task 1 running again")
     assert ft_run.tasks()[1].restarts == 1
     wait_for(lambda: "(attempt 1)" in ft_run.text(1), 30, what="attempt 1 line")

@@ -172,8 +172,9 @@ def test_simulate_failure_kill_on_a_broken_cluster_state_is_one_line(
     from ftslurm.slurm import client
     from tests.test_failure import NODES, recorded
 
-    monkeypatch.setattr(client, "jobs", lambda job=None: recorded("squeue_running"))
-    monkeypatch.setattr(client, "nodes", lambda: NODES)
+    monkeypatch.setattr(client.SlurmClient, "jobs",
+                        lambda self, job=None: recorded("squeue_running"))  # fmt: skip
+    monkeypatch.setattr(client.SlurmClient, "nodes", lambda self: NODES)
     monkeypatch.delenv("FTSLURM_KILL_VIA", raising=False)
     code, out, err = _main(monkeypatch, capsys, "simulate-failure", "--mode", "kill",
                            "--replica", "1", "--dry-run")  # fmt: skip

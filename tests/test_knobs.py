@@ -23,7 +23,7 @@ BOOL_READERS = {
     "FTSLURM_CHECKSUM_ASYNC": lambda env: checksum._background(env),
     "FTSLURM_FIX_HEAL_TIMEOUT": lambda env: fixes.enabled("heal_timeout", env),
     "FTSLURM_EARLY_FIRST_SYNC": lambda env: fixes.switch_on(early_sync.SWITCH, env),
-    "FTSLURM_SINGLE_NODE": lambda env: planlib.single_node(env),
+    "FTSLURM_SINGLE_NODE": lambda env: knobs.get(env, "FTSLURM_SINGLE_NODE"),
 }
 
 
@@ -129,7 +129,7 @@ def test_presets_switches_and_secrets_agree_with_their_modules() -> None:
     assert knobs.KNOBS["FTSLURM_PRESET"].choices == tuple(planlib.PRESETS)
     for switch in [*fixes.SWITCHES.values(), early_sync.SWITCH]:
         assert knobs.KNOBS[switch].kind == "bool" and knobs.KNOBS[switch].default is True
-    assert planlib.SECRET_ENV == ("WANDB_API_KEY", "HF_TOKEN")
+    assert knobs.SECRETS == ("WANDB_API_KEY", "HF_TOKEN")
     assert set(knobs.INTERNAL) >= {"FTSLURM_REPLICA_ID", "FTSLURM_GROUP_SIZE",
                                    "FTSLURM_ATTEMPT", "FTSLURM_RUN_ID"}  # fmt: skip
 

@@ -216,4 +216,4 @@ def test_gpu_launcher_without_the_tokenizer_stops_before_torchrun(
                   f"--model.hf_assets_path {mine}"):  # fmt: skip
         plan = planlib.build_ft_plan({**env, "FTSLURM_EXTRA_ARGS": given}, tmp_path)
         job._check_tokenizer(plan)  # present: nothing said, in every form tyro takes
-    assert job._flag_values(["--model.hf_assets_path"], "--model.hf_assets_path") == []
+    assert planlib.flag_values(["--model.hf_assets_path"], "--model.hf_assets_path") == []

@@ -200,12 +200,12 @@ def test_jobs_without_squeue_json_take_restarts_from_scontrol(monkeypatch):
     fake = FakeSlurm().install(monkeypatch)
     fake.on(["squeue", "-r"], recorded("squeue_requeue_hold.txt"))
     fake.on(args.show_job_cmd(), recorded("scontrol_job_requeue_hold.txt"))
-    found = by_key(client.jobs())
+    found = by_key(client.current().jobs())
     assert found["4_0"].state == "PENDING" and found["4_0"].restarts == 1
     assert found["1_1"].restarts == 0 and found["3"].state == "NODE_FAIL"
     assert fake.calls == [args.squeue_json_cmd(),
                           args.squeue_text_cmd(SQUEUE_FORMAT), args.show_job_cmd()]
-    assert sorted(by_key(client.jobs(4))) == ["4_0", "4_1", "4_2"]
+    assert sorted(by_key(client.current().jobs(4))) == ["4_0", "4_1", "4_2"]
     assert fake.calls[-2:] == [args.squeue_text_cmd(SQUEUE_FORMAT, "4"),
                                args.show_job_cmd("4")]  # fmt: skip
 
@@ -290,6 +290,6 @@ def test_refusals_become_the_one_line_fix(monkeypatch):
     no_conf = Completed([], 1, "", "scontrol: error: Could not establish a configuration source")
     FakeSlurm(missing=["scancel"]).on(["scontrol"], no_conf).install(monkeypatch)
     with pytest.raises(UserError, match=r"^Slurm has no configuration: export SLURM_CONF"):
-        client.requeue("4_0")
+        client.current().requeue("4_0")
     with pytest.raises(UserError, match=r"^`scancel` not found: run on a Slurm login node"):
-        client.scancel("4")
+        client.current().scancel("4")

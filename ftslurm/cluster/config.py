@@ -9,7 +9,7 @@ requeue hold Slurm accepts), CPUs=1 + OverSubscribe=EXCLUSIVE (one job per node,
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LOGIN_NODE = "login-0"
@@ -58,9 +58,6 @@ class ClusterSpec:
     @property
     def munge_socket(self) -> Path:
         return self.path("munge", "munge.socket")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:

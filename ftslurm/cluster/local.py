@@ -237,7 +237,7 @@ def _prepare_state_dir(spec: ClusterSpec) -> None:
     os.chmod(key, 0o600)
     spec.conf_path.write_text(render_slurm_conf(spec))
     spec.hosts_path.write_text(render_hosts(spec))
-    (root / SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+    (root / SPEC_FILE).write_text(json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
 
 
 def up(

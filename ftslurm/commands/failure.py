@@ -17,10 +17,10 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
     from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
-    jobs = client.jobs()
+    slurm = client.current()
     target = failure_plan.resolve_target(
-        jobs,
-        client.nodes(),
+        slurm.jobs(),
+        slurm.nodes(),
         replica=replica,
         node=node,
         job=job,
@@ -205,9 +205,7 @@ def _chaos(
     if every is None:
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
-        job = failure_plan.newest_ft_job(client.jobs(), getpass.getuser())
-        if job is None:
-            raise UserError("no running FT job array found (job name tft_replica): pass --job ID")
+        job = failure_plan.ft_job(client.current().jobs(), getpass.getuser())
     if mode == "node-down" and down_for >= every:
         say(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
 
@@ -221,7 +219,7 @@ def _chaos(
     if dry_run:
         import random
 
-        pick = failure_plan.chaos_pick(client.array_tasks(job), random.Random(seed))
+        pick = failure_plan.chaos_pick(client.current().array_tasks(job), random.Random(seed))
         if pick is None:
             say("# fewer than 2 replicas running: every event would be skipped")
             if as_json:

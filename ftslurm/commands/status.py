@@ -44,7 +44,7 @@ def status(
     from ftslurm.slurm import client, parse
 
     job = job_task[0] if job_task else None
-    jobs = client.jobs()
+    jobs = client.current().jobs()
     if job is None:
         job = newest_ft_job(jobs, getpass.getuser())
         if job is None:

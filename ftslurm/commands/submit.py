@@ -231,7 +231,7 @@ def submit(ctx: click.Context, as_json: bool, argv: tuple[str, ...]) -> None:
     # and runs this environment's interpreter
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir()), "FTSLURM_PYTHON": paths.job_python()}
     sbatch_options = _with_exports(overrides, options, outputs, script)
-    job_id = client.sbatch(script, sbatch_options, script_args, extra_env=outputs)
+    job_id = client.current().sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
     log_dir = logvocab.run_dir(job_id) if is_array else None
     if as_json:

@@ -103,19 +103,15 @@ _ALIGN = 64  # bytes: every dtype's view of a slice of the buffer starts aligned
 class HostCopy:
     """Host copies of a rank's parameters, written into one buffer that is kept and reused.
 
-    Why: copying an H100's 11.2 GB shard into fresh pageable memory (what this module did
-    before; bench/checksum_speed.py's `snapshot`) held the training thread 9.6 s (1.2 GB/s:
-    every new page is faulted in and zeroed), 27x a 0.35 s step. Into one page-locked buffer,
-    allocated once and reused, the copy is a DMA queued on the parameters' stream: the
-    training thread goes on at once, the stream order keeps the next optimizer step from
-    changing a parameter before it is copied, and the hashing thread
-    waits for the returned CUDA event. Cost: the shard's size in page-locked host memory for
-    the whole run (4 GB per rank for the 8B model on 8 GPUs). Reuse is safe because
-    Checksummer takes a new copy only after the previous hash has finished.
-    Page-locking costs about what the faults did (11.2 GB: 9.1 s), once: Checksummer.prepare
-    reserves the buffer at the first step, with the other start-up costs, not at the first
-    checksum in the middle of the run. It runs on the checksum thread but does not overlap the
-    step: on the H100 the first step took 9.0 s instead of ~1.2 s (docs/benchmarks.md).
+    Why: a copy of an H100's 11.2 GB shard into fresh pageable memory held the training
+    thread 9.6 s (every new page is faulted in and zeroed; docs/benchmarks.md), 27x a step.
+    Into one page-locked buffer the copy is a DMA queued on the parameters' stream: training
+    goes on at once, the stream order keeps the next optimizer step from changing a parameter
+    before it is copied, and the hashing thread waits for the returned CUDA event. Cost: the
+    shard's size in page-locked host memory for the run (4 GB per rank for the 8B model on 8
+    GPUs), and the page-locking itself (9.1 s for 11.2 GB), once: Checksummer.prepare does it
+    at the first step, not at the first checksum mid-run. Reuse is safe: Checksummer takes a
+    new copy only after the previous hash has finished.
     """
 
     def __init__(self) -> None:

@@ -9,6 +9,7 @@ one line there when torchtitan's option parser fails; the launcher reads it afte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -42,10 +43,8 @@ def install() -> None:
 
 
 def _write(path: str, line: str, missing: str | None = None) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the launcher then treats the failure as any other
         Path(path).write_text(json.dumps({"why": line.replace("\n", " "), "missing": missing}))
-    except OSError:
-        pass  # the launcher then treats the failure as any other
 
 
 def read(path: Path) -> str | None:

@@ -13,21 +13,14 @@ import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-
-def _flag_value(argv: Sequence[str], key: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg.startswith(key + "="):
-            return arg.split("=", 1)[1]
-        if arg == key and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
+from ftslurm.replica.plan import flag_values
 
 
 def fix_argv(argv: Sequence[str]) -> list[str]:
     """Force float32 compute: bfloat16 autocast on a CPU without AVX512-BF16 made a step
     ~25 s instead of ~1 s. Kept if the caller chose explicitly."""
     argv = list(argv)
-    if _flag_value(argv, "--training.mixed_precision_param") is None:
+    if not flag_values(argv, "--training.mixed_precision_param"):
         argv.append("--training.mixed_precision_param=float32")
     return argv
 

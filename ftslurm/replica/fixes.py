@@ -35,10 +35,8 @@ reproduce a bug, or once upstream is fixed).
    SURVIVOR. Fix: the Manager gets torchft's own HTTPTransport with the timeout
    FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything else is torchft's.
 5. FTSLURM_FIX_FT_CHECKPOINT_RETENTION (every FT run): torchtitan saves each replica's
-   dataloader position at every step under `<checkpoint folder>/ft-replicat-<replica>/step-<N>`
-   and never deletes one (9 files per step per 8-GPU node on the shared file system). Fix: after
-   each save, the replica's rank 0 deletes all but the newest complete step and the one being
-   written (ft_checkpoints.py), so a restart still resumes its data where it was.
+   dataloader position at every step and never deletes one. Fix: the newest complete step and
+   the one being written are kept, all a restart reads (ft_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -63,9 +61,12 @@ SWITCHES = {
 @dataclass(frozen=True)
 class Fix:
     name: str
-    switch: str
     summary: str
     apply: Callable[[], None]
+
+    @property
+    def switch(self) -> str:
+        return SWITCHES[self.name]
 
 
 def switch_on(variable: str, env: Mapping[str, str] | None = None) -> bool:
@@ -92,16 +93,11 @@ def _quorum_line(manager: object) -> str:
     return f"[ftslurm] torchft quorum: {mode}"
 
 
-def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
-    """FTSLURM_HEAL_TIMEOUT_S as seconds (the launcher's plan has already refused bad values)."""
-    return knobs.get(os.environ if env is None else env, "FTSLURM_HEAL_TIMEOUT_S")
-
-
 def fix_heal_timeout() -> None:
     """Bug 4: torchft's HTTP checkpoint transport with FTSLURM_HEAL_TIMEOUT_S, not 60 s."""
     from torchft.checkpointing import HTTPTransport
 
-    timeout = timedelta(seconds=heal_timeout_s())
+    timeout = timedelta(seconds=knobs.get(os.environ, "FTSLURM_HEAL_TIMEOUT_S"))
     patch = _manager_patch()
     patch.kwargs["checkpoint_transport"] = lambda: HTTPTransport(timeout=timeout, num_chunks=0)
     patch.reports["heal_timeout"] = _transport_line
@@ -199,37 +195,16 @@ def fix_ft_checkpoint_retention() -> None:
 
 
 FIXES = (
-    Fix(
-        "async_quorum",
-        SWITCHES["async_quorum"],
-        "torchft Manager with use_async_quorum=False",
-        fix_async_quorum,
-    ),
-    Fix(
-        "optimizer_state",
-        SWITCHES["optimizer_state"],
-        "FT optimizer state_dict() is fresh, not cached at start",
-        fix_optimizer_state,
-    ),
-    Fix(
-        "unsharded_allreduce",
-        SWITCHES["unsharded_allreduce"],
-        "cross-replica gradient all-reduce on 1-rank (non-FSDP) replicas",
-        fix_unsharded_allreduce,
-    ),
-    Fix(
-        "heal_timeout",
-        SWITCHES["heal_timeout"],
+    Fix("async_quorum", "torchft Manager with use_async_quorum=False", fix_async_quorum),
+    Fix("optimizer_state", "FT optimizer state_dict() is fresh, not cached at start",
+        fix_optimizer_state),
+    Fix("unsharded_allreduce", "cross-replica gradient all-reduce on 1-rank (non-FSDP) replicas",
+        fix_unsharded_allreduce),
+    Fix("heal_timeout",
         "a healing peer's download may take FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
-        fix_heal_timeout,
-    ),
-    Fix(
-        "ft_checkpoint_retention",
-        SWITCHES["ft_checkpoint_retention"],
-        "per-step FT dataloader checkpoints: only the newest complete one and the one being "
-        "written are kept",
-        fix_ft_checkpoint_retention,
-    ),
+        fix_heal_timeout),
+    Fix("ft_checkpoint_retention", "per-step FT dataloader checkpoints: only the newest "
+        "complete one and the one being written are kept", fix_ft_checkpoint_retention),
 )
 
 

@@ -91,7 +91,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     if what == "job":
         plan = planlib.build_ft_plan(env, root, torchrun)
     elif what == "classic":
-        head = "localhost" if planlib.single_node(env) else head_node(env)
+        head = "localhost" if knobs.get(env, "FTSLURM_SINGLE_NODE") else head_node(env)
         plan = planlib.build_classic_plan(env, root, head, torchrun)
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
@@ -112,27 +112,11 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     return _run_attempt(plan, env)
 
 
-def _flag_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Values of `flag` in the forms torchtitan's parser (tyro) takes: `--a.b_c=V`,
-    `--a.b_c V`, and the same with `-` for `_` (`--a.b-c=V`)."""
-    want = "--" + flag[2:].replace("-", "_")
-    out = []
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if not name.startswith("--") or "--" + name[2:].replace("-", "_") != want:
-            continue
-        if eq:
-            out.append(value)
-        elif i + 1 < len(argv):
-            out.append(argv[i + 1])
-    return out
-
-
 def _check_tokenizer(plan: planlib.Plan) -> None:
     """The gated tokenizer is downloaded by hand on the login node: without it torchtitan
     fails after torchrun and the imports, and every FT requeue fails the same way. Said once,
     before anything starts (exit 2: a user mistake, not requeued)."""
-    given = _flag_values(plan.argv, "--model.hf_assets_path")
+    given = planlib.flag_values(plan.argv, "--model.hf_assets_path")
     if not given:
         return
     folder = Path(given[-1])

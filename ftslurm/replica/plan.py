@@ -20,12 +20,8 @@ from pathlib import Path
 from ftslurm import knobs
 from ftslurm.errors import UserError
 
-DEFAULT_LIGHTHOUSE = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default  # doctor and the API show it
 TRAIN_MODULE = "ftslurm.replica.train"
 CONFIG_DIR = Path("slurm") / "configs"
-
-# Env names that must never be printed, whatever happens.
-SECRET_ENV = knobs.SECRETS
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,6 @@ class Plan:
     group_size: int
     attempt: int
     run_id: str
-    dump_folder: str
     ft_mode: str | None
     max_requeues: int
     array_job_id: str | None = None
@@ -85,6 +80,22 @@ NO_MODEL_CHECKPOINTS_NOTE = (
     "each replica's data goes on where it stopped; FTSLURM_EXTRA_ARGS='--checkpoint.enable' "
     "saves one every checkpoint.interval steps"
 )
+
+
+def flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    """Values of torchtitan's `flag` in the forms its parser (tyro) takes: `--a.b_c=V`,
+    `--a.b_c V`, and the same with `-` for `_` (`--a.b-c=V`)."""
+    want = "--" + flag[2:].replace("-", "_")
+    out = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or "--" + name[2:].replace("-", "_") != want:
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return out
 
 
 def model_checkpoints_on(tt_args: list[str]) -> bool:
@@ -168,10 +179,6 @@ def lighthouse_address_problem(address: str) -> str | None:
     return None
 
 
-def _run_id(env: Mapping[str, str]) -> str:
-    return env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
-
-
 def _outputs(env: Mapping[str, str], root: Path) -> Path:
     return Path(knobs.get(env, "FTSLURM_OUTPUTS") or root / "outputs")
 
@@ -227,6 +234,16 @@ def _cpu_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _torchrun(env: Mapping[str, str], torchrun: Sequence[str], nnodes: int, gpus: int,
+              endpoint: str, rdzv_id: str, tt_args: list[str]) -> list[str]:  # fmt: skip
+    """torchrun (`torchrun`, else FTSLURM_TORCHRUN, else the one on PATH) running the training
+    module on `gpus` ranks of each of `nnodes` nodes, rendezvous at `endpoint`."""
+    return [*(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
+            f"--nnodes={nnodes}", f"--nproc_per_node={gpus}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={endpoint}", f"--rdzv_id={rdzv_id}", "-m", TRAIN_MODULE,
+            *tt_args]  # fmt: skip
+
+
 def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous)."""
@@ -242,7 +259,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         )
     attempt = _first_int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
     gpus = _gpus(env, device)
-    run_id = _run_id(env)
+    run_id = env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
     dump = _dump(env, _outputs(env, root) / "torchft" / f"tft-{run_id}")
     ft_mode = knobs.get(env, "FT_MODE") or preset.ft_mode or "per-step"
     pg = knobs.get(env, "PROCESS_GROUP", device)
@@ -285,17 +302,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
-    argv = list(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"])
-    argv += [
-        "--nnodes=1",
-        f"--nproc_per_node={gpus}",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=localhost:0",
-        f"--rdzv_id=tft_{run_id}_{replica_id}",
-        "-m",
-        TRAIN_MODULE,
-        *tt,
-    ]
+    argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", f"tft_{run_id}_{replica_id}", tt)
     child_env = {
         "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
@@ -318,17 +325,11 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         group_size=group_size,
         attempt=attempt,
         run_id=run_id,
-        dump_folder=dump,
         ft_mode=ft_mode,
         max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
         notes=notes,
     )
-
-
-def single_node(env: Mapping[str, str]) -> bool:
-    """FTSLURM_SINGLE_NODE=1: the classic job runs on this machine alone, without srun."""
-    return knobs.get(env, "FTSLURM_SINGLE_NODE")
 
 
 def preflight_ft(env: Mapping[str, str], root: Path, group_size: int = 1) -> Plan:
@@ -363,7 +364,7 @@ def build_classic_plan(
     """
     knobs.check(env)
     name, preset, device = resolve_preset(env, classic=True)
-    local = single_node(env)
+    local = knobs.get(env, "FTSLURM_SINGLE_NODE")  # this machine alone, without srun
     nnodes = (
         1
         if local
@@ -393,18 +394,9 @@ def build_classic_plan(
         *_srun_cpus(env),
         "--kill-on-bad-exit=1",
     ]
-    argv = [
-        *([] if local else srun),
-        *(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
-        f"--nnodes={nnodes}",
-        f"--nproc_per_node={gpus}",
-        "--rdzv_backend=c10d",
-        "--rdzv_endpoint=localhost:0" if local else f"--rdzv_endpoint={head_node}:{port}",
-        f"--rdzv_id=classic_{run_id}",
-        "-m",
-        TRAIN_MODULE,
-        *tt,
-    ]
+    endpoint = "localhost:0" if local else f"{head_node}:{port}"
+    argv = [*([] if local else srun),
+            *_torchrun(env, torchrun, nnodes, gpus, endpoint, f"classic_{run_id}", tt)]
     child_env = {"FTSLURM_DEVICE": device}
     if device == "cpu":
         child_env.update(_cpu_env(env))
@@ -419,16 +411,14 @@ def build_classic_plan(
         group_size=1,
         attempt=_first_int(env, ["SLURM_RESTART_COUNT"], 0, "attempt"),
         run_id=run_id,
-        dump_folder=dump,
         ft_mode=None,
         max_requeues=0,
     )
 
 
 def _no_secrets(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in SECRET_ENV}
-
-
+    """`env` without the knobs that must never be printed, whatever happens."""
+    return {k: v for k, v in env.items() if k not in knobs.SECRETS}
 
 
 def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:

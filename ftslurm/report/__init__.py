@@ -33,11 +33,7 @@ def build_report(
     events: Sequence[str | Path] = (),
     group_size: int | None = None,
 ) -> RenderedReport:
-    """`timeline.build_model` (same arguments), with `to_text`/`to_json`/`to_plot`/`summary`.
-
-    `build_report("outputs/torchft/tft-12")`, `build_report("a.out", "b.out")` and
-    `build_report(["a.out", "b.out"])` are the same; no path: the newest run.
-    """
+    """`timeline.build_model` (same arguments), with `to_text`/`to_json`/`to_plot`/`summary`."""
     return RenderedReport.of(
         build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
     )

@@ -192,11 +192,7 @@ def _get(heals: dict[tuple[str, str | None, int], _Heal], target: str, step: int
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return min(a, b)
+    return min((t for t in (a, b) if t is not None), default=None)
 
 
 def _recovery(h: _Heal) -> Recovery:

@@ -3,7 +3,7 @@
 Plain dataclasses with no behaviour beyond derived figures, so that the state machine and the
 renderers depend on this module and never on each other (the renderings of a Report are in
 `render.py`; `ftslurm.report.build_report` returns a `render.RenderedReport`, a Report with
-them as methods). Times are the logs' wall clock in seconds since the epoch (see `lines.py`);
+them as methods). Times are the logs' wall clock in seconds since the epoch (see `logvocab.Event`);
 replica keys are `<prefix>_<i>` unless a field says it holds the full `<prefix>_<i>:<uuid>` id.
 """
 

@@ -31,6 +31,7 @@ Semantics (shared/notes/torchft-logs.md):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -197,10 +198,9 @@ class _Builder:
         return sorted(m.replica_id for m in ev.members) != sorted(old)
 
     def on_finished(self, ev: Event) -> None:
-        if ev.replica:
-            self._note_log_prefix(ev.replica)
         if not ev.replica:
             return
+        self._note_log_prefix(ev.replica)
         self.finished[ev.replica] = ev.time if ev.time is not None else True
         gkey, _ = _idx(ev.replica)
         self._entry(ev.time, "finished", f"replica {_short(gkey)} finished training", gkey)
@@ -464,11 +464,7 @@ class _Builder:
         if self.log_prefixes:
             prefixes = sorted(self.log_prefixes)
         else:
-            counts: dict[str, int] = {}
-            for q in self.quorums:
-                for r in q.participants:
-                    p = split_replica_id(r)[0]
-                    counts[p] = counts.get(p, 0) + 1
+            counts = Counter(split_replica_id(r)[0] for q in self.quorums for r in q.participants)
             prefixes = [max(counts, key=counts.get)] if counts else []
         ours = set(prefixes)
 

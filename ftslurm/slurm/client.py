@@ -1,9 +1,9 @@
 """Slurm's client tools behind one client, the only module that runs them (through
 ftslurm.runner): argument lists from `args`, output read by `parse`.
 
-`SlurmClient` holds what every call needs: the environment (SLURM_CONF) and a timeout. The
-module functions call this process's client; a caller that talks to a given cluster passes
-its environment: `current(env=...)`. A unit test's fake in `override` gets every call.
+`SlurmClient` holds what every call needs: the environment (SLURM_CONF) and a timeout.
+`current()` is this process's client; a caller that talks to a given cluster passes its
+environment: `current(env=...)`. A unit test's fake in `override` gets every call.
 When SLURM_CONF is not set and the local cluster (`ftslurm cluster up`) runs, its slurm.conf
 is used, so every ftslurm command works against the local cluster without `eval $(...)`.
 """
@@ -189,44 +189,3 @@ def current(env: Mapping[str, str] | None = None, timeout: float = TIMEOUT_S) ->
     """The client for `env` (None: this process's environment), or the test's fake."""
     return override or SlurmClient(env=env, timeout=timeout)
 
-
-def slurm_env(check_conf: bool = True) -> dict[str, str]:
-    return current().environment(check_conf)
-
-
-def call(cmd: Sequence[str], timeout: float | None = None) -> Completed:
-    return current().call(cmd, timeout)
-
-
-def sbatch(script: str | Path, sbatch_options: Sequence[str] = (),
-           script_args: Sequence[str] = (), cwd: Path | None = None,
-           extra_env: Mapping[str, str] | None = None) -> int:  # fmt: skip
-    return current().sbatch(script, sbatch_options, script_args, cwd, extra_env)
-
-
-def jobs(job: int | None = None) -> list[JobInfo]:
-    return current().jobs(job)
-
-
-def array_tasks(job: int) -> dict[int, JobInfo]:
-    return current().array_tasks(job)
-
-
-def nodes() -> dict[str, str]:
-    return current().nodes()
-
-
-def partition_limits() -> tuple[dict[str, int], str | None]:
-    return current().partition_limits()
-
-
-def update_node(node: str, state: str, reason: str | None = None) -> None:
-    current().update_node(node, state, reason)
-
-
-def requeue(job: str) -> None:
-    current().requeue(job)
-
-
-def scancel(job: str, check: bool = True) -> None:
-    current().scancel(job, check)

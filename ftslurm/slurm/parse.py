@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 JOB_STATES = {
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED",
@@ -37,12 +37,11 @@ def normalize_job_state(raw: str | None) -> str:
     return SHORT_JOB_STATES.get(word, UNKNOWN)
 
 
-NODE_BASE_STATES = {
-    "idle", "allocated", "alloc", "mixed", "mix", "down", "drained", "drain", "draining",
-    "drng", "completing", "comp", "fail", "failing", "future", "futr", "maint", "reserved",
-    "resv", "unknown", "unk", "inval", "planned", "plnd", "power_down", "powered_down",
-    "powering_down", "powering_up", "reboot_issued", "reboot_requested", "perfctrs", "npc",
-    "blocked",
+NODE_BASE_STATES = {  # sinfo's short forms go through NODE_ALIASES first
+    "idle", "allocated", "mixed", "down", "drained", "drain", "draining", "completing", "fail",
+    "failing", "future", "maint", "reserved", "unknown", "inval", "planned", "power_down",
+    "powered_down", "powering_down", "powering_up", "reboot_issued", "reboot_requested",
+    "perfctrs", "npc", "blocked",
 }  # fmt: skip
 NODE_ALIASES = {
     "alloc": "allocated",
@@ -217,10 +216,7 @@ class JobInfo:
     restarts: int = 0
     name: str = ""
     user: str = ""
-    submit_time: int | None = None
-    start_time: int | None = None
     stdout: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -316,8 +312,6 @@ def parse_squeue_json(text: str) -> list[JobInfo]:
                 restarts=_int_or_none(j.get("restart_cnt")) or 0,
                 name=str(j.get("name") or ""),
                 user=str(j.get("user_name") or ""),
-                submit_time=_int_or_none(j.get("submit_time")),
-                start_time=_int_or_none(j.get("start_time")),
                 stdout=str(j.get("standard_output") or ""),
             ),
             str(j.get("array_task_string") or "") if task is None else "",
