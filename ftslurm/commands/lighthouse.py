@@ -53,7 +53,8 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 default=d(DEFAULTS.bind),
                 show_default=defaults,
                 help="Address to listen on. Empty host = all interfaces ([::], or 0.0.0.0 "
-                "without IPv6); port 0 = any free port (the real one is printed).",
+                "without IPv6); port 0 = any free port (the real one is printed); HOST alone "
+                "= port 29510, but a ':' with no port after it is an error.",
             ),
             click.option(
                 "--min-replicas", type=click.IntRange(min=1), default=d(DEFAULTS.min_replicas),
@@ -76,9 +77,10 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
             click.option(
                 "--advertise", metavar="HOST", default=None,
                 envvar="FTSLURM_LIGHTHOUSE_ADVERTISE",
-                help="Host name the compute nodes use to reach this machine, for the printed "
-                "address  [default: the bind address if specific, else this hostname; the local "
-                "test cluster: login-0]",
+                help="Host name or IP address the compute nodes use to reach this machine, "
+                "for the printed address; just the host (no http://, no port: the port is "
+                "--bind's)  [default: the bind address if specific, else this hostname; the "
+                "local test cluster: login-0]",
             ),
         ]  # fmt: skip
         for opt in reversed(opts):
