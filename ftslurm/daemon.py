@@ -6,7 +6,14 @@ a pid written to disk. A bare pid is not enough:
   reaped, and `kill(pid, 0)` still succeeds on a zombie; we read `/proc/PID/stat` state `Z`;
 - pids are reused: after a reboot or a long time, the pid in a stale pidfile may belong to an
   unrelated program. We store the process's start time (`/proc/PID/stat` field 22, clock
-  ticks since boot) and a substring of its command line, and check both.
+  ticks since boot) and check it, and the command line the code knows the daemon runs;
+- the state files may be edited by whoever can write the state folder: a pid and marker
+  written there by hand never make another program "the daemon" (the marker checked is the
+  code's), and state files are written without following links (`ftslurm.safefile`);
+- a daemon may start children that outlive it (a wrapper script that forks the real program
+  and exits, or setsid's): it leads a session of its own, and every process it starts
+  inherits a tag in its environment (`TAG_ENV`, unique to that start, secret to its user),
+  so stopping it, or a failed start, ends them all, even once it is gone itself.
 
 Layout of a state directory for daemon `name`: `<name>.pid` (the pid, for humans and tools),
 `<name>.json` (the `DaemonState`: the source of truth), `<name>.log` (its output),
@@ -22,24 +29,32 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import procs, runner
+from ftslurm import procs, runner, safefile
 from ftslurm.procs import ProcStat, proc_cmdline, proc_stat  # noqa: F401 (re-exported)
 
 
 def is_alive(
-    pid: int, expected_cmdline_substring: str | None = None, start_ticks: int | None = None
+    pid: int,
+    expected_cmdline_substring: str | None = None,
+    start_ticks: int | None = None,
+    *,
+    expected_arg: str | None = None,
 ) -> bool:
     """True when `pid` is a live (not zombie) process that is still the one we started.
 
-    `expected_cmdline_substring` and `start_ticks` (from the state file) detect pid reuse; pass
-    None to skip a check.
+    `expected_cmdline_substring` and `start_ticks` (from the state file) detect pid reuse;
+    `expected_arg`, an exact argument of the command line (the daemon's program: known to the
+    code, never read from a file someone may edit), makes sure it is the daemon at all. None
+    skips a check.
     """
     if pid <= 0:
         return False
@@ -48,30 +63,33 @@ def is_alive(
         return False
     if start_ticks is not None and st.start_ticks != start_ticks:
         return False
-    if expected_cmdline_substring:
-        cmdline = proc_cmdline(pid)
-        if not cmdline:
+    if expected_cmdline_substring or expected_arg:
+        argv = procs.cmdline(pid)
+        if not argv:
             # Right after fork/exec (vfork: the parent already runs) the new program's
             # arguments are not mapped yet and cmdline reads empty for a moment.
-            cmdline = _cmdline_settled(pid)
-            if not cmdline:
-                return start_ticks is not None  # start time matched above: it is ours
-        if expected_cmdline_substring not in cmdline:
+            argv = _cmdline_settled(pid)
+            if not argv:  # the start time matched above: it is ours, unless the program must
+                # be seen (a kernel thread has no command line and any start time)
+                return start_ticks is not None and expected_arg is None
+        if expected_cmdline_substring and expected_cmdline_substring not in " ".join(argv):
+            return False
+        if expected_arg and expected_arg not in argv:
             return False
     return True
 
 
-def _cmdline_settled(pid: int, timeout: float = 0.5) -> str:
+def _cmdline_settled(pid: int, timeout: float = 0.5) -> list[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        cmdline = proc_cmdline(pid)
-        if cmdline:
-            return cmdline
+        argv = procs.cmdline(pid)
+        if argv:
+            return argv
         st = proc_stat(pid)
         if st is None or st.state in ("Z", "X", "x"):
-            return ""
+            return []
         time.sleep(0.002)
-    return ""
+    return []
 
 
 def exiting(pid: int) -> bool:
@@ -94,40 +112,6 @@ def exiting(pid: int) -> bool:
         if raw.rpartition(")")[2].split()[:1] not in (["Z"], ["X"], ["x"]):
             return True
     return False
-
-
-def _session_of(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except OSError:
-        return None
-
-
-def _session_busy(sid: int) -> bool:
-    """Some process of session `sid` (a detached daemon and its children) is still running or
-    running its exit. Asked once the leader `sid` is dead: its id is not reused before its
-    last member is gone (Linux keeps a pid in use while a session or group still has it);
-    after a reboot it may be, so lookup skips this for a daemon started before the boot."""
-    return any(procs.pid_alive(p) or exiting(p) for p in procs.session_pids(sid))
-
-
-def _since_boot(started_at: float) -> bool:
-    """`started_at` (epoch s) is after this machine's boot."""
-    try:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return True
-    return started_at >= time.time() - uptime
-
-
-def _members(sid: int) -> list[tuple[int, int]]:
-    """(pid, start ticks) of the live processes of session `sid` other than its leader."""
-    out = []
-    for p in procs.session_pids(sid):
-        st = proc_stat(p)
-        if p != sid and st is not None and st.state not in ("Z", "X", "x"):
-            out.append((p, st.start_ticks))
-    return out
 
 
 def _reap(pid: int) -> None:
@@ -211,7 +195,10 @@ def wait_ready(
 
 @dataclass
 class DaemonState:
-    """What we know about a started daemon; written as JSON next to the pidfile."""
+    """What we know about a started daemon; written as JSON next to the pidfile.
+
+    Only facts the kernel confirms count when it is read back (see `Daemon.owns`): the file
+    may have been edited by anyone who can write the state folder."""
 
     name: str
     pid: int
@@ -221,9 +208,7 @@ class DaemonState:
     marker: str  # substring of the command line that identifies the program
     log_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def alive(self) -> bool:
-        return is_alive(self.pid, self.marker, self.start_ticks)
+    tag: str = ""  # the value of TAG_ENV in the environment of its processes ("" unknown)
 
     @property
     def uptime_s(self) -> float:
@@ -237,18 +222,33 @@ class Lookup:
     state: DaemonState | None  # live daemon
     # state of a dead / reused pid, or pid 0 when the files held none (removed when cleaned)
     stale: DaemonState | None = None
+    # processes a dead daemon had left running (a --binary wrapper's children), ended
+    ended: tuple[int, ...] = ()
+
+
+# In the environment of every process a Daemon starts, inherited by all it starts in turn:
+# how its processes are recognised once its leader is gone, or when they left its session
+# (/proc/PID/environ: what the kernel keeps). Its value, `<state dir>/<name>#<random>`, is new
+# at each start and kept in the state file (0o600): a file someone else wrote by hand cannot
+# name it, so it cannot make a stop end the processes of another start, or of anyone else.
+TAG_ENV = "FTSLURM_DAEMON"
 
 
 class Daemon:
     """Files and lifecycle of one named daemon in one state directory."""
 
-    def __init__(self, state_dir: str | Path, name: str, marker: str = ""):
-        """`marker`: a substring of the daemon's command line, checked when the state file is
-        missing or unreadable and only a bare pidfile remains: without it, the pid of an
-        unrelated program (pid reuse) would be taken for the daemon, and stopped."""
+    def __init__(
+        self, state_dir: str | Path, name: str, marker: str = "", program: str | None = None
+    ):
+        """`marker`: a substring of the daemon's command line. When given it is the identity
+        check, whatever marker the state file holds (a file someone edited must not name
+        another program's pid and marker and have it stopped); it also guards a bare pidfile
+        left without state (pid reuse). `program`: an exact argument of the daemon's command
+        line (its script: `python <program>`), checked too."""
         self.state_dir = Path(state_dir)
         self.name = name
         self.marker = marker
+        self.program = program
 
     @property
     def pidfile(self) -> Path:
@@ -269,8 +269,8 @@ class Daemon:
     @contextlib.contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
         """Hold an exclusive lock so two CLIs never start (or stop) the daemon at once."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lockfile, "a") as f:
+        safefile.private_dir(self.state_dir)
+        with os.fdopen(safefile.open_append(self.lockfile), "ab") as f:
             deadline = time.monotonic() + timeout
             while True:
                 try:
@@ -288,14 +288,13 @@ class Daemon:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def read_state(self) -> DaemonState | None:
-        """The saved state, or None (no file, or unreadable: treated as no state)."""
+        """The saved state, or None (no file, a link, unreadable: treated as no state)."""
         try:
-            state = DaemonState(**json.loads(self.statefile.read_text()))
+            state = DaemonState(**json.loads(safefile.read_text(self.statefile) or ""))
             if _well_typed(state):
-                if not state.marker:  # an identity check is never skipped
-                    state.marker = self.marker
+                state.marker = self.marker or state.marker  # the code's, never the file's
                 return state
-        except (OSError, ValueError, TypeError):
+        except (ValueError, TypeError):
             pass
         # A pidfile without state (written by hand, or by an older version): a bare pid.
         pid = procs.read_pidfile(self.pidfile)
@@ -303,11 +302,18 @@ class Daemon:
             return None
         return DaemonState(self.name, pid, None, 0.0, [], marker=self.marker)
 
+    def owns(self, state: DaemonState) -> bool:
+        """`state.pid` is this daemon, by what the kernel says about it: alive, the start time
+        recorded at start, and the command line this Daemon runs (`marker`, `program`)."""
+        _reap(state.pid)
+        return is_alive(state.pid, state.marker or None, state.start_ticks,
+                        expected_arg=self.program)  # fmt: skip
+
     def write_state(self, state: DaemonState) -> None:
         """Write state JSON then pidfile, each atomically (rename), so readers never see half."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.statefile, json.dumps(asdict(state), indent=2) + "\n")
-        _atomic_write(self.pidfile, f"{state.pid}\n")
+        safefile.private_dir(self.state_dir)
+        safefile.write_atomic(self.statefile, json.dumps(asdict(state), indent=2) + "\n")
+        safefile.write_atomic(self.pidfile, f"{state.pid}\n")
 
     def clear(self) -> None:
         """Remove pidfile and state (the log and the lock stay)."""
@@ -316,9 +322,10 @@ class Daemon:
                 p.unlink()
 
     def lookup(self, clean_stale: bool = True) -> Lookup:
-        """The live daemon, if any; a stale pidfile (dead, zombie, reused pid) is removed, and
+        """The live daemon, if any. A stale pidfile (dead, zombie, reused pid) is removed, and
         so are files that name no pid at all (cut short, edited by hand: `1e23`), which are
-        stale with pid 0."""
+        stale with pid 0; what a dead daemon left running (its children: they carry its tag)
+        is ended first, so its port is free and nothing of it runs unmanaged."""
         state = self.read_state()
         if state is None:
             if not any(os.path.lexists(p) for p in (self.pidfile, self.statefile)):
@@ -326,18 +333,13 @@ class Daemon:
             if clean_stale:
                 self.clear()
             return Lookup(None, stale=DaemonState(self.name, 0, None, 0.0, [], self.marker))
-        _reap(state.pid)
-        if state.alive():
+        if self.owns(state):
             return Lookup(state)
+        ended: tuple[int, ...] = ()
         if clean_stale:
-            st = proc_stat(state.pid)
-            ours = st is None and _since_boot(state.started_at)
-            if ours or (st is not None and st.state == "Z" and st.start_ticks == state.start_ticks):
-                # our process, dead or dying: let its threads and the children it started
-                # (killed with it: PR_SET_PDEATHSIG) finish, so its port is free
-                procs.wait_gone(lambda: _session_busy(state.pid), 5.0)
+            ended = tuple(self._end(state, grace=1.0)[1])
             self.clear()
-        return Lookup(None, stale=state)
+        return Lookup(None, stale=state, ended=ended)
 
     def start(
         self,
@@ -350,18 +352,21 @@ class Daemon:
         cwd: str | Path | None = None,
         extra: dict[str, Any] | None = None,
     ):
-        """Start `cmd` detached with its output appended to the log; write pidfile + state.
+        """Start `cmd` detached (the leader of a session of its own, tagged) with its output
+        appended to the log; write pidfile + state.
 
         Returns (Popen, DaemonState, log_offset): log_offset is the log size before the start,
         so a caller can read only what this run wrote. The caller checks readiness.
         """
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        safefile.private_dir(self.state_dir)
         if log_max_bytes is not None:
             rotate_log(self.logfile, log_max_bytes)
-        offset = self.logfile.stat().st_size if self.logfile.exists() else 0
+        offset = _regular_size(self.logfile)
+        tag = f"{self.state_dir / self.name}#{secrets.token_hex(8)}"
         proc = runner.spawn(
-            cmd, log_path=self.logfile, env=env, extra_env=extra_env, cwd=cwd, detach=True
-        )
+            cmd, log_path=self.logfile, env=env, extra_env={**(extra_env or {}), TAG_ENV: tag},
+            cwd=cwd, detach=True,
+        )  # fmt: skip
         st = proc_stat(proc.pid)
         state = DaemonState(
             name=self.name,
@@ -372,34 +377,109 @@ class Daemon:
             marker=marker,
             log_path=str(self.logfile),
             extra=dict(extra or {}),
+            tag=tag,
         )
         self.write_state(state)
         return proc, state, offset
 
     def stop(self, grace: float = 10.0) -> tuple[str, DaemonState | None]:
-        """Stop the daemon if it runs (SIGTERM, then SIGKILL after `grace`); idempotent.
+        """Stop the daemon and every process of its session (SIGTERM, then SIGKILL after
+        `grace`); idempotent.
 
-        Returns (outcome, state): outcome as in `ftslurm.daemon.stop`, or "stale" when only a
-        stale pidfile was found (and removed).
+        Returns (outcome, state): outcome as in `ftslurm.daemon.stop`; "stale" when only a stale
+        pidfile was found (and removed); "foreign" when its pid is alive but not this daemon
+        (reused, or the file edited by hand): left alone, the state removed; "leftovers" when
+        the daemon was dead but processes it had started were still running: ended.
         """
         found = self.lookup()
         if found.state is None:
-            return ("stale" if found.stale else "not-running"), found.stale
-        st = found.state
-        # its session's processes, listed while the leader is alive (so the id is surely its)
-        members = _members(st.pid) if _session_of(st.pid) == st.pid else []
-        outcome = stop(
-            st.pid, grace, expected_cmdline_substring=st.marker or None, start_ticks=st.start_ticks
-        )
-        if members:  # its children (the Lighthouse) may still hold the port: gone too
-            if not procs.wait_gone(lambda: _session_busy(st.pid), 2.0):
-                for pid, ticks in members:  # did not die with it (a --binary wrapper script)
-                    if is_alive(pid, start_ticks=ticks):
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                procs.wait_gone(lambda: _session_busy(st.pid), 5.0)
+            if found.stale is None:
+                return "not-running", None
+            if found.ended:
+                return "leftovers", found.stale
+            return ("foreign" if procs.pid_alive(found.stale.pid) else "stale"), found.stale
+        outcome, _ = self._end(found.state, grace)
         self.clear()
-        return outcome, st
+        return outcome, found.state
+
+    def abort(self, state: DaemonState, grace: float = 2.0) -> list[int]:
+        """End a daemon whose start failed (it exited, or never got ready) and everything it
+        started, even when it has exited itself (a wrapper that forked the real program and
+        left); remove its state. Returns the pids that had to be ended."""
+        _, ended = self._end(state, grace)
+        self.clear()
+        return ended
+
+    def _followers(self, state: DaemonState, leader: bool) -> list[int]:
+        """The live processes the daemon started, other than itself: every one carrying the
+        tag of its start (in its session or not: setsid keeps the environment), and while
+        the `leader` is alive (identity checked), every member of its session (it leads one
+        of its own) too."""
+        found = set(procs.pids_with_env(f"{TAG_ENV}={state.tag}")) if state.tag else set()
+        if leader:
+            found.update(procs.session_pids(state.pid))
+        return sorted(p for p in found if p != state.pid and procs.pid_alive(p))
+
+    def _end(
+        self, state: DaemonState, grace: float, kill_timeout: float = 5.0
+    ) -> tuple[str, list[int]]:
+        """SIGTERM the daemon (when `owns` says it is) and its `_followers`, wait up to `grace`
+        s for all of them to be gone, SIGKILL what is left. A process of its session that is
+        exiting (a zombie whose threads still run: they hold its port) is waited for too.
+        Returns (outcome as in `stop`, the pids signalled)."""
+        seen: dict[int, int] = {}  # pid -> start ticks, of every process identified as ours
+
+        def targets() -> list[int]:
+            leader = self.owns(state)
+            pids = ([state.pid] if leader else []) + self._followers(state, leader)
+            for p in pids:
+                st = proc_stat(p)
+                if st is not None:
+                    seen.setdefault(p, st.start_ticks)
+            return pids
+
+        def busy() -> bool:
+            targets()
+            _reap(state.pid)
+            return any(_present(p, ticks) for p, ticks in seen.items()) or any(
+                _dying(p) for p in procs.session_pids(state.pid)
+            )
+
+        first = targets()
+        if not first:
+            procs.wait_gone(busy, kill_timeout)
+            return "not-running", []
+        _signal(first, signal.SIGTERM)
+        if procs.wait_gone(busy, grace):
+            return "terminated", sorted(seen)
+        _signal(targets(), signal.SIGKILL)
+        if procs.wait_gone(busy, kill_timeout):
+            return "killed", sorted(seen)
+        left = [p for p, ticks in seen.items() if _present(p, ticks)]
+        if not left:  # only a dying process of the session, not one we signalled
+            return "killed", sorted(seen)
+        raise RuntimeError(f"pid(s) {left} survived SIGKILL for {kill_timeout:g} s "
+                           "(uninterruptible?)")  # fmt: skip
+
+
+def _dying(pid: int) -> bool:
+    """`pid` is a zombie whose other threads are still running their exit."""
+    st = proc_stat(pid)
+    return st is not None and st.state in ("Z", "X", "x") and exiting(pid)
+
+
+def _present(pid: int, start_ticks: int) -> bool:
+    """`pid` is still the process first seen with `start_ticks`, running or exiting."""
+    st = proc_stat(pid)
+    if st is None or st.start_ticks != start_ticks:
+        return False
+    return st.state not in ("Z", "X", "x") or exiting(pid)
+
+
+def _signal(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def _well_typed(state: DaemonState) -> bool:
@@ -413,29 +493,32 @@ def _well_typed(state: DaemonState) -> bool:
         and isinstance(state.marker, str)
         and isinstance(state.cmd, list)
         and isinstance(state.extra, dict)
+        and isinstance(state.tag, str)
     )
+
+
 
 
 def rotate_log(path: Path, max_bytes: int) -> bool:
     """Rename `path` to `path.1` (replacing an older `.1`) when it is bigger than `max_bytes`.
 
     Called only at start, when no process writes the file, so a rename is safe. Returns
-    whether it rotated.
+    whether it rotated. Only a regular file is rotated: a link planted at the log's name stays
+    for the start to refuse (see `safefile.open_append`).
     """
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    if size <= max_bytes:
+    if _regular_size(path) <= max_bytes:
         return False
     os.replace(path, path.with_name(path.name + ".1"))
     return True
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _regular_size(path: Path) -> int:
+    """Size of `path` if it is a regular file (a link is not followed), else 0."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def tail_lines(path: Path, n: int, block: int = 65536) -> list[str]:

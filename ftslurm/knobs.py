@@ -253,6 +253,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          public=False),
     Knob("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "int", "its log's rotation size", 0, minimum=0,
          where="cli", public=False),
+    Knob("FTSLURM_LIGHTHOUSE_BINARY", "path", "the --binary its launcher runs", where="cli",
+         public=False),
+    Knob("FTSLURM_DAEMON", "str", "tags the processes of one daemon start (daemon.TAG_ENV)",
+         where="cli", public=False),
 )}  # fmt: skip
 
 SECRETS = tuple(k.name for k in KNOBS.values() if k.secret)

@@ -61,4 +61,5 @@ def torchft_runs_dir(outputs: Path | None = None) -> Path:
 def events_log() -> Path:
     """JSON lines of injected failures (`ftslurm simulate-failure`), read by `ftslurm report`."""
     env = os.environ.get("FTSLURM_EVENTS")
-    return Path(env).resolve() if env else outputs_dir() / "events.jsonl"
+    # its folder resolved, not its name: a link planted there is refused when written
+    return Path(env).parent.resolve() / Path(env).name if env else outputs_dir() / "events.jsonl"

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftslurm.safefile import read_text
+
 
 @dataclass(frozen=True)
 class ProcStat:
@@ -59,12 +61,10 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def read_pidfile(path: Path) -> int | None:
-    """The pid in `path`, or None: no file, unreadable, not UTF-8, not a pid in range."""
-    try:
-        text = path.read_text()
-    except (OSError, ValueError):  # a folder, no permission, bytes that are not UTF-8
-        return None
-    return valid_pid(text)
+    """The pid in `path`, or None: no file, unreadable, not UTF-8, not a pid in range, a link
+    or not a regular file (a folder, a FIFO: `safefile.read_text`)."""
+    text = read_text(path, limit=4096)
+    return valid_pid(text) if text is not None else None
 
 
 # Linux's largest pid_max (2**22): a bigger number in a pidfile is garbage, and os.kill() on
@@ -85,11 +85,28 @@ def valid_pid(value: object) -> int | None:
 
 
 def cmdline(pid: int) -> list[str]:
+    """The arguments of `pid` ([] when unreadable or gone)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:
         return []
     return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+
+
+def pids_with_env(entry: str) -> list[int]:
+    """Every process whose environment holds `entry` (`NAME=value`), among those whose
+    environment we may read (our own; all of them as root)."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and environ_has(int(e), entry)]
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """`entry` (`NAME=value`) is in the environment `pid` was started with. Readable only
+    for our own processes (or as root): False otherwise, and for a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return entry.encode() in raw.split(b"\0")
 
 
 def uts_ns(pid: int) -> str | None:

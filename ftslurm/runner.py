@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftslurm import safefile
+
 DEFAULT_TIMEOUT_S = 60.0
 
 
@@ -99,7 +101,8 @@ def spawn(
     detach: bool = True,
     inherit_output: bool = False,
 ) -> subprocess.Popen:
-    """Start `cmd` without waiting: stdout and stderr appended to `log_path` (or discarded).
+    """Start `cmd` without waiting: stdout and stderr appended to `log_path` (or discarded;
+    created 0o600, and a link planted at its name is refused: `safefile.open_append`).
 
     inherit_output=True: the child writes to our own stdout/stderr instead (a wrapper whose
     output is already redirected, like the FT script's per-attempt log).
@@ -107,9 +110,11 @@ def spawn(
     Ctrl-C in the shell that started it). Callers track it by pid (see ftslurm.daemon).
     """
     cmd = [str(c) for c in cmd]
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    out: int | None = subprocess.DEVNULL
     if inherit_output:
         out = None
+    elif log_path:
+        out = safefile.open_append(log_path)  # never through a link planted at its name
     try:
         return subprocess.Popen(
             cmd,
@@ -124,4 +129,4 @@ def spawn(
         raise CommandError(cmd, None, "", reason=f"{cmd[0]}: not found") from e
     finally:
         if out not in (None, subprocess.DEVNULL):
-            out.close()
+            os.close(out)

@@ -132,7 +132,7 @@ def test_daemon_lifecycle_and_stale_state(tmp_path):
         assert found.state.extra == {"k": 1} and found.state.start_ticks
         # kill -9 behind its back: lookup reports stale and removes the files
         os.kill(proc.pid, signal.SIGKILL)
-        wait_for(lambda: not state.alive(), timeout=10, interval=0.01, what="death")
+        wait_for(lambda: not d.owns(state), timeout=10, interval=0.01, what="death")
         found = d.lookup()
         assert found.state is None and found.stale is not None and found.stale.pid == proc.pid
         assert not d.pidfile.exists() and not d.statefile.exists()
@@ -172,7 +172,7 @@ def test_stale_lookup_and_stop_wait_for_the_daemons_children(tmp_path, how):
         child = int(d.logfile.read_text().split()[1])
         if how == "lookup":
             os.kill(proc.pid, signal.SIGKILL)
-            wait_for(lambda: not state.alive(), timeout=10, interval=0.01, what="death")
+            wait_for(lambda: not d.owns(state), timeout=10, interval=0.01, what="death")
         assert pid_alive(child)
         threading.Timer(0.3, flag.touch).start()  # the child may exit from now on
         if how == "lookup":
@@ -194,12 +194,12 @@ def test_stop_ends_a_child_that_does_not_die_with_the_daemon(tmp_path):
     """A wrapper script that does not `exec` (a user's --binary): its child would keep the
     port after the wrapper is stopped; stop ends it too, in a couple of seconds."""
     d = daemon.Daemon(tmp_path, "wrapper")
-    proc, _, _ = d.start(["sh", "-c", "sleep 60; : ftslurm-test-wrapper"],
+    proc, state, _ = d.start(["sh", "-c", "sleep 60; : ftslurm-test-wrapper"],
                          marker="ftslurm-test-wrapper")  # fmt: skip
     child = None
     try:
-        wait_for(lambda: daemon._members(proc.pid), timeout=10, what="the wrapper's child")
-        (child, _), = daemon._members(proc.pid)
+        wait_for(lambda: d._followers(state, True), timeout=10, what="the wrapper's child")
+        (child,) = d._followers(state, True)
         t0 = time.monotonic()
         assert d.stop(grace=5)[0] == "terminated"
         assert time.monotonic() - t0 < 9 and not pid_alive(child)
@@ -217,7 +217,7 @@ def test_stale_pid_reused_by_another_program(tmp_path, procs):
     d = daemon.Daemon(tmp_path, "lh")
     d.write_state(daemon.DaemonState("lh", other.pid, 1, time.time(), ["x"], "torchft_lighthouse"))
     outcome, st = d.stop(grace=1)
-    assert outcome == "stale" and st.pid == other.pid
+    assert outcome == "foreign" and st.pid == other.pid
     assert other.poll() is None
 
 
@@ -286,9 +286,3 @@ def test_lock_serialises(tmp_path):
         order.append("first")
     t.join(10)  # ... and gets it once released
     assert order == ["first", "other"]
-
-
-def test_a_state_from_before_the_boot_is_not_waited_for():
-    """After a reboot a stale daemon's pid (its session id) may belong to another session:
-    lookup does not wait for that one."""
-    assert daemon._since_boot(time.time()) and not daemon._since_boot(0.0)

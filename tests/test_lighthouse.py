@@ -159,6 +159,11 @@ def test_restart_after_stop_or_crash_keeps_the_port(state_dir: Path):
     assert third.port == info.port and lh.status(state_dir).running
 
 
+def runs(program: Path, pid: int) -> bool:
+    """`program` runs in `pid` or one of its descendants."""
+    return any(str(program) in procs.cmdline(p) for p in procs.process_tree(pid))
+
+
 def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
     """`restart` brings back the same Lighthouse: the --binary and --log-max-mb of the last
     start, not the defaults; `start` while it runs names a different --binary."""
@@ -167,19 +172,21 @@ def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
     wrapper.write_text(f"#!{sys.executable}\n" + Path(launcher.__file__).read_text())
     wrapper.chmod(0o755)
     info = lh.start(bind="127.0.0.1:0", state_dir=state_dir, binary=str(wrapper), log_max_mb=0.5)
-    assert info.cmd[0] == str(wrapper)
+    # the launcher of the state dir runs it, as its child (how stop and status know it)
+    assert info.cmd[:2] == [sys.executable, str(state_dir / "torchft_lighthouse")]
+    assert runs(wrapper, info.pid)
     again = lh.start(bind="127.0.0.1:0", state_dir=state_dir, log_max_mb=2)
     assert again.already_running
     assert again.notes["binary"] == f"requested --binary (the fast launcher), running {wrapper}"
     assert again.notes["log_max_mb"] == "requested --log-max-mb 2, running with 0.5"
     new = restart_with(state_dir)
-    assert new.pid != info.pid and new.cmd[0] == str(wrapper) and new.port == info.port
-    assert str(wrapper) in procs.cmdline(new.pid)
+    assert new.pid != info.pid and new.port == info.port and runs(wrapper, new.pid)
     recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
     assert (recorded["binary"], recorded["log_max_mb"]) == (str(wrapper), 0.5)
     # options given to restart replace the recorded ones; "" = the default launcher
     third = restart_with(state_dir, binary="", log_max_mb=1.0)
     assert third.cmd[0] == sys.executable and third.port == info.port
+    assert not runs(wrapper, third.pid)
     recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
     assert (recorded["binary"], recorded["log_max_mb"]) == (None, 1.0)
 
@@ -254,7 +261,7 @@ def test_bare_pidfile_of_another_program_is_never_signalled(state_dir: Path, tmp
             (state_dir / "lighthouse.pid").write_text(f"{pid}\n")
             if state is not None:
                 (state_dir / "lighthouse.json").write_text(state)
-            assert lh.stop(state_dir) == "stale", state  # and the pidfile removed
+            assert lh.stop(state_dir) == "foreign", state  # left alone, the pidfile removed
             (state_dir / "lighthouse.pid").write_text(f"{pid}\n")
             st = lh.status(state_dir)
             assert not st.running and st.stale_pid == pid
@@ -303,8 +310,8 @@ def test_port_in_use_by_an_unmanaged_lighthouse(state_dir: Path, tmp_path: Path)
     bare = tmp_path / "by-hand"
     bare.mkdir()
     port = free_port()
-    cmd = lh.lighthouse_command(bare) + ["--bind", f"127.0.0.1:{port}", "--min_replicas", "1"]
-    proc = runner.spawn(cmd)
+    cmd, env = lh.lighthouse_command(bare)
+    proc = runner.spawn(cmd + ["--bind", f"127.0.0.1:{port}", "--min_replicas", "1"], extra_env=env)
     try:
         daemon.wait_ready(lambda: lh.answers(f"http://127.0.0.1:{port}/status"),
                           pid=proc.pid, poll=proc.poll, timeout=60)  # fmt: skip

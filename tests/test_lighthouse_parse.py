@@ -123,11 +123,12 @@ def test_parse_bind(monkeypatch):
     assert address.parse_bind("127.0.0.1:1234") == ("127.0.0.1", 1234)
     assert address.parse_bind("[::1]:80") == ("::1", 80)
     assert address.parse_bind("[::]:29510") == ("::", 29510)
-    assert address.parse_bind("0.0.0.0:") == ("0.0.0.0", 29510)
+    assert address.parse_bind("0.0.0.0") == ("0.0.0.0", 29510)
+    assert address.parse_bind("[::1]") == ("::1", 29510)
     assert address.parse_bind("login-0") == ("login-0", 29510)
     monkeypatch.setattr(address, "default_bind_host", lambda: "0.0.0.0")
     assert address.parse_bind(":5") == ("0.0.0.0", 5)
-    for bad in ("host:99999", "a:b", "1:2:3", "[::1]:x"):
+    for bad in ("host:99999", "a:b", "1:2:3", "[::1]:x", "[::1]:", ":", "0.0.0.0:", "h:١٢"):
         with pytest.raises(UserError):
             address.parse_bind(bad)
     assert address.format_bind("::", 5) == "[::]:5"

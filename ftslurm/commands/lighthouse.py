@@ -53,7 +53,8 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 default=d(DEFAULTS.bind),
                 show_default=defaults,
                 help="Address to listen on. Empty host = all interfaces ([::], or 0.0.0.0 "
-                "without IPv6); port 0 = any free port (the real one is printed).",
+                "without IPv6); port 0 = any free port (the real one is printed); HOST alone "
+                "= port 29510, but a ':' with no port after it is an error.",
             ),
             click.option(
                 "--min-replicas", type=click.IntRange(min=1), default=d(DEFAULTS.min_replicas),
@@ -76,9 +77,10 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
             click.option(
                 "--advertise", metavar="HOST", default=None,
                 envvar="FTSLURM_LIGHTHOUSE_ADVERTISE",
-                help="Host name the compute nodes use to reach this machine, for the printed "
-                "address  [default: the bind address if specific, else this hostname; the local "
-                "test cluster: login-0]",
+                help="Host name or IP address the compute nodes use to reach this machine, "
+                "for the printed address; just the host (no http://, no port: the port is "
+                "--bind's)  [default: the bind address if specific, else this hostname; the "
+                "local test cluster: login-0]",
             ),
         ]  # fmt: skip
         for opt in reversed(opts):
@@ -126,8 +128,7 @@ def lighthouse() -> None:
 @click.option("--log-max-mb", type=FiniteFloat(min=0), default=DEFAULTS.log_max_mb,
               show_default=True,
               help="A log bigger than this is renamed lighthouse.log.1 (replacing the "
-              "previous .1) and a new one begun: at start, and while it runs (at a line end; "
-              "with --binary only at start).")
+              "previous .1) and a new one begun: at start, and while it runs (at a line end).")
 @click.option("--ready-timeout", type=FiniteFloat(min=0.1), default=DEFAULTS.ready_timeout,
               show_default=True, help="Seconds to wait for the HTTP port to answer.")
 @_state_dir_option
@@ -189,6 +190,11 @@ def stop(grace: float, state_dir: Path | None) -> None:
         "killed": f"Lighthouse did not exit within {grace:g} s of SIGTERM: killed (SIGKILL).",
         "not-running": "Lighthouse not running; nothing to stop.",
         "stale": "Lighthouse not running (removed a stale pidfile); nothing to stop.",
+        "foreign": "Lighthouse not running: its state file names a process that is not this "
+                   "state dir's Lighthouse (pid reused, or the file edited); left that process "
+                   "alone and removed the stale state.",
+        "leftovers": "Lighthouse not running, but processes it had started still were: "
+                     "stopped them (and removed the stale pidfile).",
     }[outcome])  # fmt: skip
 
 
@@ -273,6 +279,9 @@ def logs(n: int, follow: bool, state_dir: Path | None) -> None:
       ftslurm lighthouse logs -f | grep 'Quorum!'
     """
     path = lh.log_path(state_dir)
+    if path.is_symlink():  # not printed through: it may name a file only root may read
+        raise UserError(f"refusing to read {path}: it is a symbolic link, not the Lighthouse's "
+                        "log; remove it")  # fmt: skip
     if not path.exists():
         raise UserError(f"no Lighthouse log at {path} (never started from this state directory)")
     for line in tail_lines(path, n):

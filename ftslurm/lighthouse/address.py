@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
 import socket
 from pathlib import Path
@@ -27,27 +29,33 @@ def default_bind_host() -> str:
 
 
 def parse_bind(bind: str | None) -> tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT`, `:PORT` or `PORT` -> (host without brackets, port).
+    """`HOST:PORT`, `[V6]:PORT`, `:PORT` or `PORT` -> (host without brackets, port); `HOST` or
+    `[V6]` alone -> the default port.
 
-    An empty host means the default wildcard host; port 0 means "any free port".
+    An empty host means the default wildcard host; port 0 means "any free port". A colon
+    with no port after it (`:`, `HOST:`, `[::1]:`: `--bind ":$PORT"` with PORT unset) is an
+    error, never the default port: that is where another Lighthouse may run.
     """
     if bind is None or bind.strip() == "":
         return unbracket(default_bind_host()), DEFAULT_PORT
     bind = bind.strip()
-    m = re.fullmatch(r"\[([0-9A-Fa-f:.%\w]*)\](?::(\d+))?", bind)
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.%\w]*)\](?::(.*))?", bind)
     if m:
         host, port_s = m.group(1), m.group(2)
     elif bind.isdigit():
         host, port_s = "", bind
     elif bind.count(":") == 1:
         host, port_s = bind.split(":")
-        if port_s == "":
-            port_s = str(DEFAULT_PORT)
     elif ":" not in bind:
-        host, port_s = bind, str(DEFAULT_PORT)
+        host, port_s = bind, None
     else:
         raise UserError(f"--bind {bind!r}: use HOST:PORT, [IPV6]:PORT or :PORT")
-    if not port_s or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+    if port_s == "":
+        raise UserError(f"--bind {bind!r}: no port after ':' (an unset variable?); give "
+                        f"HOST:PORT, or HOST alone for port {DEFAULT_PORT}")  # fmt: skip
+    if port_s is None:
+        port_s = str(DEFAULT_PORT)
+    if not (port_s.isascii() and port_s.isdigit()) or not 0 <= int(port_s) <= 65535:
         raise UserError(f"--bind {bind!r}: the port must be a number from 0 to 65535")
     if host == "":
         host = unbracket(default_bind_host())
@@ -72,14 +80,36 @@ def is_wildcard(host: str) -> bool:
     return host in WILDCARD_HOSTS
 
 
+# a DNS name's labels; `_` too, which some sites' node names have
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def check_advertise(advertise: str | None) -> None:
+    """`--advertise` must be a host name, an IPv4 or an IPv6 address (brackets optional):
+    it becomes `http://HOST:PORT` in TORCHFT_LIGHTHOUSE, the one line job scripts export, so
+    a scheme, a port, spaces or a newline in it would make a broken address or a second
+    line. None or "" is the default (see `advertised_host`)."""
+    if not advertise:
+        return
+    if len(advertise) <= 253 and _HOSTNAME.fullmatch(advertise):
+        return
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(unbracket(advertise))
+        return
+    raise UserError(f"--advertise {advertise!r}: give a host name or IP address only (no "
+                    "http://, no port, no spaces); the port comes from --bind")  # fmt: skip
+
+
 def advertised_host(bind_host: str, advertise: str | None = None) -> str:
     """The host name compute nodes use to reach the Lighthouse.
 
-    `advertise` wins; a specific bind address is the only one that answers, so it is used;
-    otherwise this machine's hostname (on the local test cluster: `--advertise login-0`).
+    `advertise` wins (an IPv6 address in brackets); a specific bind address is the only one
+    that answers, so it is used; otherwise this machine's hostname (on the local test
+    cluster: `--advertise login-0`).
     """
     if advertise:
-        return advertise
+        return bracket(unbracket(advertise))
     return bracket(bind_host) if not is_wildcard(bind_host) else socket.gethostname()
 
 

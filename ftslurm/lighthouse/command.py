@@ -3,8 +3,10 @@
 torchft's `torchft_lighthouse` console script imports torch first (~3 s of a 2-core machine
 before the Rust code starts), so by default the fast launcher (`launcher.py`) is copied into
 the state directory and run with this interpreter (~0.1 s); the process shows as
-`python <state dir>/torchft_lighthouse <args>`. A `binary` (or FTSLURM_LIGHTHOUSE_BIN) runs
-that executable instead, e.g. the console script itself.
+`python <state dir>/torchft_lighthouse <args>`. A `binary` (or FTSLURM_LIGHTHOUSE_BIN), e.g.
+the console script itself, is run by that launcher as its child: the daemon's own process is
+always the launcher of its state dir, which is how it is recognised (no state file can fake
+a command line).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from ftslurm import safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
 
 NAME = "lighthouse"  # of the daemon's files in the state dir: lighthouse.pid, .json, .log
-MARKER = "torchft_lighthouse"  # in the command line of both launchers (pid-reuse check)
+MARKER = "torchft_lighthouse"  # the launcher's name in the state dir (its identity check)
+BINARY_ENV = "FTSLURM_LIGHTHOUSE_BINARY"  # what the launcher runs instead of torchft's own
 
 
 def resolve_binary(binary: str | None) -> str | None:
@@ -26,26 +30,30 @@ def resolve_binary(binary: str | None) -> str | None:
     return binary or os.environ.get("FTSLURM_LIGHTHOUSE_BIN") or None
 
 
-def lighthouse_command(state_dir: Path, binary: str | None = None) -> list[str]:
-    """`binary` (or FTSLURM_LIGHTHOUSE_BIN): an executable such as `torchft_lighthouse`.
-    Default: the fast launcher, else the console script on PATH."""
+def lighthouse_command(
+    state_dir: Path, binary: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment to add) of a Lighthouse of `state_dir`: always the launcher, copied
+    into the state dir (its path in the command line is how `stop` and `status` know the
+    process is this dir's Lighthouse; see `Daemon.owns`). `binary` (or FTSLURM_LIGHTHOUSE_BIN),
+    an executable such as `torchft_lighthouse`, is run by the launcher as its child; so is
+    the console script on PATH when torchft is not importable from this Python."""
     binary = resolve_binary(binary)
+    path = None
     if binary:
         path = shutil.which(binary)
         if path is None:
             raise UserError(f"Lighthouse binary {binary!r} not found (not on PATH, not a file)")
-        return [path]
-    if launcher.torchft_extension() is not None:
-        copy = state_dir / MARKER
-        text = Path(launcher.__file__).read_bytes()
-        if not copy.exists() or copy.read_bytes() != text:
-            copy.write_bytes(text)
-        return [sys.executable, str(copy)]
-    # torchft not importable from this Python: maybe another environment provides the script.
-    script = shutil.which("torchft_lighthouse")
-    if script is None:
-        raise UserError(
-            "torchft is not installed: `pip install torchft-nightly` (or `pip install "
-            "'ftslurm[cpu]'`), or name the binary with --binary / FTSLURM_LIGHTHOUSE_BIN"
-        )
-    return [script]
+    elif launcher.torchft_extension() is None:
+        # torchft not importable here: maybe another environment provides the script
+        path = shutil.which("torchft_lighthouse")
+        if path is None:
+            raise UserError(
+                "torchft is not installed: `pip install torchft-nightly` (or `pip install "
+                "'ftslurm[cpu]'`), or name the binary with --binary / FTSLURM_LIGHTHOUSE_BIN"
+            )
+    copy = state_dir / MARKER
+    text = Path(launcher.__file__).read_bytes()
+    if safefile.read_bytes(copy) != text:  # missing, changed, or a link: (re)written
+        safefile.write_atomic(copy, text)
+    return [sys.executable, str(copy)], ({BINARY_ENV: os.path.abspath(path)} if path else {})

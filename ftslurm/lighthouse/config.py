@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm.errors import UserError
-from ftslurm.lighthouse.address import DEFAULT_PORT, format_bind, parse_bind
+from ftslurm.lighthouse.address import DEFAULT_PORT, check_advertise, format_bind, parse_bind
 
 # the binary's own options, recorded in the state file as "config" (what `status` shows)
 BINARY_OPTIONS = (
@@ -41,6 +41,7 @@ class LighthouseConfig:
         if self.state_dir is not None:
             object.__setattr__(self, "state_dir", Path(self.state_dir))
         parse_bind(self.bind)
+        check_advertise(self.advertise)
         for name in ("min_replicas", "quorum_tick_ms", "join_timeout_ms"):
             if getattr(self, name) < (1 if name == "min_replicas" else 0):
                 raise UserError(f"--{name.replace('_', '-')} must be positive")

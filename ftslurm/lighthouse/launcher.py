@@ -9,8 +9,9 @@ Standard library only: `ftslurm lighthouse start` copies this file into the stat
 as `torchft_lighthouse` and runs it there with this interpreter, so that the state dir's path
 is in the process's command line (how a Lighthouse is told to be that dir's).
 
-Started with FTSLURM_LIGHTHOUSE_LOG set, the Lighthouse runs in a child whose output comes
-through a pipe; this process appends it to the log and, when the log passes
+With FTSLURM_LIGHTHOUSE_BINARY set (`--binary`), it runs that executable instead, as its
+child (see `main`). Started with FTSLURM_LIGHTHOUSE_LOG set, the Lighthouse runs in a child
+whose output comes through a pipe; this process appends it to the log and, when the log passes
 FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES, renames it to <log>.1 (replacing the older one) at a line
 end and goes on in a new file: a Lighthouse left running for weeks keeps a bounded log (at
 most about twice the cap) whose two files hold the newest lines, whole.
@@ -54,47 +55,91 @@ def write_all(data: bytes) -> None:
 
 def rotate(log: str) -> None:
     """Rename the log to .1 and go on in a new one; on any error go on in the same file (the
-    Lighthouse must never die of its log)."""
+    Lighthouse must never die of its log). The new file is made with O_EXCL and O_NOFOLLOW
+    (ftslurm.safefile's rule, written out here: this file imports nothing of ftslurm), so a
+    link planted at `<log>.new` is never written through."""
+    new = log + ".new"
     try:
-        fd = os.open(log + ".new", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.unlink(new)  # a leftover of a failed try (or a planted name): never opened
+    except OSError:
+        pass
+    try:
+        fd = os.open(new, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600)  # fmt: skip
     except OSError:
         return
     try:
         os.replace(log, log + ".1")
-        os.replace(log + ".new", log)
+        os.replace(new, log)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     except OSError:
         try:
-            os.unlink(log + ".new")  # not left beside the log for every failed try
+            os.unlink(new)  # not left beside the log for every failed try
         except OSError:
             pass
     finally:
         os.close(fd)
 
 
+def run(binary: str) -> int | None:
+    """The Lighthouse itself, in this process: `binary` (exec'd with our arguments) if given,
+    else torchft's, loaded directly."""
+    if binary:
+        try:
+            os.execv(binary, [binary, *sys.argv[1:]])
+        except OSError as e:
+            sys.exit(f"torchft_lighthouse: cannot run {binary}: {e.strerror}")
+    return lighthouse()
+
+
 def main() -> int | None:
+    """Run the Lighthouse; in a child when its log is capped (this process writes the log) or
+    when it is a `binary` (FTSLURM_LIGHTHOUSE_BINARY: a --binary of `ftslurm lighthouse
+    start`): this process, whose command line names its state directory, stays its parent,
+    so `stop` and `status` recognise it by what the kernel says (never by a state file).
+    The child dies with this process (PR_SET_PDEATHSIG); signals are passed on to it."""
     log = os.environ.pop("FTSLURM_LIGHTHOUSE_LOG", "")
     cap = int(os.environ.pop("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "0") or 0)
-    if not log or cap <= 0:
+    binary = os.environ.pop("FTSLURM_LIGHTHOUSE_BINARY", "")
+    capped = bool(log) and cap > 0
+    if not capped and not binary:
         return lighthouse()
-    r, w = os.pipe()
+    r, w = os.pipe() if capped else (-1, -1)
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
-        os.close(r)
-        os.dup2(w, 1)
-        os.dup2(w, 2)
-        os.close(w)
+        if capped:
+            os.close(r)
+            os.dup2(w, 1)
+            os.dup2(w, 2)
+            os.close(w)
         import ctypes
 
         ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the writer
         if os.getppid() != parent:
             os._exit(1)
-        sys.exit(lighthouse())
-    os.close(w)
+        sys.exit(run(binary))
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except OSError:  # already reaped
+            pass
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+        signal.signal(sig, forward)
+    if capped:
+        os.close(w)
+        copy_capped(r, log, cap)
+    status = os.waitpid(pid, 0)[1]
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def copy_capped(r: int, log: str, cap: int) -> None:
+    """Copy the child's output from pipe `r` to the log (fd 1) until it closes, renaming the
+    log to .1 at a line end whenever it would pass `cap` bytes."""
     size = os.fstat(1).st_size
     while True:
         data = os.read(r, 1 << 16)
@@ -109,9 +154,6 @@ def main() -> int | None:
         else:
             write_all(data)
             size += len(data)
-    status = os.waitpid(pid, 0)[1]
-    code = os.waitstatus_to_exitcode(status)
-    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":

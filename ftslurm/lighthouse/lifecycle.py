@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ftslurm import daemon, procs
+from ftslurm import daemon, procs, safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import address, ports
 from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve_binary
@@ -87,9 +87,12 @@ class LighthouseStatus:
 
 
 def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
-    d = Path(state_dir) if state_dir else lighthouse_dir()
-    # both launchers live in the state dir: this path in a command line is this dir's Lighthouse
-    return daemon.Daemon(d, NAME, marker=str(d / MARKER))
+    # resolved: the launcher's path is the identity, the same however the dir was named
+    d = Path(state_dir).resolve() if state_dir else lighthouse_dir()
+    # the launcher lives in the state dir and always runs (`python <it>`, a --binary as its
+    # child): that argument in a command line is this dir's Lighthouse
+    launcher = str(d / MARKER)
+    return daemon.Daemon(d, NAME, marker=launcher, program=launcher)
 
 
 @contextlib.contextmanager
@@ -231,7 +234,7 @@ def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, 
     for key in ("min_replicas", "quorum_tick_ms", "join_timeout_ms", "heartbeat_timeout_ms"):
         if key in running and running[key] != getattr(cfg, key):
             notes[key] = f"requested {key}={getattr(cfg, key)}, running with {running[key]}"
-    if cfg.advertise and cfg.advertise != state.extra.get("host"):
+    if cfg.advertise and address.advertised_host(host, cfg.advertise) != state.extra.get("host"):
         notes["advertise"] = (
             f"requested --advertise {cfg.advertise}, running as {state.extra.get('host')}"
         )
@@ -254,9 +257,10 @@ def _start_locked(
     host, port = address.parse_bind(cfg.bind)
     if not ports.port_free(host, port) and not _orphan_gone(d, host, port, stale_pid is not None):
         raise ports.port_in_use_error(host, port)
-    d.state_dir.mkdir(parents=True, exist_ok=True)
+    safefile.private_dir(d.state_dir)
     binary = resolve_binary(cfg.binary)
-    cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
+    cmd, env = lighthouse_command(d.state_dir, binary)
+    cmd += cfg.args()
     # binary and log cap are recorded too: `restart` must bring back the same Lighthouse
     extra: dict[str, Any] = {
         "config": cfg.binary_options(), "requested_bind": cfg.bind, "binary": binary,
@@ -265,11 +269,11 @@ def _start_locked(
     cap = int(cfg.log_max_mb * 1024 * 1024)
     proc, state, offset = d.start(
         cmd,
-        marker=MARKER,
+        marker=d.marker,
         log_max_bytes=cap,
-        # the fast launcher also caps the log while it runs (see launcher.py)
+        # the launcher also caps the log while it runs (see launcher.py)
         extra_env={"RUST_BACKTRACE": "1", "FTSLURM_LIGHTHOUSE_LOG": str(d.logfile),
-                   "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES": str(cap)},
+                   "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES": str(cap), **env},
         extra=extra,
     )
     try:
@@ -287,22 +291,32 @@ def _start_locked(
             what=f"the Lighthouse to answer on {probe_url}",
         )  # fmt: skip
     except daemon.ProcessExited as e:
-        d.clear()
+        # it may have started processes that outlive it (a wrapper that forks and exits)
+        ended = d.abort(state)
         log = _log_since(d.logfile, offset)
         if _ADDR_IN_USE in log:
             raise ports.port_in_use_error(host, port) from None
         last = log.strip().splitlines()[-1] if log.strip() else "(nothing logged)"
+        left = f"; ended {len(ended)} process(es) it had left running" if ended else ""
         raise UserError(
-            f"the Lighthouse exited at start (code {e.returncode}): {last} -- see {d.logfile}"
+            f"the Lighthouse exited at start (code {e.returncode}): {last}{left}"
+            f"{_still_held(port)} -- see {d.logfile}"
         ) from None
     except TimeoutError as e:
-        daemon.stop(proc.pid, grace=2.0)
-        d.clear()
-        raise UserError(f"{e}; stopped it -- see {d.logfile}") from None
+        d.abort(state)  # it, and every process it started
+        raise UserError(f"{e}; stopped it{_still_held(port)} -- see {d.logfile}") from None
     state.extra.update(where)
     d.write_state(state)
-    _last_file(d).write_text(json.dumps(state.extra, indent=2) + "\n")
+    safefile.write_atomic(_last_file(d), json.dumps(state.extra, indent=2) + "\n")
     return _info(state, d, stale_pid=stale_pid)
+
+
+def _still_held(port: int) -> str:
+    """After every process of a Lighthouse was ended: '' when nothing listens on `port` any
+    more, else the end of a sentence naming what still does (a process that left its session
+    with setsid cannot be found from it), so no message claims a port is free that is not."""
+    held = ports.holders(port) if port else ""
+    return f", but port {port} is still held by {held}; stop that by hand" if held else ""
 
 
 def _where(host: str, port: int, advertise: str | None) -> dict[str, Any]:
@@ -322,13 +336,21 @@ def _last_file(d: daemon.Daemon) -> Path:
 def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_S) -> str:
     """Stop the Lighthouse (SIGTERM, SIGKILL after `grace` s). Idempotent.
 
-    Returns "terminated", "killed", "not-running" or "stale" (a stale pidfile was removed).
+    Returns "terminated", "killed", "not-running", "stale" (a stale pidfile was removed),
+    "foreign" (the state file names a live process that is not this dir's Lighthouse: left
+    alone, the state removed) or "leftovers" (it was dead, what it had started was not: ended).
+    Every process of its session goes with it; a UserError when its port is still held after.
     """
     d = _daemon(state_dir)
     if not d.state_dir.is_dir():
         return "not-running"  # a mistyped --state-dir is not created by a stop
     with _locked(d):
-        outcome, _ = d.stop(grace)
+        outcome, state = d.stop(grace)
+    port = state.extra.get("port") if state is not None else None
+    if outcome in ("terminated", "killed", "leftovers") and type(port) is int and 0 < port < 65536:
+        held = _still_held(port)
+        if held:
+            raise UserError(f"stopped the Lighthouse (pid {state.pid}){held}")
     return outcome
 
 
@@ -375,10 +397,10 @@ def recorded_config(state_dir: str | Path | None = None) -> LighthouseConfig:
     prev = d.read_state()
     extra = prev.extra if prev is not None and prev.extra.get("config") else None
     if extra is None:
-        with contextlib.suppress(OSError, ValueError):
-            extra = json.loads(_last_file(d).read_text())
+        with contextlib.suppress(ValueError):
+            extra = json.loads(safefile.read_text(_last_file(d)) or "null")
     options: dict[str, Any] = {}
-    if extra and extra.get("config"):
+    if isinstance(extra, dict) and extra.get("config"):
         options = {k: v for k, v in extra["config"].items() if k in BINARY_OPTIONS}
         if extra.get("port"):
             host, _ = address.parse_bind(options.get("bind"))
@@ -398,7 +420,7 @@ def restart(config: LighthouseConfig, grace: float = DEFAULT_STOP_GRACE_S) -> Li
     since a detached copy started here would fight the supervisor's restart."""
     d = _daemon(config.state_dir)
     prev = d.read_state()
-    if prev is not None and prev.extra.get("foreground") and prev.alive():
+    if prev is not None and prev.extra.get("foreground") and d.owns(prev):
         raise UserError(
             f"the Lighthouse (pid {prev.pid}) runs in the foreground under its own supervisor "
             "(started with --foreground): restart it there (e.g. `systemctl restart <unit>`), "
@@ -409,7 +431,7 @@ def restart(config: LighthouseConfig, grace: float = DEFAULT_STOP_GRACE_S) -> Li
     # still exiting: then no owner is visible) frees up when stop() has run; any other
     # visible holder makes start() fail.
     ours = prev is not None and port == prev.extra.get("port")
-    running = prev.pid if prev is not None and prev.alive() else None
+    running = prev.pid if prev is not None and d.owns(prev) else None
     if not ports.port_free(host, port) and not (
         ours and _held_by_this_lighthouse(d, port, True, running)
     ):
@@ -443,12 +465,13 @@ def exec_foreground(
         if not ports.port_free(host, port):
             raise ports.port_in_use_error(host, port)
         binary = resolve_binary(cfg.binary)
-        cmd = lighthouse_command(d.state_dir, binary) + cfg.args()
+        cmd, launcher_env = lighthouse_command(d.state_dir, binary)
+        cmd += cfg.args()
         pid = os.getpid()
         st = procs.proc_stat(pid)
         state = daemon.DaemonState(
             name=NAME, pid=pid, start_ticks=st.start_ticks if st else None,
-            started_at=time.time(), cmd=cmd, marker=MARKER, log_path=None,
+            started_at=time.time(), cmd=cmd, marker=d.marker, log_path=None,
             extra={"config": cfg.binary_options(), "requested_bind": cfg.bind,
                    **_where(host, port, cfg.advertise), "foreground": True, "binary": binary},
         )  # fmt: skip
@@ -457,5 +480,5 @@ def exec_foreground(
             announce(_info(state, d))
     sys.stdout.flush()
     sys.stderr.flush()
-    env = dict(os.environ, RUST_BACKTRACE=os.environ.get("RUST_BACKTRACE", "1"))
+    env = dict(os.environ, RUST_BACKTRACE=os.environ.get("RUST_BACKTRACE", "1"), **launcher_env)
     os.execve(cmd[0], cmd, env)  # not a subprocess: this process becomes the Lighthouse

@@ -17,6 +17,7 @@ from ftslurm import procs
 from ftslurm.errors import UserError
 from ftslurm.lighthouse.address import format_bind
 from ftslurm.lighthouse.command import MARKER, NAME
+from ftslurm.textsafe import printable
 
 
 class PortInUse(UserError):
@@ -100,12 +101,18 @@ def port_owner(port: int) -> list[tuple[int, str]]:
     return owners
 
 
+def holders(port: int, owners: list[tuple[int, str]] | None = None) -> str:
+    """`pid N (command line); ...` of what listens on `port` ('' when nothing visible does)."""
+    owners = port_owner(port) if owners is None else owners
+    return "; ".join(f"pid {pid} ({_short(cmd)})" for pid, cmd in owners)
+
+
 def port_in_use_error(host: str, port: int) -> PortInUse:
     """A one-line error naming the port and, when known, its owner."""
     owners = port_owner(port)
     where = format_bind(host, port)
     if owners:
-        who = "; ".join(f"pid {pid} ({_short(cmd)})" for pid, cmd in owners)
+        who = holders(port, owners)
         managed = [m.group(1) for _, cmd in owners
                    if (m := re.search(r"(\S+)/" + MARKER + r"\s", cmd))
                    and Path(m.group(1), f"{NAME}.json").exists()]  # fmt: skip
@@ -129,4 +136,7 @@ def port_in_use_error(host: str, port: int) -> PortInUse:
 
 
 def _short(cmd: str, n: int = 100) -> str:
+    """A command line for a one-line message: control characters escaped (a newline in an
+    argument must not split the message), at most `n` characters."""
+    cmd = printable(cmd)
     return cmd if len(cmd) <= n else cmd[: n - 3] + "..."

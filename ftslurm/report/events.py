@@ -29,11 +29,13 @@ Unknown actions are kept and shown, never fatal. A line that is not a JSON objec
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ftslurm import safefile
 from ftslurm.logfile import open_log
 from ftslurm.logvocab import INJECTED, Event
 from ftslurm.report.reader import ParseStats, iter_lines
@@ -75,13 +77,17 @@ def append_event(ev: InjectedEvent, path: Path | None = None) -> Path:
     """Append one event as one line (default `paths.events_log()`); what simulate-failure calls.
 
     One `write` of one line in append mode, so concurrent writers do not interleave lines.
+    `simulate-failure` runs under sudo: a link planted at the log's name is refused, never
+    followed (`safefile.open_append`). The file is made 0o644, not private: `ftslurm report`,
+    run without sudo, reads it.
     """
     from ftslurm.paths import events_log
 
     target = Path(path) if path is not None else events_log()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "a", encoding="utf-8") as fh:
-        fh.write(ev.to_json_line() + "\n")
+    fd = safefile.open_append(target, mode=0o644)
+    with os.fdopen(fd, "ab") as fh:
+        fh.write((ev.to_json_line() + "\n").encode())
     return target
 
 

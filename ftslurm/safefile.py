@@ -1,0 +1,130 @@
+"""Create, append to and read state files without following links planted at their names.
+
+Why: some commands run under sudo (the README's `sudo ftslurm simulate-failure`, `sudo ftslurm
+cluster up`), and their state lives in folders other users may be able to write. A symbolic
+link planted at `lighthouse.json` or `events.jsonl` would otherwise make root overwrite or
+append to whatever it points at (/etc/passwd), and a FIFO would make it hang. So the last path
+component is never followed (O_NOFOLLOW), only regular files are written or read, files are
+created private (0o600 unless a caller says why not), and folders ftslurm creates for its own
+state are private too (0o700). Every state-file write in ftslurm goes through this module.
+
+- `open_append`: logs and the event log (one `write` per line, O_APPEND); a link, a FIFO or a
+  file with a second hard link is refused with one `UnsafePath` line.
+- `write_atomic`: whole-file state (pidfile, state JSON, launcher copy): a fresh file made with
+  O_EXCL then renamed over the name, so a link planted there is replaced, never followed.
+- `read_text`: a state file read back, None when missing, a link, not a regular file or bigger
+  than a state file can be (a link to /dev/zero must not hang or fill memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from ftslurm.errors import UserError
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+
+
+class UnsafePath(UserError):
+    """A state file's name is a link, a FIFO, a device or a file with other hard links."""
+
+
+def _refuse(path: Path, why: str) -> UnsafePath:
+    return UnsafePath(
+        f"refusing to write {path}: {why}; ftslurm never writes through such a name (someone "
+        "may be redirecting its writes): remove it and run the command again"
+    )
+
+
+def _check_regular(fd: int, path: Path) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, "it is not a regular file")
+    if st.st_nlink > 1:
+        raise _refuse(path, "it has another hard link (the same file under a second name)")
+
+
+def open_append(path: str | Path, mode: int = FILE_MODE) -> int:
+    """A file descriptor appending to `path` (created with `mode` if missing); the caller
+    closes it. Raises UnsafePath (a one-line UserError) for a link or a non-regular file."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW
+    try:
+        fd = os.open(path, flags, mode)  # O_NONBLOCK: a planted FIFO must not hang the open
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _refuse(path, "it is a symbolic link") from None
+        if e.errno == errno.ENXIO:  # a FIFO without a reader
+            raise _refuse(path, "it is not a regular file") from None
+        raise
+    try:
+        _check_regular(fd, path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_atomic(path: str | Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data` in one rename, so readers never see half a file and a link
+    planted at `path` is replaced (rename does not follow it), never written through."""
+    path = Path(path)
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def read_bytes(path: str | Path, limit: int = 1 << 20) -> bytes | None:
+    """The content of the regular file `path`, or None when it is missing, unreadable, a
+    link, not a regular file or bigger than `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return raw if len(raw) <= limit else None
+
+
+def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:
+    """`read_bytes` decoded as UTF-8; None also when it is not UTF-8."""
+    raw = read_bytes(path, limit)
+    try:
+        return raw.decode() if raw is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def private_dir(path: str | Path) -> Path:
+    """Create `path` (and missing parents) for ftslurm's own state: the folder itself 0o700
+    when created here, so no other user can plant a name in it; parents get the default
+    mode (they may be shared, like `outputs/`); an existing folder is left as it is."""
+    path = Path(path)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # made by a concurrent command: theirs
+            path.mkdir(mode=DIR_MODE)
+    return path
