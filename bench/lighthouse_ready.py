@@ -78,7 +78,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="lh-bench-") as d:
         tmp = Path(d)
-        launcher = lh.lighthouse_command(tmp, None)  # the direct launcher, written into tmp
+        launcher, _ = lh.lighthouse_command(tmp, None)  # the direct launcher, written into tmp
 
         def bare(port: int, _: Path) -> float:
             return bare_ready([binary, "--bind", f"127.0.0.1:{port}", *args], port)

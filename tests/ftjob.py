@@ -68,7 +68,7 @@ def lighthouse_argv(state_dir: Path, port: int) -> list[str]:
     `ftslurm lighthouse start` starts it: this interpreter's torchft, not whichever
     `torchft_lighthouse` comes first on PATH (its launcher file goes in `state_dir`)."""
     return [
-        *lighthouse.lighthouse_command(state_dir),
+        *lighthouse.lighthouse_command(state_dir)[0],  # no binary given: no environment to add
         "--bind", f"127.0.0.1:{port}",
         "--min_replicas", "1",
         "--quorum_tick_ms", "100",
