@@ -315,3 +315,28 @@ def test_only_this_hosts_attempt_folders_of_dead_launchers_are_removed(tmp_path:
     (tmp_path / a_file).write_text("not ours to remove")
     assert job.remove_stale_attempt_dirs(tmp_path, "worker-0") == [tmp_path / stale]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, a_file])
+
+
+@pytest.mark.timeout(30)
+def test_cluster_state_files_never_write_through_a_planted_link(tmp_path: Path) -> None:
+    """`sudo ftslurm cluster up` writes slurm.conf, hosts, the spec and the munge key in a state
+    dir; links planted at those names must be replaced, never followed (root would otherwise
+    overwrite what they point at), and a planted munge key link is not trusted as a key."""
+    from ftslurm.cluster import local
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = tmp_path / "state"
+    spec = local.new_spec(1, state)
+    (state / "munge").mkdir(parents=True)
+    names = [spec.conf_path, spec.hosts_path, state / local.SPEC_FILE, state / "munge" / "munge.key"]
+    for name in names:
+        name.symlink_to(victim)
+    local._prepare_state_dir(spec)
+    assert victim.read_text() == "precious\n"
+    for name in names:
+        assert not name.is_symlink() and name.is_file(), name
+    assert "SlurmctldPort=" in spec.conf_path.read_text()
+    assert len((state / "munge" / "munge.key").read_bytes()) == 1024
+    assert (state / "munge" / "munge.key").stat().st_mode & 0o777 == 0o600
+    assert spec.conf_path.stat().st_mode & 0o777 == 0o644

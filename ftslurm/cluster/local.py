@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm import daemon, paths, procs
+from ftslurm import daemon, paths, procs, safefile
 from ftslurm.cluster.config import (
     ClusterSpec,
     munged_command,
@@ -232,12 +232,12 @@ def _prepare_state_dir(spec: ClusterSpec) -> None:
     munge_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(munge_dir, 0o755)  # munged refuses a socket dir of 700 ("inaccessible")
     key = munge_dir / "munge.key"
-    if not key.exists():
-        key.write_bytes(secrets.token_bytes(1024))
-    os.chmod(key, 0o600)
-    spec.conf_path.write_text(render_slurm_conf(spec))
-    spec.hosts_path.write_text(render_hosts(spec))
-    (root / SPEC_FILE).write_text(json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
+    if safefile.read_bytes(key, limit=4096) is None:  # missing, or a link/FIFO planted there
+        safefile.write_atomic(key, secrets.token_bytes(1024))
+    # slurmd and the client tools read slurm.conf and hosts as other users: world-readable
+    safefile.write_atomic(spec.conf_path, render_slurm_conf(spec), mode=0o644)
+    safefile.write_atomic(spec.hosts_path, render_hosts(spec), mode=0o644)
+    safefile.write_atomic(root / SPEC_FILE, json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
 
 
 def up(
@@ -284,7 +284,7 @@ def up(
                 env=env,
                 detach=True,
             )
-            spec.node_pidfile(node).write_text(f"{proc.pid}\n")
+            safefile.write_atomic(spec.node_pidfile(node), f"{proc.pid}\n")
         _wait_idle(spec, timeout, progress)
     except (CommandError, WaitTimeout, UserError) as e:
         down(state_dir)
