@@ -137,6 +137,7 @@ def main() -> None:
     """Console-script entry point: user errors end in one line and exit code 2; output
     piped into a reader that stops early (`| head`) ends quietly with 0."""
     from ftslurm.runner import CommandError
+    from ftslurm.textsafe import printable
 
     try:
         # standalone_mode=False returns (not raises) the code of ctx.exit(n)
@@ -157,16 +158,17 @@ def main() -> None:
         where = e.ctx.command_path if e.ctx is not None else _command_path(sys.argv[1:])
         msg = e.format_message()
         sep = " " if msg.endswith((".", "?", "!")) else ". "
-        click.echo(f"Error: {msg}{sep}See `{where} --help`.", err=True)
+        click.echo(f"Error: {printable(msg)}{sep}See `{where} --help`.", err=True)
         sys.exit(2)
     except click.ClickException as e:
         e.show()
         sys.exit(2 if e.exit_code in (1, 2) else e.exit_code)
     except UserError as e:
-        click.echo(f"Error: {e}", err=True)
+        # a message may quote a file name, a log line or a state file's text: shown, not done
+        click.echo(f"Error: {printable(str(e), newlines=True)}", err=True)
         sys.exit(e.exit_code)
     except CommandError as e:
-        click.echo(f"Error: {e.one_line()}", err=True)
+        click.echo(f"Error: {printable(e.one_line(), newlines=True)}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

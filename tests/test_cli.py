@@ -217,3 +217,16 @@ def test_a_group_without_sub_command_prints_its_help_not_an_error():
     )
     assert out.returncode == 2 and out.stderr.startswith("Usage: ")
     assert "Error" not in out.stderr and "ftslurm lighthouse start" in out.stderr
+
+
+def test_a_user_error_quoting_a_control_sequence_shows_it_escaped(tmp_path):
+    """An error that quotes what the user gave (a path with an OSC title sequence here) is
+    printed with the control characters escaped: the terminal shows them and does not act."""
+    path = tmp_path / "x\x1b]0;pwned\x07"
+    out = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "report", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2, out
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "x\\x1b]0;pwned\\x07" in out.stderr and out.stderr.startswith("Error: ")
