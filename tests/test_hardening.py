@@ -329,7 +329,8 @@ def test_cluster_state_files_never_write_through_a_planted_link(tmp_path: Path) 
     state = tmp_path / "state"
     spec = local.new_spec(1, state)
     (state / "munge").mkdir(parents=True)
-    names = [spec.conf_path, spec.hosts_path, state / local.SPEC_FILE, state / "munge" / "munge.key"]
+    key = state / "munge" / "munge.key"
+    names = [spec.conf_path, spec.hosts_path, state / local.SPEC_FILE, key]
     for name in names:
         name.symlink_to(victim)
     local._prepare_state_dir(spec)
@@ -337,6 +338,5 @@ def test_cluster_state_files_never_write_through_a_planted_link(tmp_path: Path) 
     for name in names:
         assert not name.is_symlink() and name.is_file(), name
     assert "SlurmctldPort=" in spec.conf_path.read_text()
-    assert len((state / "munge" / "munge.key").read_bytes()) == 1024
-    assert (state / "munge" / "munge.key").stat().st_mode & 0o777 == 0o600
+    assert len(key.read_bytes()) == 1024 and key.stat().st_mode & 0o777 == 0o600
     assert spec.conf_path.stat().st_mode & 0o777 == 0o644
