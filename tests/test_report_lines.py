@@ -190,6 +190,9 @@ def test_event_log_schema():
     assert E.parse_event_line(ev.to_json_line()) == ev
     for bad in ("", "[]", "{}", '{"time": "yesterday", "action": "kill"}', "\xff", "nan"):
         assert E.parse_event_line(bad) is None
+    base = '{"time": "2026-11-23T08:51:02.461+00:00", "action": "kill", "replica": '
+    for odd in ('"' + "9" * 5000 + '"', '"\u00b2"', '"\u0663"', "true"):  # too long, not ASCII
+        assert E.parse_event_line(base + odd + "}").replica is None, odd
     assert E.to_seconds("2026-11-23T08:51:02.461Z", 0.0) == ts("2026-11-23T08:51:02.461")
     assert E.to_seconds("2026-11-23T10:51:02+02:00", 0.0) == ts("2026-11-23T08:51:02")
     assert E.to_seconds("2026-11-23T08:51:02", 999.0) == ts("2026-11-23T08:51:02")  # naive

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ftslurm import safefile
 from ftslurm.logfile import open_log
-from ftslurm.logvocab import INJECTED, Event
+from ftslurm.logvocab import INJECTED, MAX_DIGITS, Event
 from ftslurm.report.reader import ParseStats, iter_lines
 
 SCHEMA_VERSION = 1
@@ -105,8 +105,10 @@ def parse_event_line(line: str | bytes) -> InjectedEvent | None:
     if to_seconds(t, 0.0) is None:
         return None
     replica = obj.get("replica")
-    if isinstance(replica, str) and replica.isdigit():
-        replica = int(replica)
+    # ASCII digits only ("²".isdigit() is true and int() refuses it), and no more than a
+    # replica id can have: int() of 5,000 digits raises (Python's int max str digits)
+    if isinstance(replica, str) and replica.isascii() and replica.isdecimal():
+        replica = int(replica) if len(replica) <= MAX_DIGITS else None
     if not isinstance(replica, int) or isinstance(replica, bool):
         replica = None
     node, job = obj.get("node"), obj.get("job")
