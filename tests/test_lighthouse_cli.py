@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ftslurm import daemon, runner
+from ftslurm import daemon, procs, runner
 from ftslurm import lighthouse as lh
 from ftslurm.commands.lighthouse import lighthouse
 from ftslurm.wait import free_port, wait_for
@@ -138,8 +138,10 @@ def test_console_script_start_status_stop(state_dir: Path):
     assert r.stdout.strip() == f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}"
     # the CLI process has exited; the detached Lighthouse lives on
     r = runner.run([*run, "status", "--json"], timeout=30)
-    assert json.loads(r.stdout)["running"]
+    pid = json.loads(r.stdout)["pid"]
+    assert json.loads(r.stdout)["running"] and procs.pid_alive(pid)
     r = runner.run([*run, "stop"], timeout=30)
+    assert r.stderr.strip() == "Lighthouse stopped." and not procs.pid_alive(pid)
     r = runner.run([*run, "status"], check=False, timeout=30)
     assert r.returncode == 3
 
