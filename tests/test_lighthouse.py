@@ -15,7 +15,6 @@ import socket
 import sys
 import textwrap
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,7 @@ def state_dir(tmp_path: Path):
 def restart_with(state_dir: Path, **options) -> lh.LighthouseInfo:
     """What `ftslurm lighthouse restart --OPTION ...` does: the recorded config, `options`
     replaced."""
-    return lh.restart(replace(lh.recorded_config(state_dir), **options), grace=5)
+    return lh.restart(lh.recorded_config(state_dir, options), grace=5)
 
 
 @pytest.fixture
@@ -183,6 +182,12 @@ def test_restart_keeps_binary_and_log_cap(state_dir: Path, tmp_path: Path):
     assert new.pid != info.pid and new.port == info.port and runs(wrapper, new.pid)
     recorded = json.loads((state_dir / "lighthouse.json").read_text())["extra"]
     assert (recorded["binary"], recorded["log_max_mb"]) == (str(wrapper), 0.5)
+    # a recorded binary others can write is not run again by a restart (maybe under sudo)
+    wrapper.chmod(0o777)
+    with pytest.raises(UserError, match="not safe to run again.*restart with --binary"):
+        lh.recorded_config(state_dir)
+    assert lh.recorded_config(state_dir, {"binary": str(wrapper)}).binary == str(wrapper)
+    wrapper.chmod(0o755)
     # options given to restart replace the recorded ones; "" = the default launcher
     third = restart_with(state_dir, binary="", log_max_mb=1.0)
     assert third.cmd[0] == sys.executable and third.port == info.port

@@ -166,8 +166,8 @@ def test_recorded_config_keeps_the_port_binary_and_log_cap(tmp_path: Path):
     assert lh.recorded_config(tmp_path) == LighthouseConfig(state_dir=tmp_path)  # nothing yet
     (tmp_path / "lighthouse.last.json").write_text(json.dumps({
         "config": {"bind": "127.0.0.1:0", "min_replicas": 2, "advertise": "login-0"},
-        "port": 41234, "binary": "/opt/lh", "log_max_mb": 0.5,
+        "port": 41234, "binary": "/bin/true", "log_max_mb": 0.5,
     }))  # fmt: skip
     cfg = lh.recorded_config(tmp_path)
     assert (cfg.bind, cfg.min_replicas, cfg.advertise) == ("127.0.0.1:41234", 2, "login-0")
-    assert (cfg.binary, cfg.log_max_mb, cfg.join_timeout_ms) == ("/opt/lh", 0.5, 10000)
+    assert (cfg.binary, cfg.log_max_mb, cfg.join_timeout_ms) == ("/bin/true", 0.5, 10000)

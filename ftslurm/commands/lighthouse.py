@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -347,7 +346,7 @@ def restart(grace: float, state_dir: Path | None, **options: Any) -> None:
     """
     given = {k: v for k, v in options.items() if v is not None}
     t0 = time.monotonic()
-    info = lh.restart(replace(lh.recorded_config(state_dir), **given), grace)
+    info = lh.restart(lh.recorded_config(state_dir, given), grace)
     _err(f"Lighthouse restarted (pid {info.pid}) on {info.bind} in "
          f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
     click.echo(info.env_line)

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -388,11 +388,14 @@ def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> Li
     return st
 
 
-def recorded_config(state_dir: str | Path | None = None) -> LighthouseConfig:
+def recorded_config(
+    state_dir: str | Path | None = None, given: Mapping[str, Any] | None = None
+) -> LighthouseConfig:
     """The config to restart with: the options of the Lighthouse that runs (or crashed), else
-    of the last successful start (`lighthouse.last.json`, kept by `stop`), else the defaults.
-    Its bind has the port the Lighthouse got (also when started on port 0), so a restart comes
-    back on the same address, and its binary and log cap are the recorded ones."""
+    of the last successful start (`lighthouse.last.json`, kept by `stop`), else the defaults,
+    with the options the user `given` replacing them. Its bind has the port the Lighthouse got
+    (also when started on port 0), so a restart comes back on the same address, and its binary
+    and log cap are the recorded ones (a recorded binary only if `trusted_binary`)."""
     d = _daemon(state_dir)
     prev = d.read_state()
     extra = prev.extra if prev is not None and prev.extra.get("config") else None
@@ -408,7 +411,32 @@ def recorded_config(state_dir: str | Path | None = None) -> LighthouseConfig:
         for key in ("binary", "log_max_mb"):
             if extra.get(key) is not None:
                 options[key] = extra[key]
-    return LighthouseConfig(state_dir=d.state_dir, **options)
+    if options.get("binary") and "binary" not in (given or {}):
+        options["binary"] = trusted_binary(str(options["binary"]))
+    return LighthouseConfig(state_dir=d.state_dir, **{**options, **(given or {})})
+
+
+def trusted_binary(binary: str) -> str:
+    """`binary` as recorded in a state file, if it is safe to run again: a `restart` (often
+    under sudo) runs it, and a state file is text anyone who can write that folder can change.
+    Refused unless the executable and its folder belong to root or to this user and no other
+    user can write them; the fix is to name it again with --binary, which is the user's word."""
+    import shutil
+
+    path = shutil.which(binary)
+    if path is None:
+        raise UserError(f"the recorded Lighthouse binary {binary!r} is gone: restart with "
+                        "--binary NAME, or --binary '' for the default launcher")  # fmt: skip
+    real = Path(path).resolve()
+    for item in (real, real.parent):
+        st = item.stat()
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            raise UserError(
+                f"the recorded Lighthouse binary {real} is not safe to run again ({item} "
+                "belongs to another user or others can write it): restart with --binary "
+                f"{binary} if you trust it, or --binary '' for the default launcher"
+            )
+    return binary
 
 
 def restart(config: LighthouseConfig, grace: float = DEFAULT_STOP_GRACE_S) -> LighthouseInfo:
