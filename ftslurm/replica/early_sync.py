@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ftslurm import knobs
 from ftslurm.replica import fixes
 
 SWITCH = "FTSLURM_EARLY_FIRST_SYNC"
@@ -35,7 +36,7 @@ def first_local_step(sync_every: int, sync_delay: int) -> int:
 def install(env: Mapping[str, str] | None = None) -> str | None:
     """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None."""
     env = os.environ if env is None else env
-    if int(env.get("FTSLURM_ATTEMPT", "0") or 0) <= 0:
+    if knobs.get(env, "FTSLURM_ATTEMPT") <= 0:
         return None
     if not fixes.switch_on(SWITCH, env):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"
