@@ -68,7 +68,9 @@ def measure(
     steps = sum(n for _, n in stretches)
     rate = steps / secs if secs > 0 and steps > 0 else None
     ideal = group * rate * window if rate is not None and window else None
-    g = Goodput(rate, window, secs, committed, ideal)
+    first = next(q for q in quorums if q.time is not None) if start is not None else None
+    advanced = max_step - first.step if first is not None and max_step is not None else None
+    g = Goodput(rate, window, secs, committed, ideal, advanced)
     if not window:
         return g
     end = last_time

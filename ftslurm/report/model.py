@@ -221,6 +221,7 @@ class Goodput:
     full_strength_s: float  # seconds of the stretches the rate was measured over
     committed: int  # replica-steps committed
     ideal: float | None  # replica-steps the window would give at `rate`, all replicas in
+    steps: int | None = None  # torchft steps the run advanced (first quorum -> last step)
     lost_detection: float = 0.0
     lost_degraded: float = 0.0
     lost_healing: float = 0.0
@@ -238,6 +239,14 @@ class Goodput:
         """`ratio` capped to 0..1; None unknown."""
         r = self.ratio
         return None if r is None else min(1.0, r)
+
+    @property
+    def step_ratio(self) -> float | None:
+        """Steps advanced / steps the window would give at `rate`: the older measure, which
+        counts a degraded step as a whole one."""
+        if self.steps is None or not self.rate or not self.window_s:
+            return None
+        return self.steps / (self.rate * self.window_s)
 
     @property
     def lost_other(self) -> float | None:

@@ -172,6 +172,7 @@ def goodput_dict(rep: Report) -> dict[str, Any]:
         "false_drops": rep.false_drops,
         "goodput": _r(g.goodput, 4) if g is not None else None,
         "goodput_ratio": _r(g.ratio, 4) if g is not None else None,
+        "step_ratio": _r(g.step_ratio, 4) if g is not None else None,
         "lost": {
             "detection": _r(g.lost_detection, 4), "degraded": _r(g.lost_degraded, 4),
             "healing": _r(g.lost_healing, 4), "other": _r(g.lost_other, 4),
@@ -377,7 +378,7 @@ def _goodput_lines(rep: Report, sm: dict[str, Any]) -> list[str]:
         out.append(
             f"  goodput           {_pct(g.goodput)} of replica-steps ({g.committed} committed "
             f"of {g.ideal:.0f} at {g.rate:.3f} steps/s x group {rep.group_size} x "
-            f"{duration(g.window_s)})")
+            f"{duration(g.window_s)}); steps: {_pct(g.step_ratio)}")
         out.append(
             f"    lost: detection {_pct(g.lost_detection)}, degraded {_pct(g.lost_degraded)}, "
             f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}")
