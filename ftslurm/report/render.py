@@ -451,6 +451,10 @@ def to_plot(rep: Report, path: Path) -> Path:
         if f.time is not None:
             y = names.index(idx(f.replica)) if idx(f.replica) in names else 0
             ax.plot(f.time - t0, y, "rx", ms=10, mew=2)
+            if f.full_strength_time is not None:  # failure -> full strength, shaded
+                ax.axvspan(f.time - t0, f.full_strength_time - t0, color="#d62728", alpha=0.08)
+                ax.text(f.time - t0, -0.55, f"{duration(f.time_to_full_strength_s)} to full"
+                        + (" (false drop)" if f.false_drop else ""), fontsize=7, color="#d62728")
     ax.set_yticks(range(len(names)), [f"replica {n}" for n in names])
     ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
     ax.set_ylim(-0.6, len(names))
@@ -469,7 +473,11 @@ def to_plot(rep: Report, path: Path) -> Path:
         + [Patch(color="#f2f2f2", label="absent")],
         loc="upper right", fontsize=7, ncol=4,
     )
-    ax.set_title("replicas; quorum changes dashed, failures x", loc="left", fontsize=9)
+    g = rep.goodput
+    good = (f"\ngoodput {_pct(g.goodput)} of replica-steps" if g is not None
+            and g.goodput is not None else "")
+    ax.set_title("replicas; quorum changes dashed, failures x, failure -> full strength shaded"
+                 + good, loc="left", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
