@@ -151,3 +151,31 @@ def test_stretches_round_to_round():
     qs2 = [_q(1, 0.0, 0, 2), _q(2, 20.0, 10, 1)]
     f = Failure(8.0, "r_1", "r_1:u1", 10, "kill", "injected")
     assert full_strength_stretches(qs2, [f], 2, 30.0, 15) == [(8.0, 10)]
+
+
+def test_false_drop_recorded_live_replica():
+    """A live replica stopped 2 s with a 500 ms heartbeat timeout (fixtures/report/false-drop):
+    dropped from the quorum, back under the same uuid without a new process: a false drop."""
+    rep = build_report(FIX / "false-drop")
+    js = rep.to_json()
+    assert [f["kind"] for f in js["failures"]] == ["left-quorum"]
+    f = js["failures"][0]
+    assert f["false_drop"] is True and f["time_source"] == "quorum-change"
+    assert f["replica_id"] == "train_ddp_1:f97de914-980e-419b-909b-b4d9554e2b86"
+    # Quorum! 2 18:03:52.382 -> replica 0 `step 32] should_commit=True` (Rust line 52.678)
+    # -> Quorum! 3 18:03:54.054 -> replica 1 `step 37] should_commit=True` at 54.430
+    assert f["detection_s"] == pytest.approx(0.296, abs=1e-3)
+    assert f["degraded_s"] == pytest.approx(1.376, abs=1e-3)
+    assert f["healing_s"] == pytest.approx(0.376, abs=1e-3)
+    assert f["time_to_full_strength_s"] == pytest.approx(2.048, abs=1e-3)
+    assert [a["attempt"] for a in js["attempts"] if a["replica"] == "1"] == [0]  # no restart
+    assert js["summary"]["false_drops"] == 1
+    assert "FALSE DROP: the same process came back" in rep.to_text()
+    assert "  false quorum drops 1" in rep.to_text()
+
+
+def test_a_restart_is_not_a_false_drop():
+    """cpu-run1: replica 1 killed and started again (a new uuid): a real drop."""
+    js = build_report(FIX / "cpu-run1").to_json()
+    assert [f["false_drop"] for f in js["failures"]] == [False]
+    assert js["summary"]["false_drops"] == 0
