@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from soak import heartbeat_timeout, report_figures, soak
+from soak import _s, heartbeat_timeout, report_figures, soak
 
 from ftslurm.demo import DemoConfig
 
@@ -73,7 +73,7 @@ def main() -> None:
     text = (f"heartbeat timeout {a.heartbeat_timeout_ms} ms, load {a.load}: "
             f"{fig['failures']} failures ({a.count} injected), {res['healed']} heals, "
             f"false quorum drops {fig['false_drops']}, median detection "
-            f"{fig['median_detection_s']:.2f} s, goodput {fig['goodput']}")
+            f"{_s(fig['median_detection_s'])}, goodput {fig['goodput']}")
     print(text, file=sys.stderr if a.json else sys.stdout)
     if a.json:
         print(json.dumps(result, indent=1))

@@ -69,14 +69,18 @@ def report_figures(run_dir: Path) -> dict:
     """The soak's figures from `ftslurm report` (its JSON summary)."""
     sm = build_report(str(run_dir)).to_json()["summary"]
     full = [x for x in sm["time_to_full_strength_s"] if x is not None]
+    det = [x for x in sm["detection_s"] if x is not None]
     return {
         "goodput": sm["goodput"], "step_ratio": sm["step_ratio"], "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "failures": sm["failures"], "false_drops": sm["false_drops"],
         "median_full_strength_s": statistics.median(full) if full else None,
-        "median_detection_s": statistics.median(
-            [x for x in sm["detection_s"] if x is not None] or [float("nan")]),
+        "median_detection_s": statistics.median(det) if det else None,
     }  # fmt: skip
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f} s"
 
 
 def _pct(x: float | None) -> str:
@@ -206,10 +210,9 @@ def main() -> None:
     print(f"report: goodput          {_pct(fig['goodput'])} of replica-steps, step ratio "
           f"{_pct(fig['step_ratio'])} (at the run's full-strength rate "
           f"{fig['failure_free_step_rate']} steps/s); lost {fig['lost']}")
-    full = fig["median_full_strength_s"]
     print(f"report: failures         {fig['failures']}, false quorum drops {fig['false_drops']}, "
-          f"median detection {fig['median_detection_s']:.2f} s, median time to full strength "
-          + (f"{full:.2f} s" if full is not None else "n/a"))
+          f"median detection {_s(fig['median_detection_s'])}, median time to full strength "
+          f"{_s(fig['median_full_strength_s'])}")
     print(f"total wall time          {time.monotonic() - t_start:.0f} s")
 
 

@@ -521,8 +521,11 @@ class _Builder:
             + [len({_idx(a.replica)[0] for a in attempts})],
             default=0,
         )
+        by_slot: dict[tuple[int, str], list[float | None]] = {}  # (quorum id, slot) -> times
+        for qid, gkey, t, _ in self.first_commits:
+            by_slot.setdefault((qid, gkey), []).append(t)
         for f in failures:
-            self._full_strength(f, our_q, group)
+            self._full_strength(f, our_q, group, by_slot)
         recoveries = sorted(
             (r for r in heals
              if mine(r.target_replica) and (r.target_id is None or r.target_id in known)),
@@ -575,7 +578,8 @@ class _Builder:
             clock_back, self.settled.implausible, good,
         )
 
-    def _full_strength(self, f: Failure, our_q: set[int], group: int) -> None:
+    def _full_strength(self, f: Failure, our_q: set[int], group: int,
+                       by_slot: dict[tuple[int, str], list[float | None]]) -> None:
         """When the group was whole again after `f`: the first of the run's quorums from the
         one that showed it with `group` members, and the failed slot's first commit in it
         (or in a later one that still has that slot), found by quorum id in the slot's own
@@ -596,10 +600,9 @@ class _Builder:
         for q in later[full:]:
             if not any(_idx(r)[0] == f.replica for r in q.participants):
                 return  # the slot left again before it committed
-            commits = [(t, step) for qid, gkey, t, step in self.first_commits
-                       if qid == q.quorum_id and gkey == f.replica]
+            commits = by_slot.get((q.quorum_id, f.replica))
             if commits:  # a restarted Lighthouse counts quorum ids from 1 again: the nearest
-                f.full_strength_time = min(commits, key=lambda c: _gap(c[0], q.time))[0]
+                f.full_strength_time = min(commits, key=lambda t: _gap(t, q.time))
                 return
 
     def _next_commit_in_quorum(self, f: Failure) -> None:
