@@ -74,8 +74,8 @@ def report_figures(run_dir: Path) -> dict:
         "goodput": sm["goodput"], "step_ratio": sm["step_ratio"], "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "failures": sm["failures"], "false_drops": sm["false_drops"],
-        "median_full_strength_s": statistics.median(full) if full else None,
-        "median_detection_s": statistics.median(det) if det else None,
+        "median_full_strength_s": round(statistics.median(full), 3) if full else None,
+        "median_detection_s": round(statistics.median(det), 3) if det else None,
     }  # fmt: skip
 
 
