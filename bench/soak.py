@@ -9,15 +9,20 @@ Finally it runs the same set-up without failures to get the failure-free step ra
 
 Prints: failures injected, heals completed, checksum comparisons and mismatches (goal 0),
 steps committed / steps of a failure-free run over the same wall time (goal >= 90% at one
-failure per 60 s), loss at the start and the end.
+failure per 60 s), loss at the start and the end; then, from `ftslurm report` on the run,
+replica-step goodput beside the report's step ratio (both against the run's own
+failure-free rate, docs/report.md "Goodput"), the median time to full strength and the
+false quorum drops.
 
 Run: python bench/soak.py --replicas 2 --every 60 --count 20 [--baseline-s 180]
+     [--heartbeat-timeout-ms N] (the Lighthouse's; default torchft's 5000)
 Not part of the test suite (it takes count x every seconds plus the baseline).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import re
 import statistics
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from ftslurm.demo import DemoConfig, LocalBackend
 from ftslurm.replica import checksum
+from ftslurm.report import build_report
 from ftslurm.wait import wait_for
 
 STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
@@ -46,6 +52,39 @@ def attempt_segments(path: Path) -> list[str]:
 
 def losses(text: str) -> list[tuple[int, float]]:
     return [(int(m.group(1)), float(m.group(2))) for m in STEP.finditer(text)]
+
+
+def heartbeat_timeout(ms: int | None) -> None:
+    """Make the demo's Lighthouse start with `--heartbeat-timeout-ms ms` (None: the default):
+    the demo calls `ftslurm.lighthouse.start`, which takes the option as a keyword."""
+    if ms is None:
+        return
+    from ftslurm import lighthouse
+
+    plain = lighthouse.start
+    lighthouse.start = functools.partial(plain, heartbeat_timeout_ms=ms)
+
+
+def report_figures(run_dir: Path) -> dict:
+    """The soak's figures from `ftslurm report` (its JSON summary)."""
+    sm = build_report(str(run_dir)).to_json()["summary"]
+    full = [x for x in sm["time_to_full_strength_s"] if x is not None]
+    det = [x for x in sm["detection_s"] if x is not None]
+    return {
+        "goodput": sm["goodput"], "step_ratio": sm["step_ratio"], "lost": sm["lost"],
+        "failure_free_step_rate": sm["failure_free_step_rate"],
+        "failures": sm["failures"], "false_drops": sm["false_drops"],
+        "median_full_strength_s": round(statistics.median(full), 3) if full else None,
+        "median_detection_s": round(statistics.median(det), 3) if det else None,
+    }  # fmt: skip
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f} s"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def start(cfg: DemoConfig) -> LocalBackend:
@@ -138,7 +177,10 @@ def main() -> None:
     ap.add_argument("--down-for", type=float, default=2.0)
     ap.add_argument("--baseline-s", type=float, default=180.0)
     ap.add_argument("--keep", type=Path, default=None, help="Keep outputs here.")
+    ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
+                    help="The Lighthouse's heartbeat timeout (default: torchft's, 5000).")
     a = ap.parse_args()
+    heartbeat_timeout(a.heartbeat_timeout_ms)
     out = a.keep or Path(tempfile.mkdtemp(prefix="ftslurm-soak-"))
     cfg = DemoConfig(replicas=a.replicas, backend="local", down_for=a.down_for, outputs=out,
                      steps=1_000_000, timeout=300)  # fmt: skip
@@ -147,6 +189,7 @@ def main() -> None:
     run_dir = res["backend"].run_dir
     compared, bad = compare_checksums(run_dir, a.replicas)
     l0 = losses("".join(attempt_segments(next(run_dir.glob("*_0.out")))))
+    fig = report_figures(run_dir)
     rate = baseline_rate(cfg, a.baseline_s)
     expected = rate * res["wall"]
     first = statistics.mean(v for _, v in l0[:10]) if l0 else float("nan")
@@ -164,6 +207,12 @@ def main() -> None:
     print(f"failure-free rate        {rate:.3f} steps/s -> {expected:.0f} steps in the same time")
     print(f"ratio                    {res['steps'] / expected:.1%}" if expected else "ratio n/a")
     print(f"loss                     first 10 steps {first:.3f} -> last 10 steps {last:.3f}")
+    print(f"report: goodput          {_pct(fig['goodput'])} of replica-steps, step ratio "
+          f"{_pct(fig['step_ratio'])} (at the run's full-strength rate "
+          f"{fig['failure_free_step_rate']} steps/s); lost {fig['lost']}")
+    print(f"report: failures         {fig['failures']}, false quorum drops {fig['false_drops']}, "
+          f"median detection {_s(fig['median_detection_s'])}, median time to full strength "
+          f"{_s(fig['median_full_strength_s'])}")
     print(f"total wall time          {time.monotonic() - t_start:.0f} s")
 
 

@@ -186,3 +186,24 @@ def test_unwritable_state_dir_is_one_line(tmp_path: Path):
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("Error: cannot write the Lighthouse state dir")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_heartbeat_timeout_option_and_knob(state_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """--heartbeat-timeout-ms (or its knob) reaches the binary's command line and the status;
+    the option wins over the knob; a bad knob value is click's one-line error."""
+    assert "--heartbeat-timeout-ms" in cli("start", "--help").stdout
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "1500")
+    port = free_port()
+    r = cli("start", "--bind", f"127.0.0.1:{port}")
+    assert r.exit_code == 0, r.output
+    pid = json.loads(cli("status", "--json").stdout)["pid"]
+    assert "--heartbeat_timeout_ms 1500" in daemon.proc_cmdline(pid)
+    assert "heartbeat_timeout_ms=1500" in cli("status").stdout
+    assert cli("stop").exit_code == 0
+    r = cli("start", "--bind", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "2500")
+    assert r.exit_code == 0, r.output
+    assert "heartbeat_timeout_ms=2500" in cli("status").stdout
+    assert cli("stop").exit_code == 0
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "0")
+    r = CliRunner().invoke(lighthouse, ["start", "--bind", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and "heartbeat-timeout-ms" in r.output

@@ -71,7 +71,11 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
             ),
             click.option(
                 "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
-                help="When a silent replica counts as dead  [default: the binary's, 5000]",
+                envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
+                help="How long a replica whose heartbeats stopped stays in the quorum: the "
+                "survivors wait this long after a failure (detection). Lower detects faster, "
+                "but a live replica stalled longer (a loaded node, a long GC) is dropped: a "
+                "false drop, counted by `ftslurm report`  [default: the binary's, 5000]",
             ),
             click.option(
                 "--advertise", metavar="HOST", default=None,

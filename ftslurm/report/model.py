@@ -76,11 +76,36 @@ class Failure:
     next_commit_step: int | None = None
     survivor: str | None = None
     quorum_pair: tuple[int, int] | None = field(default=None, repr=False)  # (prev, new) index
+    survivors: int | None = None  # members of the quorum that showed it
+    full_quorum_time: float | None = None  # the next quorum at the group size (from that one)
+    full_strength_time: float | None = None  # the failed slot's first commit in that quorum
+    false_drop: bool = False  # left the quorum, yet the same process (uuid) came back
 
     @property
     def to_next_commit_s(self) -> float | None:
         """From the failure to the survivor's next committed step (>= 0, see `elapsed`)."""
         return elapsed(self.time, self.next_commit_time)
+
+    @property
+    def detection_s(self) -> float | None:
+        """Failure -> survivors' next commit: what the heartbeat timeout costs."""
+        return self.to_next_commit_s
+
+    @property
+    def degraded_s(self) -> float | None:
+        """Survivors' next commit -> the quorum is back at the group size."""
+        return elapsed(self.next_commit_time, self.full_quorum_time)
+
+    @property
+    def healing_s(self) -> float | None:
+        """Quorum back at the group size -> the replica in the failed slot has committed."""
+        return elapsed(self.full_quorum_time, self.full_strength_time)
+
+    @property
+    def time_to_full_strength_s(self) -> float | None:
+        """Failure -> the quorum is back at the group size and the healed replica has
+        committed a step (= detection + degraded + healing where the clocks agree)."""
+        return elapsed(self.time, self.full_strength_time)
 
 
 @dataclass
@@ -181,6 +206,57 @@ class ReplicaSteps:
 
 
 @dataclass
+class Goodput:
+    """Replica-steps committed against what the run's wall time would give without failures.
+
+    `rate`: the failure-free step rate (steps/s) of the run itself, measured over its
+    full-strength stretches (see docs/report.md); `ideal` = group size x rate x `window_s`.
+    The `lost_*` shares are replica-seconds lost to each phase of the failures over
+    group size x `window_s`; `other` is what is left (1 - goodput - the three), which the
+    model does not place (overlapping failures, slower steps, the rate's own noise).
+    """
+
+    rate: float | None  # steps per second at full strength
+    window_s: float | None  # first quorum -> end of the run
+    full_strength_s: float  # seconds of the stretches the rate was measured over
+    committed: int  # replica-steps committed
+    ideal: float | None  # replica-steps the window would give at `rate`, all replicas in
+    steps: int | None = None  # torchft steps the run advanced (first quorum -> last step)
+    lost_detection: float = 0.0
+    lost_degraded: float = 0.0
+    lost_healing: float = 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        """committed / ideal, uncapped: above 1 when degraded steps ran faster than
+        full-strength ones (replicas sharing a loaded CPU), or the rate's noise."""
+        if not self.ideal:
+            return None
+        return self.committed / self.ideal
+
+    @property
+    def goodput(self) -> float | None:
+        """`ratio` capped to 0..1; None unknown."""
+        r = self.ratio
+        return None if r is None else min(1.0, r)
+
+    @property
+    def step_ratio(self) -> float | None:
+        """Steps advanced / steps the window would give at `rate`: the older measure, which
+        counts a degraded step as a whole one."""
+        if self.steps is None or not self.rate or not self.window_s:
+            return None
+        return self.steps / (self.rate * self.window_s)
+
+    @property
+    def lost_other(self) -> float | None:
+        g = self.goodput
+        if g is None:
+            return None
+        return 1.0 - g - self.lost_detection - self.lost_degraded - self.lost_healing
+
+
+@dataclass
 class Report:
     """Everything `ftslurm report` prints; `render.to_json` is its stable, documented form."""
 
@@ -202,6 +278,12 @@ class Report:
     foreign_quorums: int = 0
     clock_back: list[ClockBack] = field(default_factory=list)
     implausible_times: int = 0  # of stats.malformed: times far from the run's (see clock.py)
+    goodput: Goodput | None = None  # replica-step goodput (goodput.py), None: no quorum
+
+    @property
+    def false_drops(self) -> int:
+        """Replicas dropped from a quorum while their process was alive."""
+        return sum(1 for f in self.failures if f.false_drop)
 
     @property
     def requeues(self) -> int:

@@ -98,6 +98,10 @@ def failure_json(f: Failure) -> dict[str, Any]:
         "survivor": idx(f.survivor), "next_commit_time": iso(f.next_commit_time),
         "next_commit_step": f.next_commit_step,
         "to_next_commit_s": _r(f.to_next_commit_s),
+        "detection_s": _r(f.detection_s), "degraded_s": _r(f.degraded_s),
+        "healing_s": _r(f.healing_s), "time_to_full_strength_s": _r(f.time_to_full_strength_s),
+        "full_quorum_time": iso(f.full_quorum_time),
+        "full_strength_time": iso(f.full_strength_time), "false_drop": f.false_drop,
     }
 
 
@@ -155,6 +159,28 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "end_time": iso(rep.last_time),
         "duration_s": _r(elapsed(rep.first_time, rep.last_time)),
         "foreign_quorums": rep.foreign_quorums,
+        **goodput_dict(rep),
+    }
+
+
+def goodput_dict(rep: Report) -> dict[str, Any]:
+    """The summary's goodput keys (docs/report.md, "Goodput")."""
+    g = rep.goodput
+    return {
+        "detection_s": [_r(f.detection_s) for f in rep.failures],
+        "time_to_full_strength_s": [_r(f.time_to_full_strength_s) for f in rep.failures],
+        "false_drops": rep.false_drops,
+        "goodput": _r(g.goodput, 4) if g is not None else None,
+        "goodput_ratio": _r(g.ratio, 4) if g is not None else None,
+        "step_ratio": _r(g.step_ratio, 4) if g is not None else None,
+        "lost": {
+            "detection": _r(g.lost_detection, 4), "degraded": _r(g.lost_degraded, 4),
+            "healing": _r(g.lost_healing, 4), "other": _r(g.lost_other, 4),
+        } if g is not None and g.goodput is not None else None,
+        "failure_free_step_rate": _r(g.rate, 5) if g is not None else None,
+        "full_strength_measured_s": _r(g.full_strength_s) if g is not None else None,
+        "goodput_window_s": _r(g.window_s) if g is not None else None,
+        "replica_steps_ideal": _r(g.ideal, 1) if g is not None else None,
     }
 
 
@@ -298,6 +324,7 @@ def _text_lines(rep: Report) -> list[str]:
                     for k, v in sm["steps_by_replica"].items())
     out.append(f"  steps committed   {sm['steps_committed']} of {sm['steps_attempted']} "
                f"attempted" + (f" ({per})" if per else ""))
+    out += _goodput_lines(rep, sm)
     out.append("")
     notes = [f"{s.lines} lines", f"{s.events} events", f"{s.skipped} skipped"]
     bad = (f"{s.malformed} malformed ({rep.implausible_times} of them implausible times)"
@@ -320,6 +347,42 @@ def _text_lines(rep: Report) -> list[str]:
         )
     if len(rep.clock_back) > _CLOCK_LINES:
         out.append(f"Clock: {len(rep.clock_back) - _CLOCK_LINES} more times back (see --json)")
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _goodput_lines(rep: Report, sm: dict[str, Any]) -> list[str]:
+    """Per failure: detection, degraded, healing, time to full strength; the run's goodput."""
+    out: list[str] = []
+    if rep.failures:
+        out.append("  failure -> full strength (detection + degraded + healing)")
+        for f in rep.failures:
+            drop = "; FALSE DROP: the same process came back" if f.false_drop else ""
+            if f.full_strength_time is None:
+                why = ("the group was not whole again in the logs" if f.full_quorum_time is None
+                       else "no commit of the healed replica in the logs")
+                out.append(f"    replica {idx(f.replica)} failed {hms(f.time)}: n/a ({why}){drop}")
+                continue
+            out.append(
+                f"    replica {idx(f.replica)} failed {hms(f.time)}: "
+                f"{duration(f.time_to_full_strength_s)} ({duration(f.detection_s)} + "
+                f"{duration(f.degraded_s)} + {duration(f.healing_s)}; full strength at "
+                f"{hms(f.full_strength_time)}){drop}")
+    g = rep.goodput
+    if g is None or g.goodput is None:
+        out.append("  goodput           n/a (no full-strength stretch to measure a rate on)")
+    else:
+        out.append(
+            f"  goodput           {_pct(g.goodput)} of replica-steps ({g.committed} committed "
+            f"of {g.ideal:.0f} at {g.rate:.3f} steps/s x group {rep.group_size} x "
+            f"{duration(g.window_s)}); steps: {_pct(g.step_ratio)}")
+        out.append(
+            f"    lost: detection {_pct(g.lost_detection)}, degraded {_pct(g.lost_degraded)}, "
+            f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}")
+    out.append(f"  false quorum drops {sm['false_drops']}")
     return out
 
 
@@ -388,6 +451,10 @@ def to_plot(rep: Report, path: Path) -> Path:
         if f.time is not None:
             y = names.index(idx(f.replica)) if idx(f.replica) in names else 0
             ax.plot(f.time - t0, y, "rx", ms=10, mew=2)
+            if f.full_strength_time is not None:  # failure -> full strength, shaded
+                ax.axvspan(f.time - t0, f.full_strength_time - t0, color="#d62728", alpha=0.08)
+                ax.text(f.time - t0, -0.55, f"{duration(f.time_to_full_strength_s)} to full"
+                        + (" (false drop)" if f.false_drop else ""), fontsize=7, color="#d62728")
     ax.set_yticks(range(len(names)), [f"replica {n}" for n in names])
     ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
     ax.set_ylim(-0.6, len(names))
@@ -406,7 +473,11 @@ def to_plot(rep: Report, path: Path) -> Path:
         + [Patch(color="#f2f2f2", label="absent")],
         loc="upper right", fontsize=7, ncol=4,
     )
-    ax.set_title("replicas; quorum changes dashed, failures x", loc="left", fontsize=9)
+    g = rep.goodput
+    good = (f"\ngoodput {_pct(g.goodput)} of replica-steps" if g is not None
+            and g.goodput is not None else "")
+    ax.set_title("replicas; quorum changes dashed, failures x, failure -> full strength shaded"
+                 + good, loc="left", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

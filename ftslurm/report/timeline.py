@@ -39,6 +39,7 @@ from ftslurm import logvocab as L
 from ftslurm.logvocab import Event, split_replica_id
 from ftslurm.report.clock import SLACK_S, Settled, settle
 from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
+from ftslurm.report.goodput import measure
 from ftslurm.report.heals import Heals
 from ftslurm.report.model import (
     Attempt,
@@ -520,6 +521,11 @@ class _Builder:
             + [len({_idx(a.replica)[0] for a in attempts})],
             default=0,
         )
+        by_slot: dict[tuple[int, str], list[float | None]] = {}  # (quorum id, slot) -> times
+        for qid, gkey, t, _ in self.first_commits:
+            by_slot.setdefault((qid, gkey), []).append(t)
+        for f in failures:
+            self._full_strength(f, our_q, group, by_slot)
         recoveries = sorted(
             (r for r in heals
              if mine(r.target_replica) and (r.target_id is None or r.target_id in known)),
@@ -562,12 +568,42 @@ class _Builder:
                     and not (e.kind == "lighthouse" and before_ours is not None
                              and e.time is not None and e.time < before_ours)]
         timeline.sort(key=lambda e: (e.time is None, e.time or 0.0, _ORDER.get(e.kind, 9)))
+        good = measure(quorums, failures, group,
+                       sum(v.committed for v in steps.values()) if steps else None,
+                       self.last_time, self.max_step)
         return Report(
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
             self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
-            clock_back, self.settled.implausible,
+            clock_back, self.settled.implausible, good,
         )
+
+    def _full_strength(self, f: Failure, our_q: set[int], group: int,
+                       by_slot: dict[tuple[int, str], list[float | None]]) -> None:
+        """When the group was whole again after `f`: the first of the run's quorums from the
+        one that showed it with `group` members, and the failed slot's first commit in it
+        (or in a later one that still has that slot), found by quorum id in the slot's own
+        log (`reconfiguring for quorum_id=Q`, then `should_commit=True`), as the survivors'
+        next commit is. A false drop: `f` left the quorum (no injected failure) and the same
+        full id, the same process, is a member again later."""
+        if f.quorum_pair is None:
+            return
+        new_i = f.quorum_pair[1]
+        f.survivors = len(self.quorums[new_i].participants)
+        later = [self.quorums[i] for i in range(new_i, len(self.quorums)) if i in our_q]
+        f.false_drop = (f.kind == "left-quorum" and f.time_source != "injected"
+                        and any(f.replica_id in q.participants for q in later[1:]))
+        full = next((j for j, q in enumerate(later) if len(q.participants) >= group), None)
+        if full is None:
+            return
+        f.full_quorum_time = later[full].time
+        for q in later[full:]:
+            if not any(_idx(r)[0] == f.replica for r in q.participants):
+                return  # the slot left again before it committed
+            commits = by_slot.get((q.quorum_id, f.replica))
+            if commits:  # a restarted Lighthouse counts quorum ids from 1 again: the nearest
+                f.full_strength_time = min(commits, key=lambda t: _gap(t, q.time))
+                return
 
     def _next_commit_in_quorum(self, f: Failure) -> None:
         """The survivors' first commit in the quorum that showed the failure, found by its

@@ -1,0 +1,55 @@
+"""bench/recovery.py's figures come from the report: its `measure` on a recorded run (the
+demo replaced by the fixture's run dir), the JSON keys issue 28 names, FT_SPARES passed on."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "report"
+
+pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recovery_measure_reads_the_report(tmp_path, monkeypatch):
+    rec = _load("recovery")
+    seen = {}
+
+    def fake_demo(cfg, say):
+        seen["cfg"], seen["spares"] = cfg, os.environ.get("FT_SPARES")
+        return FIX / "slurm-tft-11"
+
+    monkeypatch.setattr(rec, "run_demo", fake_demo)
+    monkeypatch.delenv("FT_SPARES", raising=False)
+    out = io.StringIO()
+    res = rec.measure("slurm", 2, tmp_path, replicas=2, spares=1, out=out)
+    assert seen["spares"] == "1" and seen["cfg"].failures == 2
+    assert res["spares"] == 1 and res["failures"] == 2
+    assert res["full_strength_s"] == [38.653, 49.126]
+    assert res["median_full_strength_s"] == pytest.approx((38.653 + 49.126) / 2, abs=1e-3)
+    assert res["detection_s"] == [4.988, 5.17]
+    assert res["goodput"] == pytest.approx(0.7397, abs=1e-4)
+    assert res["step_ratio"] == pytest.approx(0.9862, abs=1e-3)
+    assert res["false_drops"] == 0
+    assert "goodput (replica-steps) 74.0%, step ratio 98.6%" in out.getvalue()
+
+
+def test_soak_report_figures_from_a_recorded_run():
+    soak = _load("soak")
+    fig = soak.report_figures(FIX / "false-drop")
+    assert fig["false_drops"] == 1 and fig["failures"] == 1
+    assert fig["median_full_strength_s"] == pytest.approx(2.048, abs=1e-3)
+    assert 0 < fig["goodput"] <= 1 and fig["step_ratio"] is not None
