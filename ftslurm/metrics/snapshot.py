@@ -8,12 +8,12 @@ which stays the same across restarts (the uuid does not).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftslurm.lighthouse.status_page import QuorumPage
+from ftslurm.lighthouse.status_page import Heartbeat, Member, QuorumPage
 from ftslurm.logvocab import split_replica_id
 
 # `state` label values, in the order the exposition lists them
@@ -68,14 +68,13 @@ def _counts(items: Iterable[Mapping[str, Any]], key: str) -> Counter[str]:
     return Counter(str(x[key]) for x in items if x.get(key) is not None)
 
 
-def _state(page: QuorumPage, s: str) -> str:
-    live = {h.replica_id for h in page.live_heartbeats}
-    members = [m for m in page.members if slot(m.replica_id) == s and m.replica_id in live]
-    if members:
-        return HEALING if any(m.recovering for m in members) else TRAINING
-    if any(slot(rid) == s for rid in live):
-        return JOINING
-    return ABSENT
+def _state(members: list[Member], heartbeats: list[Heartbeat]) -> str:
+    """One slot's state from its quorum members and heartbeats (every uuid it had)."""
+    live = {h.replica_id for h in heartbeats if not h.old}
+    in_quorum = [m for m in members if m.replica_id in live]
+    if in_quorum:
+        return HEALING if any(m.recovering for m in in_quorum) else TRAINING
+    return JOINING if live else ABSENT
 
 
 def build_snapshot(
@@ -94,15 +93,20 @@ def build_snapshot(
     snap = Snapshot(lighthouse_up=page is not None, logs_up=report is not None, run=run)
     summary: Mapping[str, Any] = (report or {}).get("summary") or {}
     slots: set[str] = set()
+    members: dict[str, list[Member]] = defaultdict(list)  # by slot: one pass over the page
+    beats: dict[str, list[Heartbeat]] = defaultdict(list)
     if page is not None:
+        for m in page.members:
+            members[slot(m.replica_id)].append(m)
+        for h in page.heartbeats:
+            beats[slot(h.replica_id)].append(h)
         snap.quorum_id = page.quorum_id
         # torchft's "previous quorum" is the last one issued: the quorum that trains now
         snap.quorum_size = (
             page.num_participants if page.num_participants is not None else len(page.members)
         )
         snap.quorum_age_s = page.quorum_age_s
-        slots |= {slot(m.replica_id) for m in page.members}
-        slots |= {slot(h.replica_id) for h in page.heartbeats}
+        slots |= set(members) | set(beats)
     failures: Counter[str] = Counter()
     recoveries: Counter[str] = Counter()
     commits: Counter[str] = Counter()
@@ -127,12 +131,10 @@ def build_snapshot(
     for s in sorted(slots, key=_slot_order):
         r = ReplicaSample(replica=s)
         if page is not None:
-            r.state = _state(page, s)
-            ages = [h.age_s for h in page.heartbeats if slot(h.replica_id) == s
-                    and h.age_s is not None]  # fmt: skip
+            r.state = _state(members.get(s, []), beats.get(s, []))
+            ages = [h.age_s for h in beats.get(s, []) if h.age_s is not None]
             r.heartbeat_age_s = min(ages) if ages else None
-            steps = [m.step for m in page.members if slot(m.replica_id) == s
-                     and m.step is not None]  # fmt: skip
+            steps = [m.step for m in members.get(s, []) if m.step is not None]
             r.step = max(steps) if steps else None
         if report is not None:
             r.failures, r.recoveries = failures[s], recoveries[s]
