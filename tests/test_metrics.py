@@ -212,6 +212,31 @@ def test_sources_that_do_not_answer_are_down(tmp_path: Path):
     assert s == {("ftslurm_lighthouse_up", ()): 0, ("ftslurm_logs_up", ()): 0}
 
 
+class BrokenReport(MetricsSources):
+    def read_page(self):
+        return page("status_idle.html")
+
+    def read_report(self):
+        raise ValueError("a log the parser chokes on")
+
+
+def test_a_source_that_raises_is_down_and_logged(caplog: pytest.LogCaptureFixture):
+    col = FtslurmCollector(BrokenReport())
+    with caplog.at_level("WARNING"):
+        s = samples(_families_text_of(col))
+    assert s[("ftslurm_logs_up", ())] == 0 and s[("ftslurm_lighthouse_up", ())] == 1
+    assert "read_report failed: ValueError: a log the parser chokes on" in caplog.text
+
+
+def _families_text_of(col: FtslurmCollector) -> str:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(col)
+    return generate_latest(reg).decode()
+
+
 def test_status_url():
     assert MetricsSources(lighthouse_url="http://h:1/").status_url() == "http://h:1/status"
     assert MetricsSources(lighthouse_url="http://h:1/status").status_url() == "http://h:1/status"
@@ -254,6 +279,18 @@ def test_cli_mistakes_are_one_line(args: list[str], message: str):
     assert out.returncode == 2
     assert out.stderr.startswith(message) and out.stderr.count("\n") == 1, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_cli_serve_on_a_taken_port_is_one_line():
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        out = ftslurm("metrics", "serve", "--host", "127.0.0.1", "--port", str(port))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"Error: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
 
 
 def test_cli_help_has_examples():

@@ -11,6 +11,7 @@ shows as `ftslurm_lighthouse_up 0` / `ftslurm_logs_up 0` and its samples are lef
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,8 @@ from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
 from ftslurm.lighthouse.status_page import QuorumPage
 from ftslurm.metrics.snapshot import STATES, Snapshot, build_snapshot
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_STATUS_TTL_S = 2.0
 DEFAULT_REPORT_TTL_S = 10.0
@@ -123,7 +126,13 @@ class FtslurmCollector(Collector):
         now = self.clock()
         if not cache.fresh(ttl, now):
             t0 = time.perf_counter()
-            cache.value = read()
+            try:
+                cache.value = read()
+            except Exception as e:  # noqa: BLE001 - one bad read must not take /metrics down
+                # the source shows as down (`ftslurm_*_up 0`); the exporter's log says why
+                _log.warning("reading %s failed: %s: %s", getattr(read, "__name__", read),
+                             type(e).__name__, e)  # fmt: skip
+                cache.value = None
             cache.seconds = time.perf_counter() - t0
             cache.at = self.clock()
         return cache.value
