@@ -28,6 +28,7 @@ from ftslurm.wait import free_port, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 RUN3 = Path(__file__).parent / "fixtures" / "report" / "slurm-3-replicas-tft-3"
 ALERTS = ROOT / "docs" / "prometheus" / "ftslurm-alerts.yml"
+DASHBOARD = ROOT / "docs" / "grafana" / "ftslurm-dashboard.json"
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
@@ -167,6 +168,15 @@ def test_prometheus_scrapes_the_quorum_size(stack: dict):
         assert "FtslurmQuorumBelowGroupSize" in rules and len(rules) == 5
         wait_for(lambda: _query(base, 'ALERTS{alertname="FtslurmQuorumBelowGroupSize"}'),
                  timeout=30, what="the quorum alert pending")  # fmt: skip
+        # every query of the shipped Grafana dashboard is valid PromQL for this Prometheus
+        dash = json.loads(DASHBOARD.read_text())
+        for panel in dash["panels"]:
+            for t in panel["targets"]:
+                expr = t["expr"].replace("$instance", ".*").replace("$__rate_interval", "1m")
+                result = _query(base, expr)  # asserts status success
+                if panel["title"] == "Replica lanes":
+                    lanes = {r["metric"]["replica"]: r["value"][1] for r in result}
+                    assert lanes == {"0": "2", "1": "3", "2": "0"}  # healing, training, absent
     finally:
         assert _stop(prom) == 0, prom_log.read_text()[-2000:]
     # SIGTERM ends the exporter cleanly
