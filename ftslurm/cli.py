@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ftslurm.commands.report:report",
         "Timeline of quorum changes, failures, recoveries.",
     ),
+    "metrics": ("ftslurm.commands.metrics:metrics", "Serve Prometheus metrics of a run."),
     "demo": ("ftslurm.commands.demo:demo", "The whole fault-tolerance story on this machine."),
     "doctor": (
         "ftslurm.commands.doctor:doctor",

@@ -1,0 +1,145 @@
+"""What the metrics say at one moment, computed from the Lighthouse's /status page and the run's
+report JSON: pure (no I/O, no prometheus_client), so the rules are tested on recorded pages
+and logs alone (tests/fixtures/lighthouse, tests/fixtures/report).
+
+A replica is named by its slot: the `<i>` of `<prefix>_<i>:<uuid>`, the array task index,
+which stays the same across restarts (the uuid does not).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftslurm.lighthouse.status_page import Heartbeat, Member, QuorumPage
+from ftslurm.logvocab import split_replica_id
+
+# `state` label values, in the order the exposition lists them
+TRAINING = "training"  # in the Lighthouse's quorum, heartbeating, not recovering
+HEALING = "healing"  # in the quorum, marked recovering: fetching the state from a peer
+JOINING = "joining"  # heartbeating, not (yet) in the quorum: started, waiting for a quorum
+ABSENT = "absent"  # no live heartbeat: down, requeued, or never started
+STATES = (TRAINING, HEALING, JOINING, ABSENT)
+
+
+def slot(replica_id: str) -> str:
+    """`torchtitan_ft_3:9a1d` or `torchtitan_ft_3` -> `3`; an id without an index is itself."""
+    _, index, _ = split_replica_id(replica_id)
+    return replica_id if index is None else str(index)
+
+
+def _slot_order(s: str) -> tuple[int, str]:
+    return (0, f"{int(s):012d}") if s.isdecimal() else (1, s)
+
+
+@dataclass
+class ReplicaSample:
+    """One slot's samples; None = no sample (Prometheus: the series is absent)."""
+
+    replica: str
+    state: str | None = None
+    heartbeat_age_s: float | None = None
+    step: int | None = None
+    failures: int | None = None
+    recoveries: int | None = None
+    commit_failures: int | None = None
+    steps_committed: int | None = None
+    last_time_to_full_strength_s: float | None = None
+
+
+@dataclass
+class Snapshot:
+    """Everything one scrape exposes. `lighthouse_up` / `logs_up`: whether each source could
+    be read this time (a source that is down leaves its samples out, never zeros)."""
+
+    lighthouse_up: bool = False
+    logs_up: bool = False
+    quorum_id: int | None = None
+    quorum_size: int | None = None
+    quorum_age_s: float | None = None
+    group_size: int | None = None
+    run: str | None = None
+    replicas: list[ReplicaSample] = field(default_factory=list)
+
+
+def _counts(items: Iterable[Mapping[str, Any]], key: str) -> Counter[str]:
+    return Counter(str(x[key]) for x in items if x.get(key) is not None)
+
+
+def _state(members: list[Member], heartbeats: list[Heartbeat]) -> str:
+    """One slot's state from its quorum members and heartbeats (every uuid it had)."""
+    live = {h.replica_id for h in heartbeats if not h.old}
+    in_quorum = [m for m in members if m.replica_id in live]
+    if in_quorum:
+        return HEALING if any(m.recovering for m in in_quorum) else TRAINING
+    return JOINING if live else ABSENT
+
+
+def build_snapshot(
+    page: QuorumPage | None,
+    report: Mapping[str, Any] | None,
+    group_size: int | None = None,
+    run: str | None = None,
+) -> Snapshot:
+    """The samples from a parsed /status page (None: the Lighthouse did not answer) and a
+    report's JSON dict (`RenderedReport.to_json()`; None: no logs).
+
+    Group size: `group_size` if given, else the report's (its largest quorum / replicas seen),
+    else the slots the Lighthouse has heard from. Slots listed: 0..group size-1 when every
+    slot is a number, plus every slot the page or the report names.
+    """
+    snap = Snapshot(lighthouse_up=page is not None, logs_up=report is not None, run=run)
+    summary: Mapping[str, Any] = (report or {}).get("summary") or {}
+    slots: set[str] = set()
+    members: dict[str, list[Member]] = defaultdict(list)  # by slot: one pass over the page
+    beats: dict[str, list[Heartbeat]] = defaultdict(list)
+    if page is not None:
+        for m in page.members:
+            members[slot(m.replica_id)].append(m)
+        for h in page.heartbeats:
+            beats[slot(h.replica_id)].append(h)
+        snap.quorum_id = page.quorum_id
+        # torchft's "previous quorum" is the last one issued: the quorum that trains now
+        snap.quorum_size = (
+            page.num_participants if page.num_participants is not None else len(page.members)
+        )
+        snap.quorum_age_s = page.quorum_age_s
+        slots |= set(members) | set(beats)
+    failures: Counter[str] = Counter()
+    recoveries: Counter[str] = Counter()
+    commits: Counter[str] = Counter()
+    committed: dict[str, int] = {}
+    to_full: dict[str, float] = {}
+    if report is not None:
+        failures = _counts(report.get("failures") or [], "replica")
+        recoveries = _counts(report.get("recoveries") or [], "target_replica")
+        commits = _counts(report.get("commit_failures") or [], "replica")
+        by_replica = summary.get("steps_by_replica") or {}
+        committed = {str(k): int(v.get("committed", 0)) for k, v in by_replica.items()}
+        for f in report.get("failures") or []:  # in time order: the last one wins
+            value = f.get("time_to_full_strength_s")
+            if f.get("replica") is not None and value is not None:
+                to_full[str(f["replica"])] = float(value)
+        slots |= set(failures) | set(recoveries) | set(commits) | set(committed)
+        slots |= {str(a["replica"]) for a in report.get("attempts") or []
+                  if a.get("replica") is not None}  # fmt: skip
+    snap.group_size = group_size or summary.get("group_size") or (len(slots) or None)
+    if snap.group_size and all(s.isdecimal() for s in slots):
+        slots |= {str(i) for i in range(snap.group_size)}
+    for s in sorted(slots, key=_slot_order):
+        r = ReplicaSample(replica=s)
+        if page is not None:
+            r.state = _state(members.get(s, []), beats.get(s, []))
+            ages = [h.age_s for h in beats.get(s, []) if h.age_s is not None]
+            r.heartbeat_age_s = min(ages) if ages else None
+            steps = [m.step for m in members.get(s, []) if m.step is not None]
+            r.step = max(steps) if steps else None
+        if report is not None:
+            r.failures, r.recoveries = failures[s], recoveries[s]
+            r.commit_failures = commits[s]
+            r.steps_committed = committed.get(s, 0)
+            r.last_time_to_full_strength_s = to_full.get(s)
+        snap.replicas.append(r)
+    return snap
