@@ -119,7 +119,9 @@ def test_commit_failures_by_replica():
 
 
 def test_time_to_full_strength_read_when_the_report_has_it(run3: dict):
-    assert {x.last_time_to_full_strength_s for x in build_snapshot(None, run3).replicas} == {None}
+    # the report's own figures for the recorded run (its failures of replicas 1 and 2)
+    got = by_replica(build_snapshot(None, run3))
+    assert [x.last_time_to_full_strength_s for x in got.values()] == [None, 31.965, 36.499]
     rep = json.loads(json.dumps(run3))
     rep["failures"][0]["time_to_full_strength_s"] = 31.5  # replica 1
     rep["failures"][1]["time_to_full_strength_s"] = None  # replica 2: not yet back
@@ -162,7 +164,9 @@ def test_exposition_names_labels_and_values(run3: dict):
     assert sum(states.values()) == 3  # one state per replica
     assert s[("ftslurm_run_info", (("run", RUN3.name),))] == 1
     assert "# TYPE ftslurm_replica_recoveries_total counter" in text
-    assert "ftslurm_replica_last_time_to_full_strength_seconds" not in text  # no value: no family
+    full = "ftslurm_replica_last_time_to_full_strength_seconds"
+    assert s[full, (("replica", "1"),)] == 31.965 and s[full, (("replica", "2"),)] == 36.499
+    assert (full, (("replica", "0"),)) not in s  # replica 0 never failed: no sample
 
 
 @needs_promtool
