@@ -287,7 +287,9 @@ def chaos(run: Run) -> dict[str, Any]:
     """K failures: K-2 from `simulate-failure --chaos`, a double failure between two of its
     events, and a Lighthouse restart in the middle."""
     cfg = run.cfg
-    n, singles = cfg.replicas, max(cfg.failures - 2, 1)
+    n = cfg.replicas
+    double = n >= 4  # two at once needs a survivor besides the chaos tool's spare
+    singles = max(cfg.failures - 2, 1) if double else cfg.failures
     job = str(run.job)
     common = ["--job", job, "--down-for", str(cfg.down_for), "--mode", "node-down"]
     log = cfg.state / "chaos.log"
@@ -299,20 +301,20 @@ def chaos(run: Run) -> dict[str, Any]:
     t0 = time.monotonic()
     out: dict[str, Any] = {"chaos_failures": singles}
     try:
-        # the double, half-way between chaos events 1 and 2 (chaos waits `every` first)
-        time.sleep(max(0.0, t0 + 1.5 * cfg.every - time.monotonic()))
-        pair = random.Random(cfg.seed + 1).sample(range(1, n), 2) if n > 2 else [0, 1]
-        both = [
-            runner.spawn([sys.executable, "-m", "ftslurm", "simulate-failure", "--replica",
-                          str(r), *common], log_path=cfg.state / f"double-{r}.log",
-                         env=run.env, cwd=ROOT, detach=True)  # fmt: skip
-            for r in pair
-        ]
-        out["double"] = pair
-        say(f"double failure: replicas {pair} at once")
-        for p in both:
-            p.wait(timeout=cfg.down_for + 60)
-        out["double_rc"] = [p.returncode for p in both]
+        if double:  # half-way between chaos events 1 and 2 (chaos waits `every` first)
+            time.sleep(max(0.0, t0 + 1.5 * cfg.every - time.monotonic()))
+            pair = random.Random(cfg.seed + 1).sample(range(1, n), 2)
+            both = [
+                runner.spawn([sys.executable, "-m", "ftslurm", "simulate-failure", "--replica",
+                              str(r), *common], log_path=cfg.state / f"double-{r}.log",
+                             env=run.env, cwd=ROOT, detach=True)  # fmt: skip
+                for r in pair
+            ]
+            out["double"] = pair
+            say(f"double failure: replicas {pair} at once")
+            for p in both:
+                p.wait(timeout=cfg.down_for + 60)
+            out["double_rc"] = [p.returncode for p in both]
         # the Lighthouse restart, in the middle of the chaos
         time.sleep(max(0.0, t0 + (singles / 2 + 0.5) * cfg.every - time.monotonic()))
         lh_log = LighthouseLog(run.lh_log)  # type: ignore[arg-type]
