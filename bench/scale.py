@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -474,6 +475,8 @@ def main() -> None:
     ap.add_argument("--state", type=Path, default=None, help="state folder [a new temp dir]")
     ap.add_argument("--json", action="store_true", help="stdout: one JSON object")
     a = ap.parse_args()
+    # `timeout` / Ctrl-C: unwind through run_scale's finally, which stops everything started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     state = (a.state or Path(tempfile.mkdtemp(prefix="ftslurm-scale-"))).resolve()
     cfg = ScaleConfig(replicas=a.replicas, failures=a.failures, state=state, step_s=a.step_s,
                       every=a.every, down_for=a.down_for, seed=a.seed,
