@@ -343,6 +343,43 @@ def chaos(run: Run) -> dict[str, Any]:
     return out
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid`, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def follow_cost(run: Run, seconds: float = 10.0) -> dict[str, Any]:
+    """`ftslurm logs -f --lighthouse` for `seconds`: its CPU time and the lines it printed,
+    and how fast the replica logs and the Lighthouse log grow (the log volume per hour)."""
+    out_path = run.cfg.state / "logs-follow.out"
+    assert run.lh_log is not None
+
+    def sizes() -> tuple[int, int]:
+        return (sum(p.stat().st_size for p in run.run_dir.glob("*.out")),
+                run.lh_log.stat().st_size)  # type: ignore[union-attr]  # fmt: skip
+
+    before, t0 = sizes(), time.monotonic()
+    proc = runner.spawn([sys.executable, "-m", "ftslurm", "logs", "-f", "--lighthouse", "--job",
+                         str(run.job), "-n", "1"], log_path=out_path, env=run.env, cwd=ROOT,
+                        detach=True)  # fmt: skip
+    try:
+        time.sleep(seconds)
+        cpu = _cpu_seconds(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    after, dt = sizes(), time.monotonic() - t0
+    lines = len(out_path.read_bytes().splitlines())
+    return {
+        "logs_follow_s": round(dt, 1),
+        "logs_follow_cpu_s": round(cpu, 2),
+        "logs_follow_lines": lines,
+        "replica_log_mb_per_hour": round((after[0] - before[0]) / dt * 3600 / 2**20, 1),
+        "lighthouse_log_mb_per_hour": round((after[1] - before[1]) / dt * 3600 / 2**20, 1),
+    }
+
+
 def measure_cli(run: Run) -> dict[str, Any]:
     """The commands users run at this size, timed (a fresh interpreter each, as typed)."""
     cfg, job, n = run.cfg, str(run.job), run.cfg.replicas
@@ -359,6 +396,10 @@ def measure_cli(run: Run) -> dict[str, Any]:
     out["logs_s"] = timed(lambda: run.ftslurm("logs", "--job", job, "-n", "5"), cfg.repeats)
     out["doctor_s"] = timed(lambda: run.ftslurm("doctor", "--json", check=False, timeout=300),
                             1)  # fmt: skip
+    try:
+        out.update(follow_cost(run))
+    except Exception as e:  # noqa: BLE001 - a figure lost, not the run
+        out["logs_follow_error"] = f"{type(e).__name__}: {e}"
     out["report_s"] = timed(lambda: run.ftslurm("report", str(run.run_dir), *lh, "--json",
                                                 timeout=600), 3)  # fmt: skip
     png = cfg.state / "report.png"
