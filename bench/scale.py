@@ -87,6 +87,7 @@ class Run:
     job: int | None = None
     lh_dir: Path | None = None
     lh_log: Path | None = None
+    lh_pid: int | None = None
     figures: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -239,6 +240,7 @@ def start(run: Run) -> None:
     lh = lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0",
                           state_dir=run.lh_dir)  # fmt: skip
     run.lh_log = Path(lh.log_path)
+    run.lh_pid = lh.pid
     say(f"Lighthouse: {lh.address}")
     (run.outputs / "torchft").mkdir(parents=True, exist_ok=True)
     job_env = {
@@ -322,7 +324,7 @@ def chaos(run: Run) -> dict[str, Any]:
         lh_log.poll(n)
         assert run.lh_dir is not None
         t_restart = time.monotonic()
-        lighthouse.restart(lighthouse.recorded_config(run.lh_dir))
+        run.lh_pid = lighthouse.restart(lighthouse.recorded_config(run.lh_dir)).pid
         say("Lighthouse restarted")
         out["lighthouse_restart_at_s"] = round(t_restart - t0, 1)
         proc.wait(timeout=cfg.every * (singles + 2) + 300)
@@ -359,6 +361,7 @@ def follow_cost(run: Run, seconds: float = 10.0) -> dict[str, Any]:
         return (sum(p.stat().st_size for p in run.run_dir.glob("*.out")),
                 run.lh_log.stat().st_size)  # type: ignore[union-attr]  # fmt: skip
 
+    lh_cpu0 = _cpu_seconds(run.lh_pid) if run.lh_pid else None
     before, t0 = sizes(), time.monotonic()
     proc = runner.spawn([sys.executable, "-m", "ftslurm", "logs", "-f", "--lighthouse", "--job",
                          str(run.job), "-n", "1"], log_path=out_path, env=run.env, cwd=ROOT,
@@ -370,11 +373,14 @@ def follow_cost(run: Run, seconds: float = 10.0) -> dict[str, Any]:
         proc.terminate()
         proc.wait(timeout=30)
     after, dt = sizes(), time.monotonic() - t0
+    lh_cpu = _cpu_seconds(run.lh_pid) - lh_cpu0 if run.lh_pid and lh_cpu0 is not None else None
     lines = len(out_path.read_bytes().splitlines())
     return {
         "logs_follow_s": round(dt, 1),
         "logs_follow_cpu_s": round(cpu, 2),
         "logs_follow_lines": lines,
+        # the Lighthouse's CPU over the same window: heartbeats (10/s per replica) + quorums
+        "lighthouse_cpu_pct": round(100 * lh_cpu / dt, 1) if lh_cpu is not None else None,
         "replica_log_mb_per_hour": round((after[0] - before[0]) / dt * 3600 / 2**20, 1),
         "lighthouse_log_mb_per_hour": round((after[1] - before[1]) / dt * 3600 / 2**20, 1),
     }
