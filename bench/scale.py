@@ -181,6 +181,7 @@ class LighthouseLog:
         self.offset = 0
         self.rest = b""
         self.full: list[tuple[str, float]] = []  # (log time, monotonic seen) of full quorums
+        self.sizes: list[tuple[int, float]] = []  # (members, monotonic seen) of every Quorum!
 
     def poll(self, n: int) -> None:
         try:
@@ -194,7 +195,11 @@ class LighthouseLog:
         self.rest = lines.pop()
         for raw in lines:
             line = raw.decode(errors="replace")
-            if QUORUM_LINE in line and len(set(MEMBER.findall(line))) == n:
+            if QUORUM_LINE not in line:
+                continue
+            members = len(set(MEMBER.findall(line)))
+            self.sizes.append((members, time.monotonic()))
+            if members == n:
                 m = LH_TIME.match(line)
                 self.full.append((m[1] if m else "", time.monotonic()))
 
@@ -303,6 +308,8 @@ def chaos(run: Run) -> dict[str, Any]:
     )  # fmt: skip
     t0 = time.monotonic()
     out: dict[str, Any] = {"chaos_failures": singles}
+    lh_log = LighthouseLog(run.lh_log)  # type: ignore[arg-type]
+    t_restart = None
     try:
         if double:  # half-way between chaos events 1 and 2 (chaos waits `every` first)
             time.sleep(max(0.0, t0 + 1.5 * cfg.every - time.monotonic()))
@@ -320,7 +327,6 @@ def chaos(run: Run) -> dict[str, Any]:
             out["double_rc"] = [p.returncode for p in both]
         # the Lighthouse restart, in the middle of the chaos
         time.sleep(max(0.0, t0 + (singles / 2 + 0.5) * cfg.every - time.monotonic()))
-        lh_log = LighthouseLog(run.lh_log)  # type: ignore[arg-type]
         lh_log.poll(n)
         assert run.lh_dir is not None
         t_restart = time.monotonic()
@@ -333,14 +339,20 @@ def chaos(run: Run) -> dict[str, Any]:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=60)
-    # back to full strength: a Quorum! of all n after the last failure's resume
+    # back to full strength: a Quorum! of all n written after the last failure's resume
+    # (the lines already in the log are read first: `full` keeps when a line was first seen)
+    lh_log.poll(n)
     t_end = time.monotonic()
     got = wait_for(lambda: lh_log.full_since(t_end, n), cfg.timeout, interval=0.5,
                    what=f"all {n} replicas back in one quorum")  # fmt: skip
     out["last_failure_to_full_quorum_s"] = round(got[1] - t_end, 2)
-    # the first full quorum after the Lighthouse restart (replicas that were not down)
-    after = next((m for s, m in lh_log.full if m >= t_restart), None)
-    out["lighthouse_restart_to_full_quorum_s"] = round(after - t_restart, 2) if after else None
+    # after the Lighthouse restart: the first quorum as large as the last one before it
+    # (the replicas that were up then; others may be down by the chaos)
+    if t_restart is not None:
+        size = max([k for k, m in lh_log.sizes if m < t_restart][-1:] or [n])
+        after = next((m for k, m in lh_log.sizes if m >= t_restart and k >= size), None)
+        out["quorum_before_restart"] = size
+        out["lighthouse_restart_to_quorum_s"] = round(after - t_restart, 2) if after else None
     say(f"full quorum again {out['last_failure_to_full_quorum_s']} s after the chaos ended")
     return out
 
@@ -387,10 +399,20 @@ def follow_cost(run: Run, seconds: float = 10.0) -> dict[str, Any]:
 
 
 def measure_cli(run: Run) -> dict[str, Any]:
-    """The commands users run at this size, timed (a fresh interpreter each, as typed)."""
-    cfg, job, n = run.cfg, str(run.job), run.cfg.replicas
-    lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
+    """The commands users run at this size, timed (a fresh interpreter each, as typed); a
+    command that fails is recorded as `<figure>_error`, the others are still measured."""
     out: dict[str, Any] = {}
+    try:
+        _measure_cli(run, out)
+    except Exception as e:  # noqa: BLE001 - keep the figures so far and the report check
+        out["measure_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _measure_cli(run: Run, out: dict[str, Any]) -> None:
+    cfg, job = run.cfg, str(run.job)
+    running = sorted(i for i, st in tasks(run).items() if st == "RUNNING")
+    lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
     status = run.ftslurm("status", "--job", job)
     rows = [ln for ln in status.stdout.splitlines() if re.match(r"^\d+\s", ln)]
     out["status_rows"] = len(rows)
@@ -398,7 +420,8 @@ def measure_cli(run: Run) -> dict[str, Any]:
     out["status_json_s"] = timed(lambda: run.ftslurm("status", "--job", job, "--json"),
                                  cfg.repeats)  # fmt: skip
     out["resolve_s"] = timed(lambda: run.ftslurm(
-        "simulate-failure", "--job", job, "--replica", str(n - 1), "--dry-run"), cfg.repeats)
+        "simulate-failure", "--job", job, "--replica", str(running[-1]), "--dry-run"),
+        cfg.repeats)  # fmt: skip
     out["logs_s"] = timed(lambda: run.ftslurm("logs", "--job", job, "-n", "5"), cfg.repeats)
     out["doctor_s"] = timed(lambda: run.ftslurm("doctor", "--json", check=False, timeout=300),
                             1)  # fmt: skip
@@ -414,7 +437,6 @@ def measure_cli(run: Run) -> dict[str, Any]:
     out["report_png"] = str(png)
     out["log_bytes"] = sum(p.stat().st_size for p in run.run_dir.glob("*.out"))
     out["lighthouse_log_bytes"] = run.lh_log.stat().st_size if run.lh_log else 0
-    return out
 
 
 def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
