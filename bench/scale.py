@@ -333,7 +333,11 @@ def chaos(run: Run) -> dict[str, Any]:
         run.lh_pid = lighthouse.restart(lighthouse.recorded_config(run.lh_dir)).pid
         say("Lighthouse restarted")
         out["lighthouse_restart_at_s"] = round(t_restart - t0, 1)
-        proc.wait(timeout=cfg.every * (singles + 2) + 300)
+        # read the Lighthouse log as it grows: a quorum's time is when it is first seen
+        deadline = time.monotonic() + cfg.every * (singles + 2) + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            lh_log.poll(n)
+            time.sleep(0.25)
         out["chaos_rc"] = proc.returncode
     finally:
         if proc.poll() is None:
