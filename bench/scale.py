@@ -76,6 +76,7 @@ class ScaleConfig:
     seed: int = 0
     timeout: float = 300.0
     repeats: int = 5
+    pg_timeout_s: int = 15
 
 
 @dataclass
@@ -255,6 +256,9 @@ def start(run: Run) -> None:
         "FTSLURM_TINY_STEP_S": str(cfg.step_s),
         "TORCHFT_LIGHTHOUSE": lh.address,
         "FT_MAX_REQUEUES": "100",
+        # a replica that dies between a quorum and the process group's rendezvous holds the
+        # others for this long (torchft waits for its store key); the TOMLs say 60 s
+        "PG_TIMEOUT_S": str(cfg.pg_timeout_s),
     }
     out = runner.run(
         [sys.executable, "-m", "ftslurm", "submit", "--json", f"--array=0-{n - 1}",
