@@ -471,6 +471,7 @@ def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
         if not healed:
             missing_recoveries.append(f["replica"])
     to_commit = [x for x in rep["summary"]["failure_to_next_commit_s"] if x is not None]
+    injected_commit = [f["to_next_commit_s"] for f in failures if f["to_next_commit_s"] is not None]
     return {
         "events_logged": len(injected),
         "down_events": len(downs),
@@ -483,6 +484,12 @@ def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
             "median": round(statistics.median(to_commit), 2) if to_commit else None,
             "max": round(max(to_commit), 2) if to_commit else None,
             "n": len(to_commit),
+        },
+        # the injected failures only (the list above also has the report's `left-quorum`)
+        "injected_failure_to_next_commit_s": {
+            "median": round(statistics.median(injected_commit), 2) if injected_commit else None,
+            "max": round(max(injected_commit), 2) if injected_commit else None,
+            "n": len(injected_commit),
         },
         "quorum_changes": rep["summary"]["quorum_changes"],
         "steps_committed": rep["summary"]["steps_committed"],
@@ -556,7 +563,16 @@ def main() -> None:
     ap.add_argument("--no-measure", action="store_true", help="skip timing the commands")
     ap.add_argument("--state", type=Path, default=None, help="state folder [a new temp dir]")
     ap.add_argument("--json", action="store_true", help="stdout: one JSON object")
+    ap.add_argument("--check-only", action="store_true",
+                    help="only the report check, on the kept --state of an earlier run")
     a = ap.parse_args()
+    if a.check_only:
+        run = Run(ScaleConfig(replicas=a.replicas, failures=a.failures, state=a.state))
+        run.job = int(next((a.state / "outputs" / "torchft").glob("tft-*")).name[4:])
+        run.lh_log = a.state / "lighthouse" / "lighthouse.log"
+        run.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        print(json.dumps(check_report(run, 0.0), indent=1))
+        return
     # `timeout` / Ctrl-C: unwind through run_scale's finally, which stops everything started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     state = (a.state or Path(tempfile.mkdtemp(prefix="ftslurm-scale-"))).resolve()
