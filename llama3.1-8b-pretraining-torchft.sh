@@ -15,8 +15,8 @@
 #   DEVICE                               cpu: the debug model on CPU nodes (cuda or cpu) [cuda (cpu
 #                                        with FTSLURM_PRESET=debug_cpu)]
 #   FTSLURM_PRESET                       TOML and defaults (llama3_8b_ft, llama3_8b_diloco,
-#                                        debug_cpu or llama3_8b) [llama3_8b_ft (classic: llama3_8b;
-#                                        DEVICE=cpu: debug_cpu)]
+#                                        debug_cpu, llama3_8b or tiny) [llama3_8b_ft (classic:
+#                                        llama3_8b; DEVICE=cpu: debug_cpu)]
 #   STEPS                                training steps [1000 (200 with DEVICE=cpu)]
 #   GPUS_PER_NODE                        ranks per node = FSDP degree in the node; 1 on cpu [8 (1
 #                                        with DEVICE=cpu)]
@@ -51,6 +51,8 @@
 #                                        0: upstream's way [1]
 #   FTSLURM_FIX_FT_CHECKPOINT_RETENTION  fix 5 (fixes.py): one FT dataloader checkpoint kept; 0:
 #                                        upstream's way [1]
+#   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
+#                                        few cores) [0.5]
 #   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica syncs after one step [1]
 #   FTSLURM_EXTRA_ARGS                   torchtitan arguments, shell-quoted, appended last
 #   FTSLURM_DUMP_FOLDER                  torchtitan's dump folder [<outputs>/torchft/tft-<job>;

@@ -12,8 +12,8 @@
 # generated from ftslurm/knobs.py by `python -m ftslurm.knobs --write`):
 #   DEVICE               cpu: the debug model on CPU nodes (cuda or cpu) [cuda (cpu with
 #                        FTSLURM_PRESET=debug_cpu)]
-#   FTSLURM_PRESET       TOML and defaults (llama3_8b_ft, llama3_8b_diloco, debug_cpu or llama3_8b)
-#                        [llama3_8b_ft (classic: llama3_8b; DEVICE=cpu: debug_cpu)]
+#   FTSLURM_PRESET       TOML and defaults (llama3_8b_ft, llama3_8b_diloco, debug_cpu, llama3_8b or
+#                        tiny) [llama3_8b_ft (classic: llama3_8b; DEVICE=cpu: debug_cpu)]
 #   STEPS                training steps [1000 (200 with DEVICE=cpu)]
 #   GPUS_PER_NODE        ranks per node = FSDP degree in the node; 1 on cpu [8 (1 with DEVICE=cpu)]
 #   CHECKPOINT_FOLDER    torchtitan's checkpoint folder [<dump folder>/checkpoint]

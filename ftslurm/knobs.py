@@ -155,7 +155,7 @@ def _fix(name: str, n: int, what: str) -> Knob:
                 scripts=FT)  # fmt: skip
 
 
-PRESETS = ("llama3_8b_ft", "llama3_8b_diloco", "debug_cpu", "llama3_8b")  # plan.PRESETS
+PRESETS = ("llama3_8b_ft", "llama3_8b_diloco", "debug_cpu", "llama3_8b", "tiny")  # plan.PRESETS
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     # ---- read on the nodes (launcher, training worker) --------------------------------------
@@ -201,6 +201,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_UNSHARDED_ALLREDUCE", 3, "1-rank replicas average gradients"),
     _fix("FTSLURM_FIX_HEAL_TIMEOUT", 4, "a heal may take `FTSLURM_HEAL_TIMEOUT_S`"),
     _fix("FTSLURM_FIX_FT_CHECKPOINT_RETENTION", 5, "one FT dataloader checkpoint kept"),
+    Knob("FTSLURM_TINY_STEP_S", "float", "`FTSLURM_PRESET=tiny`: pause per step (paces many "
+         "replicas on few cores)", 0.5, minimum=0, scripts=FT),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs after one step",
          True, scripts=FT),
     Knob("FTSLURM_EXTRA_ARGS", "str", "torchtitan arguments, shell-quoted, appended last"),

@@ -287,6 +287,8 @@ def test_banner_matches_the_guide_format() -> None:
 
 def test_presets_point_at_existing_tomls() -> None:
     for preset in planlib.PRESETS.values():
+        if preset.worker != "torchtitan":  # tiny: no TOML
+            continue
         assert (REPO / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
 
 
@@ -296,7 +298,7 @@ def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
     except ImportError:  # Python 3.10: the cpu extra installs tomli
         import tomli as tomllib
 
-    for preset in planlib.PRESETS.values():
+    for preset in [p for p in planlib.PRESETS.values() if p.worker == "torchtitan"]:
         with open(REPO / planlib.CONFIG_DIR / preset.toml, "rb") as f:
             assert tomllib.load(f)["checkpoint"]["enable"] is False, preset.toml
 

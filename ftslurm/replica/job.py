@@ -105,7 +105,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     if knobs.get(env, "FTSLURM_DRY_RUN"):
         _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
         return 0
-    if plan.device == "cpu":
+    if plan.device == "cpu" and planlib.PRESETS[plan.preset].worker != "tiny":
         _ensure_cpu_assets(root)
     else:
         _check_tokenizer(plan)

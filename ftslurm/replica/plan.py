@@ -32,6 +32,8 @@ class Preset:
     toml: str
     device: str
     ft_mode: str | None  # None: a classic (non-FT) preset
+    # "torchtitan": torchrun + the training module; "tiny": tiny.py, one process, no torchrun
+    worker: str = "torchtitan"
 
 
 PRESETS: dict[str, Preset] = {  # the names are FTSLURM_PRESET's choices in ftslurm/knobs.py
@@ -39,7 +41,10 @@ PRESETS: dict[str, Preset] = {  # the names are FTSLURM_PRESET's choices in ftsl
     "llama3_8b_diloco": Preset("llama3_8b_diloco.toml", "cuda", "diloco"),
     "debug_cpu": Preset("debug_cpu.toml", "cpu", "diloco"),
     "llama3_8b": Preset("llama3_8b.toml", "cuda", None),
+    # a real torchft Manager and gloo process group around a tiny model: 64 replicas on 2 cores
+    "tiny": Preset("", "cpu", "per-step", worker="tiny"),
 }
+TINY_MODULE = "ftslurm.replica.tiny"
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,18 @@ def _torchrun(env: Mapping[str, str], torchrun: Sequence[str], nnodes: int, gpus
             *tt_args]  # fmt: skip
 
 
+def _tiny(env: Mapping[str, str], device: str, pg: str, ft_mode: str) -> list[str]:
+    """The tiny worker's command: the interpreter the script execs (FTSLURM_PYTHON), one
+    process per replica, no torchrun (it would add a second interpreter that imports torch)."""
+    if pg != "gloo" or ft_mode != "per-step":
+        raise UserError(
+            f"FTSLURM_PRESET=tiny runs per-step FT over gloo, not FT_MODE={ft_mode} / "
+            f"PROCESS_GROUP={pg}; unset FT_MODE and PROCESS_GROUP"
+        )
+    python = knobs.get(env, "FTSLURM_PYTHON") or "python3"
+    return [python, "-m", TINY_MODULE, f"--steps={knobs.get(env, 'STEPS', device)}"]
+
+
 def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous)."""
@@ -302,7 +319,13 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
-    argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", f"tft_{run_id}_{replica_id}", tt)
+    if preset.worker == "tiny":
+        argv = _tiny(env, device, pg, ft_mode)
+        notes = ["FTSLURM_PRESET=tiny: no torchtitan, torchrun or TOML; STEPS, "
+                 "TORCHFT_LIGHTHOUSE and the checksum knobs apply"]  # fmt: skip
+    else:
+        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", f"tft_{run_id}_{replica_id}",
+                         tt)  # fmt: skip
     child_env = {
         "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),

@@ -30,7 +30,9 @@ from ftslurm import knobs
 LAUNCHER_ENV = "FTSLURM_LAUNCHER_PID"
 
 
-def main() -> None:
+def check_lifeline() -> None:
+    """Die with the parent (torchrun, or the launcher for the tiny worker); exit now if it
+    is already gone or the launcher is no longer an ancestor."""
     from ftslurm.procs import descends_from, die_with_parent
 
     parent = os.getppid()
@@ -40,6 +42,10 @@ def main() -> None:
         launcher is not None and not descends_from(launcher, os.getpid())
     ):
         sys.exit("torchrun (this worker's parent) is gone: not training as an orphan")
+
+
+def main() -> None:
+    check_lifeline()
     device = knobs.get(os.environ, "FTSLURM_DEVICE") or knobs.get(os.environ, "DEVICE")
     fault_tolerant = knobs.get(os.environ, "FTSLURM_FT_MODE") is not None
     argv = sys.argv[1:]

@@ -435,7 +435,11 @@ def to_plot(rep: Report, path: Path) -> Path:
     colors = {"alive": "#bbbbbb", "training": "#2ca02c", "recovering": "#ff7f0e"}
     data = lanes(rep)
     names = sorted(data, key=lambda k: (len(k), k)) or ["0"]
-    fig, ax = plt.subplots(figsize=(11, 1.8 + 0.6 * len(names)))
+    # lanes shrink past 16 replicas (64 lanes: 0.2 in each), so a 64-replica run stays one
+    # readable page instead of a 40-inch strip
+    many = len(names) > 16
+    lane = max(0.2, 9.6 / len(names)) if many else 0.6
+    fig, ax = plt.subplots(figsize=(11, 1.8 + lane * len(names)))
     for y, name in enumerate(names):
         ax.broken_barh([(0, (rep.last_time or t0) - t0)], (y - 0.35, 0.7),
                        facecolors="#f2f2f2")
@@ -445,17 +449,23 @@ def to_plot(rep: Report, path: Path) -> Path:
                 ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors[state])
     for q in rep.quorums[1:]:
         if q.time is not None:
-            ax.axvline(q.time - t0, color="#1f77b4", lw=0.8, ls="--")
-            ax.text(q.time - t0, len(names) - 0.4, f"q{q.quorum_id}", fontsize=7, color="#1f77b4")
+            ax.axvline(q.time - t0, color="#1f77b4", lw=0.8 if len(rep.quorums) < 40 else 0.4,
+                       ls="--")  # fmt: skip
+            if len(rep.quorums) < 40:  # more labels than fit: the lines alone
+                ax.text(q.time - t0, len(names) - 0.4, f"q{q.quorum_id}", fontsize=7,
+                        color="#1f77b4")  # fmt: skip
     for f in rep.failures:
         if f.time is not None:
             y = names.index(idx(f.replica)) if idx(f.replica) in names else 0
-            ax.plot(f.time - t0, y, "rx", ms=10, mew=2)
+            ax.plot(f.time - t0, y, "rx", ms=6 if many else 10, mew=2)
             if f.full_strength_time is not None:  # failure -> full strength, shaded
                 ax.axvspan(f.time - t0, f.full_strength_time - t0, color="#d62728", alpha=0.08)
-                ax.text(f.time - t0, -0.55, f"{duration(f.time_to_full_strength_s)} to full"
-                        + (" (false drop)" if f.false_drop else ""), fontsize=7, color="#d62728")
-    ax.set_yticks(range(len(names)), [f"replica {n}" for n in names])
+                if not many:  # 64 lanes: the shading says it, labels would bury the plot
+                    ax.text(f.time - t0, -0.55, f"{duration(f.time_to_full_strength_s)} to full"
+                            + (" (false drop)" if f.false_drop else ""), fontsize=7,
+                            color="#d62728")  # fmt: skip
+    ax.set_yticks(range(len(names)), [f"replica {n}" for n in names],
+                  fontsize=6 if many else None)  # fmt: skip
     ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
     ax.set_ylim(-0.6, len(names))
     steps = [(q.time - t0, q.step) for q in rep.quorums if q.time is not None]
