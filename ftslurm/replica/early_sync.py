@@ -35,7 +35,8 @@ def first_local_step(sync_every: int, sync_delay: int) -> int:
 def install(env: Mapping[str, str] | None = None) -> str | None:
     """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None."""
     env = os.environ if env is None else env
-    if int(env.get("FTSLURM_ATTEMPT", "0") or 0) <= 0:
+    spare = fixes.switch_on("FTSLURM_SPARE", env)  # a spare joins a running group, as a restart
+    if int(env.get("FTSLURM_ATTEMPT", "0") or 0) <= 0 and not spare:
         return None
     if not fixes.switch_on(SWITCH, env):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"

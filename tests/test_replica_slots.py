@@ -1,0 +1,209 @@
+"""Slot claims and fencing (ftslurm/replica/slots.py, the worker side in standby.py): the pure
+decisions, the claim files, and a race of a slow original against a claiming spare."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from ftslurm.replica import slots, standby
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _claim(slot: int, epoch: int, task: int, t: float = 100.0) -> slots.Claim:
+    return slots.Claim(slot, epoch, task, "node", 1, t)
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def test_startup_slot_first_start_takes_the_home_slot_and_extra_tasks_are_spares() -> None:
+    claims: dict[int, slots.Claim | None] = {0: None, 1: None}
+    assert slots.startup_slot(0, 2, claims)[0] == 0
+    assert slots.startup_slot(1, 2, claims)[0] == 1
+    slot, why = slots.startup_slot(2, 2, claims)
+    assert slot is None and "beyond the group size 2" in why
+
+
+def test_startup_slot_requeued_task_takes_its_slot_back_unless_a_spare_took_it() -> None:
+    assert slots.startup_slot(0, 2, {0: _claim(0, 3, 0), 1: _claim(1, 0, 1)})[0] == 0
+    slot, why = slots.startup_slot(0, 2, {0: _claim(0, 1, 2), 1: _claim(1, 0, 1)})
+    assert slot is None and "held by task 2 (epoch 1)" in why
+    # the spare that took slot 0 and was then requeued takes slot 0 back, not a home slot
+    assert slots.startup_slot(2, 2, {0: _claim(0, 1, 2), 1: _claim(1, 0, 1)})[0] == 0
+
+
+def test_alive_slots_reads_torchtitan_replica_ids_only() -> None:
+    ids = ["torchtitan_ft_0:0f3c", "torchtitan_ft_12:9a1d", "other_3:aa", "garbage"]
+    assert slots.alive_slots(ids) == {0, 12}
+
+
+def test_vacant_slot_needs_the_heartbeat_gone_after_the_claim_or_the_grace() -> None:
+    claims = {0: _claim(0, 0, 0, t=100.0), 1: _claim(1, 0, 1, t=100.0)}
+    # both alive: nothing vacant
+    assert slots.vacant_slot(120, claims, {0, 1}, {0: 120, 1: 120}, 300) is None
+    # slot 1's heartbeat gone after it was seen alive since its claim: vacant
+    assert slots.vacant_slot(125, claims, {0}, {0: 125, 1: 120}, 300) == 1
+    # a fresh claim (a requeued replica starting, not heartbeating yet): left alone
+    claims[1] = _claim(1, 1, 1, t=124.0)
+    assert slots.vacant_slot(125, claims, {0}, {0: 125, 1: 120}, 300) is None
+    # ... until its grace is over
+    assert slots.vacant_slot(424, claims, {0}, {0: 424, 1: 120}, 300) == 1
+    # never claimed: the home task's, never a spare's
+    assert slots.vacant_slot(999, {0: None}, set(), {}, 1) is None
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_claims_are_exclusive_per_epoch_and_fence_the_previous_holder(tmp_path: Path) -> None:
+    root = tmp_path / "slots"
+    first = slots.try_claim(root, 0, 0, 0, "node-0", 11, 100.0, why="home")
+    assert first is not None and slots.current(root, 0) == first
+    assert slots.fenced_by(root, first) is None
+    assert slots.try_claim(root, 0, 0, 2, "node-2", 22, 101.0) is None  # epoch 0 is taken
+    second = slots.try_claim(root, 0, 1, 2, "node-2", 22, 102.0, previous_task=0)
+    assert second is not None
+    assert slots.fenced_by(root, first) == second
+    assert slots.current(root, 0) == second
+    assert slots.epochs(root, 0) == [0, 1]
+    assert [(c.task, c.epoch) for c in slots.history(root, 1)] == [(0, 0), (2, 1)]
+    assert slots.holders(root, 2) == {0: second, 1: None}
+    # no temporary files left beside the claims
+    assert sorted(p.name for p in (root / "slot-0").iterdir()) == ["epoch-0.json", "epoch-1.json"]
+
+
+def test_wait_for_slot_claims_the_slot_whose_heartbeat_left(tmp_path: Path) -> None:
+    root = tmp_path / "slots"
+    slots.try_claim(root, 0, 0, 0, "n0", 1, 100.0)
+    slots.try_claim(root, 1, 0, 1, "n1", 2, 100.0)
+    beats = iter([["torchtitan_ft_0:a", "torchtitan_ft_1:b"]] * 3 + [["torchtitan_ft_0:a"]] * 9)
+    clock = iter(range(200, 300))
+    env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "2", "FTSLURM_GROUP_SIZE": "2",
+           "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
+    said: list[str] = []
+    claim = standby.wait_for_slot(env, said.append, lambda: float(next(clock)),
+                                  lambda: next(beats))  # fmt: skip
+    assert claim is not None
+    assert (claim.slot, claim.epoch, claim.task, claim.previous_task) == (1, 1, 2, 1)
+    assert slots.current(root, 1) == claim
+    assert "spare (task 2): warm" in said[0]
+
+
+def test_wait_for_slot_ends_when_the_run_finished(tmp_path: Path) -> None:
+    root = tmp_path / "slots"
+    slots.try_claim(root, 0, 0, 0, "n0", 1, 100.0)
+    slots.mark_finished(root, 0)
+    env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "1", "FTSLURM_GROUP_SIZE": "1",
+           "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
+    assert standby.wait_for_slot(env, lambda _: None, time.time, lambda: []) is None
+
+
+# ---------------------------------------------------------------- the race
+
+
+def _train(root: Path, steps: Path, who: str, claim: slots.Claim, slow: float, seed: int) -> None:
+    """A replica's step loop as standby.py runs it: check the fence before each step; a step
+    holds the steps file's lock while it writes (the step is atomic for the reader)."""
+    rng = random.Random(seed)
+    for step in range(1, 10_000):
+        with open(steps, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            if slots.fenced_by(root, claim) is not None:
+                fh.write(f"{who} fenced {step}\n")
+                fh.flush()
+                os._exit(standby.FENCED_EXIT)
+            fh.write(f"{who} step {step}\n")
+            fh.flush()
+            time.sleep(rng.uniform(0, slow))  # a slow step, still holding the lock
+        time.sleep(rng.uniform(0, slow))
+
+
+def _original(root: Path, steps: Path, seed: int) -> None:
+    claim = slots.current(root, 0)
+    assert claim is not None
+    _train(root, steps, "original", claim, 0.02, seed)
+
+
+def _spare(root: Path, steps: Path, go: float, seed: int) -> None:
+    env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "1", "FTSLURM_GROUP_SIZE": "1",
+           "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
+    # the original's heartbeat is gone from `go` on (the test stopped it)
+    claim = standby.wait_for_slot(env, lambda _: None, time.time,
+                                  lambda: [] if time.time() >= go else ["torchtitan_ft_0:x"])
+    if claim is None:
+        os._exit(3)
+    _train(root, steps, "spare", claim, 0.005, seed)
+
+
+def _requeued(root: Path, steps: Path, go: float, seed: int) -> None:
+    """The original's task, requeued, racing the spare for the same slot."""
+    start = go + random.Random(seed).uniform(0, 0.5)  # sometimes before the spare, sometimes after
+    while time.time() < start:
+        time.sleep(0.001)
+    slot, _ = slots.startup_slot(0, 1, slots.holders(root, 1))
+    held = slots.current(root, 0)
+    claim = None
+    if slot == 0 and held is not None:
+        claim = slots.try_claim(root, 0, held.epoch + 1, 0, "n0", os.getpid(), time.time())
+    if claim is None:
+        os._exit(4)  # lost: it would wait as a spare
+    _train(root, steps, "requeued", claim, 0.005, seed)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_race_slow_original_against_claiming_spare_exactly_one_trains(
+    tmp_path: Path, seed: int
+) -> None:
+    """The original (slot 0, epoch 0) hangs mid-run (SIGSTOP, as on a node that stalls); its
+    heartbeat leaves; a spare and the original's requeued task race for epoch 1; then the
+    original wakes up. Exactly one process trains from then on: the original stops before its
+    next step, the loser of the race never trains, and no step of two processes interleaves."""
+    root, steps = tmp_path / "slots", tmp_path / "steps.txt"
+    assert slots.try_claim(root, 0, 0, 0, "n0", 1, time.time()) is not None
+    ctx = multiprocessing.get_context("fork")
+    orig = ctx.Process(target=_original, args=(root, steps, seed))
+    orig.start()
+    deadline = time.time() + 20
+    while not (steps.exists() and steps.read_text().count("original step") >= 5):
+        assert time.time() < deadline, "the original never trained"
+        time.sleep(0.01)
+    os.kill(orig.pid, signal.SIGSTOP)  # the slow original: stalled, maybe mid-step
+    go = time.time() + 0.2
+    spare = ctx.Process(target=_spare, args=(root, steps, go, seed))
+    requeued = ctx.Process(target=_requeued, args=(root, steps, go, seed))
+    spare.start()
+    requeued.start()
+    while slots.epochs(root, 0) != [0, 1]:
+        assert time.time() < deadline, "nobody claimed the slot"
+        time.sleep(0.01)
+    time.sleep(0.1)
+    os.kill(orig.pid, signal.SIGCONT)  # the original comes back late
+    orig.join(10)
+    assert orig.exitcode == standby.FENCED_EXIT
+    winner_claim = slots.current(root, 0)
+    assert winner_claim is not None and winner_claim.epoch == 1
+    winner = "spare" if winner_claim.task == 1 else "requeued"
+    loser_proc = requeued if winner == "spare" else spare
+    loser_proc.join(10)
+    assert loser_proc.exitcode == (4 if winner == "spare" else 3)
+    time.sleep(0.2)  # let the winner train a few steps
+    for p in (spare, requeued):
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+    lines = steps.read_text().splitlines()
+    writers = [line.split()[0] for line in lines if " step " in line]
+    first_new = next(i for i, w in enumerate(writers) if w != "original")
+    assert set(writers[:first_new]) == {"original"}
+    assert set(writers[first_new:]) == {winner}, "two processes trained as slot 0"
+    assert sum(1 for line in lines if line.startswith("original fenced")) == 1
+    assert writers[first_new:].count(winner) >= 2
