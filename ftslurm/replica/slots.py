@@ -50,6 +50,9 @@ class Claim:
     previous_task: int | None = None
     why: str = ""
 
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -108,6 +111,43 @@ def history(root: Path, group_size: int) -> list[Claim]:
             if (c := read_claim(root, slot, e)) is not None:
                 out.append(c)
     return sorted(out, key=lambda c: (c.time, c.slot, c.epoch))
+
+
+def slot_count(root: Path) -> int:
+    """How many slots have claims (`slot-<r>` folders): the group size as the claims show it."""
+    try:
+        found = [int(p.name[5:]) for p in root.iterdir() if re.fullmatch(r"slot-\d{1,9}", p.name)]
+    except OSError:
+        return 0
+    return max(found) + 1 if found else 0
+
+
+def task_slots(root: Path) -> dict[int, str] | None:
+    """array task -> what it is now: its slot (`"1"`) or `"spare"` for the tasks that hold none
+    (only tasks that ever claimed are listed); None when the run has no slot claims."""
+    n = slot_count(root)
+    if n == 0:
+        return None
+    out = {c.task: "spare" for c in history(root, n)}
+    for slot, c in holders(root, n).items():
+        if c is not None:
+            out[c.task] = str(slot)
+    return out
+
+
+def claim_lines(claims: list[Claim]) -> list[str]:
+    """One line per claim for a person (`ftslurm status`, `ftslurm logs`): who took which
+    slot when, and from whom."""
+    import time
+
+    out = []
+    for c in claims:
+        when = time.strftime("%H:%M:%S", time.localtime(c.time))
+        taken = c.previous_task not in (None, c.task)
+        frm = f", taken from task {c.previous_task}" if taken else ""
+        out.append(f"claim: slot {c.slot} epoch {c.epoch} by task {c.task} on {c.host} at "
+                   f"{when}{frm}")  # fmt: skip
+    return out
 
 
 def holders(root: Path, group_size: int) -> dict[int, Claim | None]:
