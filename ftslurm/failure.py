@@ -385,8 +385,8 @@ class _Execution:
         log = self.log_path
         if log is not None and log.parent.exists():
             self.wait_until(lambda: logvocab.count_banners(log) > self.banners_before,
-                            self.timeout, f"a new `launching replica` line in {log}")  # fmt: skip
-            self.phase("new attempt's `launching replica` line in its log")
+                            self.timeout, f"a new `launching` line in {log}")  # fmt: skip
+            self.phase("new attempt's `launching replica` (or `launching spare`) line in its log")
         self.out.recovered = True
 
 

@@ -283,17 +283,18 @@ def last_banner(data: bytes) -> re.Match[bytes] | None:
 
 
 def count_banners(path: Path) -> int:
-    """How many attempts the log has begun (banner lines; read in blocks, not at once)."""
+    """How many attempts the log has begun (banner lines, a warm spare's too; read in blocks,
+    not at once)."""
     n = 0
     try:
         with open(path, "rb") as fh:
             carry = b""
             while chunk := fh.read(1 << 20):
                 data = carry + chunk
-                n += data.count(BANNER)
+                n += data.count(BANNER) + data.count(SPARE_BANNER)
                 carry = data[-32:]
-                n -= carry.count(BANNER)
-            n += carry.count(BANNER)
+                n -= carry.count(BANNER) + carry.count(SPARE_BANNER)
+            n += carry.count(BANNER) + carry.count(SPARE_BANNER)
     except OSError:
         return 0
     return n

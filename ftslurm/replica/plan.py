@@ -264,8 +264,12 @@ def slot_layout(env: Mapping[str, str]) -> tuple[int, int, int] | None:
     if not spares:
         return None
     task = _first_int(env, ["FTSLURM_TASK", "SLURM_ARRAY_TASK_ID"], None, "array task")
-    total = _first_int(env, ["SLURM_ARRAY_TASK_COUNT"], None, "array size")
-    group = _first_int(env, ["FTSLURM_GROUP_SIZE"], total - spares, "group size")
+    if knobs.is_set(env, "FTSLURM_GROUP_SIZE"):  # SkyPilot: nodes - spares, said by the YAML
+        group = knobs.get(env, "FTSLURM_GROUP_SIZE")
+        total = group + spares
+    else:
+        total = _first_int(env, ["SLURM_ARRAY_TASK_COUNT"], None, "array size")
+        group = total - spares
     if group < 1:
         raise UserError(
             f"FT_SPARES={spares} leaves no replica to train in an array of {total} task(s): "
