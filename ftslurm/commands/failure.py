@@ -181,15 +181,11 @@ def simulate_failure(
 
 def _slot_role(job: int | None, task: int | None) -> str | None:
     """In a run with warm spares: what the task is (slots.py), else None."""
-    from ftslurm import logvocab
-    from ftslurm.replica import slots
+    from ftslurm.failure import slot_of
 
-    if job is None or task is None:
+    what = slot_of(job, task)
+    if what is None:
         return None
-    held = slots.task_slots(slots.slots_dir(logvocab.run_dir(job)))
-    if held is None:
-        return None
-    what = held.get(task, "spare")
     if what == "spare":
         return ("a warm spare (holds no slot): the replicas train on at full strength; "
                 "it comes back as a spare")  # fmt: skip
