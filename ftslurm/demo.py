@@ -58,6 +58,8 @@ class DemoConfig:
     outputs: Path = field(default_factory=paths.outputs_dir)
     timeout: float = 300.0  # for each wait
     spares: int = 0  # warm spares (FT_SPARES): a failed replica's slot is taken by one
+    # what the story measured, one dict per failure (bench/spares.py reads it)
+    measured: list[dict[str, float | int]] = field(default_factory=list)
 
     @property
     def tasks(self) -> int:
@@ -135,6 +137,7 @@ class ReplicaLog:
         self.claims = 0  # a warm spare's claims of a slot (banner `... taken from task U`)
         self.claim_healed: int | None = None  # the step its last claim healed at
         self.commits_since_claim = 0
+        self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
 
     def poll(self) -> None:
         try:
@@ -150,6 +153,7 @@ class ReplicaLog:
         for ev in filter(None, map(logvocab.parse_line, lines)):
             if ev.kind == logvocab.LAUNCH and ev.rank is not None:
                 self.attempt = ev.rank
+                self.commits_in_attempt = 0
                 if "taken from task" in ev.detail:
                     self.claims += 1
                     self.claim_healed, self.commits_since_claim = None, 0
@@ -157,8 +161,9 @@ class ReplicaLog:
                 self.healed_step.setdefault(self.attempt, ev.step)
             if ev.kind == logvocab.HEALED and self.claims and self.claim_healed is None:
                 self.claim_healed = ev.step
-            elif ev.kind == logvocab.COMMIT and ev.ok and self.claims:
-                self.commits_since_claim += 1
+            elif ev.kind == logvocab.COMMIT and ev.ok:
+                self.commits_in_attempt += 1
+                self.commits_since_claim += 1 if self.claims else 0
             elif ev.kind == logvocab.TITAN_STEP and ev.step is not None:
                 self.last_step = ev.step
 
@@ -498,14 +503,18 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         b.poll()
         return log.attempt > attempt_before and log.attempt in log.healed_step
 
-    wait_for(healed, cfg.timeout, interval=0.5, what=f"replica {target} to heal")
+    wait_for(healed, cfg.timeout, interval=0.1, what=f"replica {target} to heal")
     say(
         f"replica {target} (attempt {log.attempt}) healed from a peer at torchft step "
         f"{log.healed_step[log.attempt]}, {time.monotonic() - t_back:.1f} s after it was "
         "started again (torchft steps count outer syncs, as in `ftslurm report`)"
     )
-    wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what="full quorum")
-    say(f"quorum of {n} again")
+    wait_for(lambda: b.quorum_size() == n and b.poll() and log.commits_in_attempt > 0,
+             cfg.timeout, interval=0.1, what="full quorum and a healed commit")  # fmt: skip
+    full = time.monotonic() - t_fail
+    cfg.measured.append({"failure": k + 1, "spares": 0, "full_strength_s": round(full, 2)})
+    say(f"quorum of {n} again: full strength {full:.1f} s after the failure (the restarted "
+        "replica healed and committed with all)")  # fmt: skip
 
 
 # ---------------------------------------------------------------- with warm spares
@@ -586,6 +595,9 @@ def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> No
 
     wait_for(full, cfg.timeout, interval=0.1, what=f"replica {target} to heal and commit")
     t_full = time.monotonic()
+    cfg.measured.append({"failure": k + 1, "spares": cfg.spares,
+                         "full_strength_s": round(t_full - t_fail, 2),
+                         "claim_s": round(t_claim - t_fail, 2)})  # fmt: skip
     say(f"replica {target} (now task {new[0]}) healed from a peer at torchft step "
         f"{log.claim_healed} and committed with all {n}: full strength "
         f"{t_full - t_fail:.1f} s after the failure (claim -> healed commit "
