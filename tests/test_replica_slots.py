@@ -192,9 +192,13 @@ def test_race_slow_original_against_claiming_spare_exactly_one_trains(
     winner_claim = slots.current(root, 0)
     assert winner_claim is not None and winner_claim.epoch == 1
     winner = "spare" if winner_claim.task == 1 else "requeued"
-    loser_proc = requeued if winner == "spare" else spare
-    loser_proc.join(10)
-    assert loser_proc.exitcode == (4 if winner == "spare" else 3)
+    print(f"race winner: {winner}")  # shown with -s: both outcomes occur over repeated runs
+    if winner == "spare":  # the requeued original lost the race: it would wait as a spare
+        requeued.join(10)
+        assert requeued.exitcode == 4
+    else:  # the spare lost the race: it keeps waiting warm (the new holder is starting)
+        time.sleep(1.0)
+        assert spare.is_alive() and spare.exitcode is None
     time.sleep(0.2)  # let the winner train a few steps
     for p in (spare, requeued):
         if p.is_alive():
