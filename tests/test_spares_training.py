@@ -75,8 +75,23 @@ def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare
         assert slots.current(root, 1).task == 2
         out = _ftslurm(env, "status", "--job", str(job), "--json", "--no-lighthouse")
         assert out.returncode == 0, out.stderr
-        rows = {t["replica"]: t for t in json.loads(out.stdout)["tasks"]}
+        status = json.loads(out.stdout)
+        rows = {t["replica"]: t for t in status["tasks"]}
         assert (rows[0]["slot"], rows[1]["slot"], rows[2]["slot"]) == ("0", "spare", "1")
+        assert [(c["slot"], c["epoch"], c["task"]) for c in status["claims"]][-1] == (1, 1, 2)
+        # a failure of the spare is allowed, and said to be one: the replicas train on
+        steps_before = (len(run.steps(0)), len(run.steps(2)))
+        r = _ftslurm(env, "simulate-failure", "--job", str(job), "--replica", "1",
+                     "--mode", "requeue", "--json", timeout=200)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "# task 1: a warm spare (holds no slot)" in r.stderr
+        assert json.loads(r.stdout.strip().splitlines()[-1])["role"].startswith("a warm spare")
+        wait_for(lambda: len(run.steps(0)) > steps_before[0] + 2
+                 and len(run.steps(2)) > steps_before[1] + 2, 120, 0.5, "training on")
+        assert slots.current(root, 0).epoch == 0 and slots.current(root, 1).epoch == 1
+        injected = [json.loads(x) for x in events.read_text().splitlines()]
+        assert injected[0]["replica"] == 1 and "array task 1: holds slot 1" in injected[0]["detail"]
+        assert injected[-1]["replica"] is None and "a warm spare" in injected[-1]["detail"]
     finally:
         if job:
             cancel(job)
