@@ -61,6 +61,20 @@ def test_vacant_slot_needs_the_heartbeat_gone_after_the_claim_or_the_grace() -> 
     assert slots.vacant_slot(999, {0: None}, set(), {}, 1) is None
 
 
+def test_vacant_slot_needs_the_lighthouse_to_list_the_heartbeat_as_old() -> None:
+    claims = {0: _claim(0, 0, 0, t=100.0), 1: _claim(1, 0, 1, t=100.0)}
+    seen = {0: 120.0, 1: 120.0}
+    assert slots.vacant_slot(125, claims, {0}, seen, 300, stale={1}) == 1
+    # a restarted Lighthouse lists nobody yet: every replica would look gone, none is
+    assert slots.vacant_slot(125, claims, set(), seen, 300, stale=set()) is None
+    assert slots.vacant_slot(999, claims, set(), seen, 300, stale=set()) is None
+    # not listed at all while others are: not known to have left (only the grace applies)
+    assert slots.vacant_slot(125, claims, {0}, seen, 300, stale=set()) is None
+    assert slots.vacant_slot(401, claims, {0}, seen, 300, stale=set()) == 1
+    # one replica and its spare: the replica's heartbeat turns old, nobody else is live
+    assert slots.vacant_slot(125, {0: claims[0]}, set(), seen, 300, stale={0}) == 0
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -85,7 +99,8 @@ def test_wait_for_slot_claims_the_slot_whose_heartbeat_left(tmp_path: Path) -> N
     root = tmp_path / "slots"
     slots.try_claim(root, 0, 0, 0, "n0", 1, 100.0)
     slots.try_claim(root, 1, 0, 1, "n1", 2, 100.0)
-    beats = iter([["torchtitan_ft_0:a", "torchtitan_ft_1:b"]] * 3 + [["torchtitan_ft_0:a"]] * 9)
+    beats = iter([(["torchtitan_ft_0:a", "torchtitan_ft_1:b"], [])] * 3
+                 + [(["torchtitan_ft_0:a"], ["torchtitan_ft_1:b"])] * 9)
     clock = iter(range(200, 300))
     env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "2", "FTSLURM_GROUP_SIZE": "2",
            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
@@ -104,7 +119,7 @@ def test_wait_for_slot_ends_when_the_run_finished(tmp_path: Path) -> None:
     slots.mark_finished(root, 0)
     env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "1", "FTSLURM_GROUP_SIZE": "1",
            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
-    assert standby.wait_for_slot(env, lambda _: None, time.time, lambda: []) is None
+    assert standby.wait_for_slot(env, lambda _: None, time.time, lambda: ([], [])) is None
 
 
 # ---------------------------------------------------------------- the race
@@ -137,8 +152,10 @@ def _spare(root: Path, steps: Path, go: float, seed: int) -> None:
     env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "1", "FTSLURM_GROUP_SIZE": "1",
            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
     # the original's heartbeat is gone from `go` on (the test stopped it)
-    claim = standby.wait_for_slot(env, lambda _: None, time.time,
-                                  lambda: [] if time.time() >= go else ["torchtitan_ft_0:x"])
+    claim = standby.wait_for_slot(
+        env, lambda _: None, time.time,
+        lambda: ([], ["torchtitan_ft_0:x"]) if time.time() >= go else (["torchtitan_ft_0:x"], []),
+    )  # fmt: skip
     if claim is None:
         os._exit(3)
     _train(root, steps, "spare", claim, 0.005, seed)

@@ -229,16 +229,23 @@ def vacant_slot(
     alive: set[int],
     last_alive: Mapping[int, float],
     grace_s: float,
+    stale: set[int] | None = None,
 ) -> int | None:
     """The slot a spare should claim now, or None. A slot is vacant when it has a holder, no
-    live heartbeat now, and its holder was seen alive after its claim (it left the quorum) or
-    claimed it more than `grace_s` ago (it never came up). A holder that just claimed and is
-    still starting is left alone; a never-claimed slot is its home task's to take."""
+    live heartbeat now, and either its holder was seen alive after its claim and the
+    Lighthouse lists its heartbeat as old (`stale`: it left), or it claimed the slot more than
+    `grace_s` ago (it never came up). A holder that just claimed and is still starting is left
+    alone, a never-claimed slot is its home task's, and nothing is vacant while the Lighthouse
+    lists no heartbeat at all, live or old (it restarted and knows nobody yet: every replica
+    would look gone). `stale` None: not known (a slot without a live heartbeat counts as old)."""
+    if stale is not None and not (alive or stale):
+        return None
     for slot in sorted(claims):
         c = claims[slot]
         if c is None or slot in alive:
             continue
         seen = last_alive.get(slot)
-        if (seen is not None and seen > c.time) or now - c.time >= grace_s:
+        left = seen is not None and seen > c.time and (stale is None or slot in stale)
+        if left or now - c.time >= grace_s:
             return slot
     return None

@@ -41,8 +41,8 @@ def _now_text() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _heartbeats(lighthouse: str) -> list[str] | None:
-    """Live heartbeat ids at the Lighthouse, or None when it does not answer."""
+def _heartbeats(lighthouse: str) -> tuple[list[str], list[str]] | None:
+    """(live, old) heartbeat ids at the Lighthouse, or None when it does not answer."""
     from ftslurm.lighthouse import status_page
 
     try:
@@ -51,28 +51,29 @@ def _heartbeats(lighthouse: str) -> list[str] | None:
         return None
     if code != 200:
         return None
-    return [h.replica_id for h in status_page.parse_status_html(page).live_heartbeats]
+    beats = status_page.parse_status_html(page).heartbeats
+    return [h.replica_id for h in beats if not h.old], [h.replica_id for h in beats if h.old]
 
 
 class Watcher:
     """A spare's view of the slots: which had a live heartbeat when, and which is vacant."""
 
     def __init__(self, root: Path, group_size: int, grace_s: float,
-                 heartbeats: Callable[[], list[str] | None]) -> None:  # fmt: skip
+                 heartbeats: Callable[[], tuple[list[str], list[str]] | None]) -> None:  # fmt: skip
         self.root, self.group_size, self.grace_s = root, group_size, grace_s
         self.heartbeats = heartbeats
         self.last_alive: dict[int, float] = {}
 
     def poll(self, now: float) -> tuple[int, slots.Claim] | None:
         """A vacant slot and its current claim, or None (also while the Lighthouse is away)."""
-        ids = self.heartbeats()
-        if ids is None:
+        beats = self.heartbeats()
+        if beats is None:
             return None
-        alive = slots.alive_slots(ids)
+        alive, stale = slots.alive_slots(beats[0]), slots.alive_slots(beats[1])
         for s in alive:
             self.last_alive[s] = now
         claims = slots.holders(self.root, self.group_size)
-        slot = slots.vacant_slot(now, claims, alive, self.last_alive, self.grace_s)
+        slot = slots.vacant_slot(now, claims, alive, self.last_alive, self.grace_s, stale)
         if slot is None:
             return None
         held = claims[slot]
@@ -84,7 +85,7 @@ def wait_for_slot(
     env: Mapping[str, str],
     say: Callable[[str], None] = _say,
     clock: Callable[[], float] = time.time,
-    heartbeats: Callable[[], list[str] | None] | None = None,
+    heartbeats: Callable[[], tuple[list[str], list[str]] | None] | None = None,
 ) -> slots.Claim | None:
     """Local rank 0 of a spare: wait until a slot is vacant and claim it. None when the run
     finished first (nothing left to replace)."""
