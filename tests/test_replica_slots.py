@@ -41,38 +41,37 @@ def test_startup_slot_requeued_task_takes_its_slot_back_unless_a_spare_took_it()
     assert slots.startup_slot(2, 2, {0: _claim(0, 1, 2), 1: _claim(1, 0, 1)})[0] == 0
 
 
-def test_alive_slots_reads_torchtitan_replica_ids_only() -> None:
-    ids = ["torchtitan_ft_0:0f3c", "torchtitan_ft_12:9a1d", "other_3:aa", "garbage"]
-    assert slots.alive_slots(ids) == {0, 12}
-
-
-def test_vacant_slot_needs_the_heartbeat_gone_after_the_claim_or_the_grace() -> None:
+def test_vacant_slot_when_the_holders_own_heartbeat_is_old() -> None:
     claims = {0: _claim(0, 0, 0, t=100.0), 1: _claim(1, 0, 1, t=100.0)}
-    # both alive: nothing vacant
-    assert slots.vacant_slot(120, claims, {0, 1}, {0: 120, 1: 120}, 300) is None
-    # slot 1's heartbeat gone after it was seen alive since its claim: vacant
-    assert slots.vacant_slot(125, claims, {0}, {0: 125, 1: 120}, 300) == 1
-    # a fresh claim (a requeued replica starting, not heartbeating yet): left alone
+    members = {0: "torchtitan_ft_0:a", 1: "torchtitan_ft_1:b"}
+    both = {"torchtitan_ft_0:a", "torchtitan_ft_1:b"}
+    assert slots.vacant_slot(120, claims, members, both, set(), 300) is None
+    assert slots.vacant_slot(125, claims, members, {"torchtitan_ft_0:a"},
+                             {"torchtitan_ft_1:b"}, 300) == 1  # fmt: skip
+    # a new holder (epoch 1) is starting: the old heartbeat is its predecessor's, not its own
     claims[1] = _claim(1, 1, 1, t=124.0)
-    assert slots.vacant_slot(125, claims, {0}, {0: 125, 1: 120}, 300) is None
-    # ... until its grace is over
-    assert slots.vacant_slot(424, claims, {0}, {0: 424, 1: 120}, 300) == 1
+    members[1] = None
+    assert slots.vacant_slot(125, claims, members, {"torchtitan_ft_0:a"},
+                             {"torchtitan_ft_1:b"}, 300) is None  # fmt: skip
+    # ... it never gets to torchft's Manager: vacant after the grace
+    assert slots.vacant_slot(424, claims, members, {"torchtitan_ft_0:a"},
+                             {"torchtitan_ft_1:b"}, 300) == 1  # fmt: skip
+    # it runs: its own id is live, the predecessor's stays listed old
+    members[1] = "torchtitan_ft_1:c"
+    assert slots.vacant_slot(424, claims, members, {"torchtitan_ft_0:a", "torchtitan_ft_1:c"},
+                             {"torchtitan_ft_1:b"}, 300) is None  # fmt: skip
     # never claimed: the home task's, never a spare's
-    assert slots.vacant_slot(999, {0: None}, set(), {}, 1) is None
+    assert slots.vacant_slot(999, {0: None}, {}, set(), {"x_0:y"}, 1) is None
 
 
-def test_vacant_slot_needs_the_lighthouse_to_list_the_heartbeat_as_old() -> None:
+def test_vacant_slot_not_while_the_lighthouse_lists_nobody() -> None:
+    """A restarted Lighthouse lists no heartbeat, live or old: every replica would look gone."""
     claims = {0: _claim(0, 0, 0, t=100.0), 1: _claim(1, 0, 1, t=100.0)}
-    seen = {0: 120.0, 1: 120.0}
-    assert slots.vacant_slot(125, claims, {0}, seen, 300, stale={1}) == 1
-    # a restarted Lighthouse lists nobody yet: every replica would look gone, none is
-    assert slots.vacant_slot(125, claims, set(), seen, 300, stale=set()) is None
-    assert slots.vacant_slot(999, claims, set(), seen, 300, stale=set()) is None
-    # not listed at all while others are: not known to have left (only the grace applies)
-    assert slots.vacant_slot(125, claims, {0}, seen, 300, stale=set()) is None
-    assert slots.vacant_slot(401, claims, {0}, seen, 300, stale=set()) == 1
+    members = {0: "torchtitan_ft_0:a", 1: None}
+    assert slots.vacant_slot(999, claims, members, set(), set(), 300) is None
     # one replica and its spare: the replica's heartbeat turns old, nobody else is live
-    assert slots.vacant_slot(125, {0: claims[0]}, set(), seen, 300, stale={0}) == 0
+    assert slots.vacant_slot(125, {0: claims[0]}, members, set(), {"torchtitan_ft_0:a"},
+                             300) == 0  # fmt: skip
 
 
 # ---------------------------------------------------------------- files
@@ -99,6 +98,8 @@ def test_wait_for_slot_claims_the_slot_whose_heartbeat_left(tmp_path: Path) -> N
     root = tmp_path / "slots"
     slots.try_claim(root, 0, 0, 0, "n0", 1, 100.0)
     slots.try_claim(root, 1, 0, 1, "n1", 2, 100.0)
+    slots.record_member(root, 0, 0, "torchtitan_ft_0:a")
+    slots.record_member(root, 1, 0, "torchtitan_ft_1:b")
     beats = iter([(["torchtitan_ft_0:a", "torchtitan_ft_1:b"], [])] * 3
                  + [(["torchtitan_ft_0:a"], ["torchtitan_ft_1:b"])] * 9)
     clock = iter(range(200, 300))
@@ -123,6 +124,9 @@ def test_wait_for_slot_ends_when_the_run_finished(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the race
+
+
+ORIGINAL = "torchtitan_ft_0:original"
 
 
 def _train(root: Path, steps: Path, who: str, claim: slots.Claim, slow: float, seed: int) -> None:
@@ -151,10 +155,10 @@ def _original(root: Path, steps: Path, seed: int) -> None:
 def _spare(root: Path, steps: Path, go: float, seed: int) -> None:
     env = {"FTSLURM_SLOTS_DIR": str(root), "FTSLURM_TASK": "1", "FTSLURM_GROUP_SIZE": "1",
            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
-    # the original's heartbeat is gone from `go` on (the test stopped it)
+    # the original's heartbeat is live until `go`, then listed old (the test stopped it)
     claim = standby.wait_for_slot(
         env, lambda _: None, time.time,
-        lambda: ([], ["torchtitan_ft_0:x"]) if time.time() >= go else (["torchtitan_ft_0:x"], []),
+        lambda: ([], [ORIGINAL]) if time.time() >= go else ([ORIGINAL], []),
     )  # fmt: skip
     if claim is None:
         os._exit(3)
@@ -163,7 +167,8 @@ def _spare(root: Path, steps: Path, go: float, seed: int) -> None:
 
 def _requeued(root: Path, steps: Path, go: float, seed: int) -> None:
     """The original's task, requeued, racing the spare for the same slot."""
-    start = go + random.Random(seed).uniform(0, 0.5)  # sometimes before the spare, sometimes after
+    # before or after the heartbeat leaves: sometimes first, sometimes racing the spare's poll
+    start = go + random.Random(seed * 7919 + os.getpid()).uniform(-0.3, 0.3)
     while time.time() < start:
         time.sleep(0.001)
     slot, _ = slots.startup_slot(0, 1, slots.holders(root, 1))
@@ -173,6 +178,8 @@ def _requeued(root: Path, steps: Path, go: float, seed: int) -> None:
         claim = slots.try_claim(root, 0, held.epoch + 1, 0, "n0", os.getpid(), time.time())
     if claim is None:
         os._exit(4)  # lost: it would wait as a spare
+    time.sleep(0.05)  # torchrun, imports, torchft's Manager: then its replica id is known
+    slots.record_member(root, 0, claim.epoch, "torchtitan_ft_0:requeued")
     _train(root, steps, "requeued", claim, 0.005, seed)
 
 
@@ -186,6 +193,7 @@ def test_race_slow_original_against_claiming_spare_exactly_one_trains(
     next step, the loser of the race never trains, and no step of two processes interleaves."""
     root, steps = tmp_path / "slots", tmp_path / "steps.txt"
     assert slots.try_claim(root, 0, 0, 0, "n0", 1, time.time()) is not None
+    slots.record_member(root, 0, 0, ORIGINAL)
     ctx = multiprocessing.get_context("fork")
     orig = ctx.Process(target=_original, args=(root, steps, seed))
     orig.start()

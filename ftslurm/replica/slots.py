@@ -15,7 +15,7 @@ the same epoch exactly one wins. The holder of epoch E is *fenced* as soon as `e
 exists: it checks that one name before every step (one stat) and stops, so an original that
 comes back late (a hung node, a slow requeue) never trains beside its replacement.
 
-Pure decisions (`startup_slot`, `vacant_slot`, `alive_slots`) are separated from the file
+Pure decisions (`startup_slot`, `vacant_slot`) are separated from the file
 operations so they are tested alone.
 """
 
@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ftslurm import logvocab, safefile
+from ftslurm import safefile
 
 SLOTS = "slots"
 FINISHED = "finished"  # written when a replica finishes its training: spares then exit
 _EPOCH = re.compile(r"^epoch-(\d{1,18})\.json$")
-# the replica id prefix torchtitan's FTManager gives torchft (`torchtitan_ft_<replica id>`)
-REPLICA_PREFIX = "torchtitan_ft"
 
 
 @dataclass(frozen=True)
@@ -213,39 +211,42 @@ def startup_slot(
     return None, f"task {task} is beyond the group size {group_size}: starting as a spare"
 
 
-def alive_slots(heartbeat_ids: Iterable[str], prefix: str = REPLICA_PREFIX) -> set[int]:
-    """The slots with a live heartbeat at the Lighthouse (`torchtitan_ft_<slot>:<uuid>`)."""
-    out = set()
-    for rid in heartbeat_ids:
-        pre, index, _ = logvocab.split_replica_id(rid)
-        if pre == prefix and index is not None:
-            out.add(index)
-    return out
+def record_member(root: Path, claim_slot: int, epoch: int, member_id: str) -> None:
+    """The holder of `epoch` says which torchft replica id it runs as
+    (`torchtitan_ft_<slot>:<uuid>`): a spare then judges that process's heartbeat, not an
+    earlier holder's that the Lighthouse still lists."""
+    safefile.write_atomic(_slot_dir(root, claim_slot) / f"epoch-{epoch}.member", member_id)
+
+
+def member_of(root: Path, claim_slot: int, epoch: int) -> str | None:
+    text = safefile.read_text(_slot_dir(root, claim_slot) / f"epoch-{epoch}.member", 4096)
+    return text.strip() if text else None
 
 
 def vacant_slot(
     now: float,
     claims: Mapping[int, Claim | None],
-    alive: set[int],
-    last_alive: Mapping[int, float],
+    members: Mapping[int, str | None],
+    live: set[str],
+    old: set[str],
     grace_s: float,
-    stale: set[int] | None = None,
 ) -> int | None:
-    """The slot a spare should claim now, or None. A slot is vacant when it has a holder, no
-    live heartbeat now, and either its holder was seen alive after its claim and the
-    Lighthouse lists its heartbeat as old (`stale`: it left), or it claimed the slot more than
-    `grace_s` ago (it never came up). A holder that just claimed and is still starting is left
-    alone, a never-claimed slot is its home task's, and nothing is vacant while the Lighthouse
-    lists no heartbeat at all, live or old (it restarted and knows nobody yet: every replica
-    would look gone). `stale` None: not known (a slot without a live heartbeat counts as old)."""
-    if stale is not None and not (alive or stale):
-        return None
+    """The slot a spare should claim now, or None. `members`: slot -> the torchft replica id
+    its current holder runs as (None: not started that far yet); `live` / `old`: the
+    heartbeat ids the Lighthouse lists as live / old. A slot is vacant when its holder's
+    heartbeat is listed as old and not live (it left the quorum), or when its holder never got
+    as far as torchft's Manager within `grace_s` of its claim while the Lighthouse lists
+    someone (a restarted Lighthouse lists nobody: every replica would look gone). A
+    never-claimed slot is its home task's; an earlier holder's old heartbeat says nothing
+    about the current one."""
     for slot in sorted(claims):
         c = claims[slot]
-        if c is None or slot in alive:
+        if c is None:
             continue
-        seen = last_alive.get(slot)
-        left = seen is not None and seen > c.time and (stale is None or slot in stale)
-        if left or now - c.time >= grace_s:
+        member = members.get(slot)
+        if member is not None:
+            if member in old and member not in live:
+                return slot
+        elif now - c.time >= grace_s and (live or old):
             return slot
     return None

@@ -56,24 +56,22 @@ def _heartbeats(lighthouse: str) -> tuple[list[str], list[str]] | None:
 
 
 class Watcher:
-    """A spare's view of the slots: which had a live heartbeat when, and which is vacant."""
+    """A spare's view of the slots: which holder's heartbeat the Lighthouse lists as old."""
 
     def __init__(self, root: Path, group_size: int, grace_s: float,
                  heartbeats: Callable[[], tuple[list[str], list[str]] | None]) -> None:  # fmt: skip
         self.root, self.group_size, self.grace_s = root, group_size, grace_s
         self.heartbeats = heartbeats
-        self.last_alive: dict[int, float] = {}
 
     def poll(self, now: float) -> tuple[int, slots.Claim] | None:
         """A vacant slot and its current claim, or None (also while the Lighthouse is away)."""
         beats = self.heartbeats()
         if beats is None:
             return None
-        alive, stale = slots.alive_slots(beats[0]), slots.alive_slots(beats[1])
-        for s in alive:
-            self.last_alive[s] = now
         claims = slots.holders(self.root, self.group_size)
-        slot = slots.vacant_slot(now, claims, alive, self.last_alive, self.grace_s, stale)
+        members = {s: slots.member_of(self.root, s, c.epoch) for s, c in claims.items() if c}
+        slot = slots.vacant_slot(now, claims, members, set(beats[0]), set(beats[1]),
+                                 self.grace_s)  # fmt: skip
         if slot is None:
             return None
         held = claims[slot]
@@ -142,6 +140,17 @@ def _become(claim: slots.Claim, job_config_ft: Any, env: dict[str, str]) -> None
     env["FTSLURM_SLOT_EPOCH"] = str(claim.epoch)
 
 
+def _record_member(ft_manager: Any, root: Path, env: Mapping[str, str]) -> None:
+    """Group rank 0: note the torchft replica id (with its uuid) this slot's holder runs as."""
+    epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
+    manager = getattr(ft_manager, "_manager", None)
+    if epoch is None or manager is None or getattr(manager, "_group_rank", 0) != 0:
+        return
+    member = getattr(getattr(manager, "_logger", None), "_replica_id", None)
+    if member:
+        slots.record_member(root, int(knobs.get(env, "FTSLURM_REPLICA_ID")), epoch, member)
+
+
 def install(env: dict[str, str] | None = None) -> str | None:
     """Patch torchtitan when this worker belongs to a run with slots; the line to log."""
     env = os.environ if env is None else env  # type: ignore[assignment]
@@ -172,6 +181,7 @@ def install(env: dict[str, str] | None = None) -> str | None:
                 raise SystemExit(0)
             _become(claim, ft_config, env)
         upstream_init(self, ft_config)
+        _record_member(self, root, env)
 
     def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
         ft = self.job_config.fault_tolerance
