@@ -548,6 +548,8 @@ def _warm(log: ReplicaLog, task: int) -> bool:
     except OSError:
         return False
     last = text.rfind(logvocab.SPARE_BANNER)
+    if last < text.rfind(logvocab.BANNER):  # a spare that claimed a slot since: not a spare now
+        return False
     return last >= 0 and f"spare (task {task}): warm".encode() in text[last:]
 
 
