@@ -33,6 +33,10 @@
 #                                        [http://login-0:29510]
 #   TORCHFT_QUORUM_RETRIES               quorum retries: replicas outlive a Lighthouse restart [3]
 #   FT_MAX_REQUEUES                      self-requeues after a crash (per SLURM_RESTART_COUNT) [5]
+#   FT_SPARES                            warm spares: of --array=0-<N-1+S>, the last S tasks wait
+#                                        warm and take a failed replica's slot [0]
+#   FTSLURM_SPARE_GRACE_S                a spare takes a slot whose holder has not heartbeated this
+#                                        long after claiming it [300]
 #   WANDB_API_KEY                        W&B logging (FT: from replica 0 only); never printed
 #                                        [unset]
 #   FTSLURM_HEAL_TIMEOUT_S               a survivor's wait for a healing peer's download (torchft:

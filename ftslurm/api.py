@@ -234,6 +234,7 @@ class FTArray:
     log_dir: Path  # outputs/torchft/tft-<job>: `ftslurm report <log_dir>`
     lighthouse: str
     submitit_folder: Path
+    spares: int = 0  # warm spares: the last `spares` handles start as spares (FT_SPARES)
 
     def states(self) -> dict[int, str]:
         """{replica id: Slurm state} from one squeue call."""
@@ -481,6 +482,7 @@ def submit_ft_array(
     lighthouse: Any = None,
     *,
     outputs: str | Path | None = None,
+    spares: int = 0,
     **slurm_options: Any,
 ) -> FTArray:
     """Submit `replicas` FT replicas as one requeueable Slurm job array through submitit.
@@ -491,6 +493,8 @@ def submit_ft_array(
     lighthouse: `http://host:port`, or the `LighthouseInfo` that `ftslurm.lighthouse.start`
     returned; default $TORCHFT_LIGHTHOUSE, else http://login-0:29510.
     outputs: the outputs folder (default `ftslurm.paths.outputs_dir()`, on the shared FS).
+    spares: warm spares (FT_SPARES): the array gets `replicas + spares` tasks; the last
+    `spares` wait warm and take the slot of a replica that leaves (ftslurm/replica/slots.py).
     slurm_options: submitit's Slurm parameters (partition, timeout_min, account, qos,
     mem_gb, slurm_additional_parameters, slurm_setup, ...).
 
@@ -498,13 +502,19 @@ def submit_ft_array(
     submitted). Returns once sbatch accepted the array.
     """
     _count("replicas", replicas)
+    if not isinstance(spares, int) or isinstance(spares, bool) or spares < 0:
+        raise UserError(f"spares={spares!r}: give a whole number >= 0")
     out = Path(outputs).resolve() if outputs else paths.outputs_dir()
     knobs = _knobs(config)
+    if spares:
+        knobs["FT_SPARES"] = str(spares)
+    elif knobs.get("FT_SPARES"):  # given in config: the array grows by as many tasks
+        spares = knoblib.get(knobs, "FT_SPARES")
     knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, {**os.environ, **knobs})
     knobs["FTSLURM_OUTPUTS"] = str(out)
     task = ReplicaTask("job", knobs, str(out))
     plan = planlib.preflight_ft(task.env(os.environ), paths.project_root(), replicas)  # as a node
-    jobs = _launch(task, plan, 1, replicas, slurm_options)
+    jobs = _launch(task, plan, 1, replicas + spares, slurm_options)
     array_id = int(str(jobs[0].job_id).split("_", 1)[0])
     handles = []
     for i, j in enumerate(jobs):
@@ -513,7 +523,7 @@ def submit_ft_array(
                if "_" in jid else {"FTSLURM_RUN_ID": jid, "FTSLURM_REPLICA_ID": "0"})  # fmt: skip
         handles.append(ReplicaHandle(jid, i, _log_path("job", out, env), j))
     return FTArray(array_id, handles, logvocab.run_dir(array_id, out),
-                   knobs["TORCHFT_LIGHTHOUSE"], out / SUBMITIT_DIRNAME)  # fmt: skip
+                   knobs["TORCHFT_LIGHTHOUSE"], out / SUBMITIT_DIRNAME, spares)  # fmt: skip
 
 
 def submit_classic(

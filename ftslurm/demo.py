@@ -57,6 +57,14 @@ class DemoConfig:
     steps_between: int = 6  # committed steps with the full group before each failure
     outputs: Path = field(default_factory=paths.outputs_dir)
     timeout: float = 300.0  # for each wait
+    spares: int = 0  # warm spares (FT_SPARES): a failed replica's slot is taken by one
+    # what the story measured, one dict per failure (bench/spares.py reads it)
+    measured: list[dict[str, float | int]] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> int:
+        """Array tasks (= nodes): the replicas and the spares."""
+        return self.replicas + self.spares
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -68,6 +76,8 @@ class DemoConfig:
             raise UserError("--replicas must be at least 2 (one survivor, one to fail)")
         if self.failures < 0:
             raise UserError("--failures must be 0 or more")
+        if self.spares < 0:
+            raise UserError("--spares must be 0 or more")
         if self.steps < 1:
             raise UserError("--steps must be at least 1")
         if not (math.isfinite(self.down_for) and self.down_for >= 0):
@@ -81,16 +91,18 @@ class DemoConfig:
 def plan_lines(cfg: DemoConfig) -> list[str]:
     """What the demo will do, printed by --dry-run (nothing is started)."""
     b = cfg.resolved_backend()
-    n, k = cfg.replicas, cfg.failures
+    n, k, s, t = cfg.replicas, cfg.failures, cfg.spares, cfg.tasks
     start = (
-        [f"ftslurm cluster up --nodes {n}   (local Slurm: slurmctld + {n} slurmd nodes)"]
+        [f"ftslurm cluster up --nodes {t}   (local Slurm: slurmctld + {t} slurmd nodes)"]
         if b == "slurm"
         else []
     )
+    spares = f"--spares {s} " if s else ""
     submit = (
-        f"DEVICE=cpu ftslurm submit --array=0-{n - 1} {paths.FT_SCRIPT}"
+        f"DEVICE=cpu ftslurm submit {spares}--array=0-{t - 1} {paths.FT_SCRIPT}"
         if b == "slurm"
-        else f"{n} x python -m ftslurm.replica job  (DEVICE=cpu, supervised by ftslurm)"
+        else f"{t} x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES={s}, supervised by "
+        "ftslurm)"
     )
     fail = (
         f"ftslurm simulate-failure --replica 1 --mode node-down --down-for {cfg.down_for:g}"
@@ -102,8 +114,11 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         *start,
         "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)",
         submit,
-        f"wait until all {n} replicas are in one quorum",
-        *[f"failure {i + 1}/{k}: {fail}; survivor commits alone; heal" for i in range(k)],
+        f"wait until all {n} replicas are in one quorum" + (f" and {s} spare(s) wait warm" if s
+                                                             else ""),
+        *[f"failure {i + 1}/{k}: {fail}; survivor commits alone; "
+          + ("a warm spare claims the slot and heals; the failed task comes back as a spare"
+             if s else "heal") for i in range(k)],
         "stop the job, the Lighthouse" + (" and the cluster" if b == "slurm" else ""),
         "ftslurm report <run dir> --plot <run dir>/report.png",
     ]
@@ -119,6 +134,10 @@ class ReplicaLog:
         self.last_step = -1
         self.attempt = -1
         self.healed_step: dict[int, int] = {}  # attempt -> step of its first heal (> 0)
+        self.claims = 0  # a warm spare's claims of a slot (banner `... taken from task U`)
+        self.claim_healed: int | None = None  # the step its last claim healed at
+        self.commits_since_claim = 0
+        self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
 
     def poll(self) -> None:
         try:
@@ -134,8 +153,17 @@ class ReplicaLog:
         for ev in filter(None, map(logvocab.parse_line, lines)):
             if ev.kind == logvocab.LAUNCH and ev.rank is not None:
                 self.attempt = ev.rank
+                self.commits_in_attempt = 0
+                if "taken from task" in ev.detail:
+                    self.claims += 1
+                    self.claim_healed, self.commits_since_claim = None, 0
             elif ev.kind == logvocab.HEALED and (ev.step or 0) > 0 and self.attempt > 0:
                 self.healed_step.setdefault(self.attempt, ev.step)
+            if ev.kind == logvocab.HEALED and self.claims and self.claim_healed is None:
+                self.claim_healed = ev.step
+            elif ev.kind == logvocab.COMMIT and ev.ok:
+                self.commits_in_attempt += 1
+                self.commits_since_claim += 1 if self.claims else 0
             elif ev.kind == logvocab.TITAN_STEP and ev.step is not None:
                 self.last_step = ev.step
 
@@ -184,7 +212,7 @@ class Backend:
         self.run_dir = logvocab.run_dir(self.run_id, self.cfg.outputs)
         self.logs = [
             ReplicaLog(logvocab.replica_log(self.run_id, i, self.run_dir))
-            for i in range(self.cfg.replicas)
+            for i in range(self.cfg.tasks)
         ]
 
     @property
@@ -259,28 +287,31 @@ class SlurmBackend(Backend):
                 f"`scancel {' '.join(busy)}` first, or set FTSLURM_CLUSTER_DIR to another "
                 "folder for a cluster of the demo's own"
             )
-        spec = local.up(nodes=self.cfg.replicas, state_dir=self.cluster_dir, progress=self.say)
+        spec = local.up(nodes=self.cfg.tasks, state_dir=self.cluster_dir, progress=self.say)
         self.started_cluster = not was_up
         os.environ["SLURM_CONF"] = str(spec.conf_path)
         addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
         env = {**os.environ, **_replica_env(self.cfg, addr)}
         env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
+        if self.cfg.spares:
+            env["FT_SPARES"] = str(self.cfg.spares)
         from ftslurm.resources import device_overrides
 
         runs = paths.torchft_runs_dir(self.cfg.outputs)
         runs.mkdir(parents=True, exist_ok=True)
         opts = [
             *device_overrides(env),
-            f"--array=0-{self.cfg.replicas - 1}",
+            f"--array=0-{self.cfg.tasks - 1}",
             f"--output={runs}/slurm-%A_%a.out",
         ]
         sbatch = client.current(env=env, timeout=60).sbatch
         self.job = sbatch(paths.project_root() / paths.FT_SCRIPT, opts, cwd=paths.project_root())
         self.run_id = str(self.job)
         self.attach_logs()
+        spares = f", FT_SPARES={self.cfg.spares}" if self.cfg.spares else ""
         self.say(
             f"submitted FT array job {self.job} "
-            f"(sbatch --array=0-{self.cfg.replicas - 1} {paths.FT_SCRIPT}, DEVICE=cpu)"
+            f"(sbatch --array=0-{self.cfg.tasks - 1} {paths.FT_SCRIPT}, DEVICE=cpu{spares})"
         )
 
     def fail(self, replica: int) -> None:
@@ -301,7 +332,8 @@ class SlurmBackend(Backend):
         failure.execute(plan, say=self.say, events_path=self.events_path)
 
     def restore(self, replica: int) -> None:
-        self.say(f"Slurm requeues replica {replica} on the RESUMEd node")
+        what = "array task" if self.cfg.spares else "replica"
+        self.say(f"Slurm requeues {what} {replica} on the RESUMEd node")
 
     def teardown(self) -> None:
         from ftslurm.cluster import local
@@ -330,10 +362,12 @@ class LocalBackend(Backend):
         self.run_id = "local-" + time.strftime("%Y%m%d-%H%M%S")
         self.attach_logs()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(self.cfg.replicas):
+        for i in range(self.cfg.tasks):
             self._start(i, 0)
+        spares = f" and {self.cfg.spares} spare(s)" if self.cfg.spares else ""
         self.say(
-            f"started {self.cfg.replicas} replicas (python -m ftslurm.replica job, DEVICE=cpu)"
+            f"started {self.cfg.replicas} replicas{spares} (python -m ftslurm.replica job, "
+            "DEVICE=cpu)"
         )
 
     def _start(self, replica: int, attempt: int) -> None:
@@ -346,6 +380,8 @@ class LocalBackend(Backend):
             "FTSLURM_RUN_ID": self.run_id,
             "MASTER_ADDR": "127.0.0.1",
         }
+        if self.cfg.spares:  # slots: the task index, the slot is claimed (slots.py)
+            env.update(FT_SPARES=str(self.cfg.spares), FTSLURM_TASK=str(replica))
         proc = spawn(
             [sys.executable, "-m", "ftslurm.replica", "job"],
             log_path=self.logs[replica].path,
@@ -422,11 +458,13 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
     wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what=f"a quorum of {n}")
     b.poll()
     say(f"quorum of {n}: replicas {', '.join(str(i) for i in range(n))} train together")
+    if cfg.spares:
+        _wait_spares(b, cfg, say)
     for k in range(cfg.failures):
-        _one_failure(b, cfg, k, say)
-    base = b.poll()[0].last_step
+        (_one_failure_with_spare if cfg.spares else _one_failure)(b, cfg, k, say)
+    base = min(x.last_step for x in b.poll() if x.last_step >= 0)
     wait_for(
-        lambda: min(x.last_step for x in b.poll()) >= base + 3, cfg.timeout, interval=0.5,
+        lambda: min(x.last_step for x in _holders(b)) >= base + 3, cfg.timeout, interval=0.5,
         what="a few more steps on every replica",
     )  # fmt: skip
     say(f"every replica is at training step >= {base + 3}: the story is told, stopping")
@@ -465,11 +503,108 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         b.poll()
         return log.attempt > attempt_before and log.attempt in log.healed_step
 
-    wait_for(healed, cfg.timeout, interval=0.5, what=f"replica {target} to heal")
+    wait_for(healed, cfg.timeout, interval=0.1, what=f"replica {target} to heal")
     say(
         f"replica {target} (attempt {log.attempt}) healed from a peer at torchft step "
         f"{log.healed_step[log.attempt]}, {time.monotonic() - t_back:.1f} s after it was "
         "started again (torchft steps count outer syncs, as in `ftslurm report`)"
     )
-    wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what="full quorum")
-    say(f"quorum of {n} again")
+    wait_for(lambda: b.quorum_size() == n and b.poll() and log.commits_in_attempt > 0,
+             cfg.timeout, interval=0.1, what="full quorum and a healed commit")  # fmt: skip
+    full = time.monotonic() - t_fail
+    cfg.measured.append({"failure": k + 1, "spares": 0, "full_strength_s": round(full, 2)})
+    say(f"quorum of {n} again: full strength {full:.1f} s after the failure (the restarted "
+        "replica healed and committed with all)")  # fmt: skip
+
+
+# ---------------------------------------------------------------- with warm spares
+
+
+def _slot_root(b: Backend) -> Path:
+    from ftslurm.replica import slots
+
+    return slots.slots_dir(b.run_dir)
+
+
+def _holder(b: Backend, slot: int) -> tuple[int, int]:
+    """(task, epoch) holding `slot` now."""
+    from ftslurm.replica import slots
+
+    c = slots.current(_slot_root(b), slot)
+    return (slot, 0) if c is None else (c.task, c.epoch)
+
+
+def _holders(b: Backend) -> list[ReplicaLog]:
+    """The logs of the tasks that hold a slot now (all of them without spares)."""
+    b.poll()
+    if not b.cfg.spares:
+        return b.logs
+    return [b.logs[_holder(b, s)[0]] for s in range(b.cfg.replicas)]
+
+
+def _warm(log: ReplicaLog, task: int) -> bool:
+    try:
+        text = log.path.read_bytes()
+    except OSError:
+        return False
+    last = text.rfind(logvocab.SPARE_BANNER)
+    if last < text.rfind(logvocab.BANNER):  # a spare that claimed a slot since: not a spare now
+        return False
+    return last >= 0 and f"spare (task {task}): warm".encode() in text[last:]
+
+
+def _wait_spares(b: Backend, cfg: DemoConfig, say: Say) -> list[int]:
+    """Wait until every task that holds no slot waits warm; the spare tasks."""
+    held = {_holder(b, s)[0] for s in range(cfg.replicas)}
+    spares = [t for t in range(cfg.tasks) if t not in held]
+    wait_for(lambda: all(_warm(b.logs[t], t) for t in spares), cfg.timeout, interval=0.5,
+             what="the spares to wait warm")  # fmt: skip
+    say(f"spare task(s) {', '.join(map(str, spares))} wait warm: torch, torchft and torchtitan "
+        "imported, torchrun and torch.distributed up, stopped just before torchft's Manager")
+    return spares
+
+
+def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
+    """Fail the task holding slot `target`; a warm spare claims the slot and heals; the failed
+    task comes back as a spare. Says the time to full strength: failure -> the replacement
+    committed a step with the whole group."""
+    n = cfg.replicas
+    target = 1 + k % (n - 1)
+    task, epoch = _holder(b, target)
+    survivor = b.logs[_holder(b, 0)[0]]
+    base = survivor.last_step
+    wait_for(
+        lambda: b.poll() and survivor.last_step >= base + cfg.steps_between, cfg.timeout,
+        interval=0.5, what=f"{cfg.steps_between} more steps",
+    )  # fmt: skip
+    step = survivor.last_step
+    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} (array task {task}) down at "
+        f"training step {step}")  # fmt: skip
+    t_fail = time.monotonic()
+    b.fail(task)
+    new = wait_for(lambda: (h := _holder(b, target))[1] > epoch and h, cfg.timeout,
+                   interval=0.1, what=f"a spare to claim slot {target}")  # fmt: skip
+    t_claim = time.monotonic()
+    say(f"spare task {new[0]} claimed slot {target} (fencing epoch {new[1]}) "
+        f"{t_claim - t_fail:.1f} s after the failure: it trains as replica {target} from now "
+        "on, with its data shard")  # fmt: skip
+    log = b.logs[new[0]]
+
+    def full() -> bool:
+        b.poll()
+        return (log.claim_healed is not None and log.commits_since_claim > 0
+                and b.quorum_size() == n)  # fmt: skip
+
+    wait_for(full, cfg.timeout, interval=0.1, what=f"replica {target} to heal and commit")
+    t_full = time.monotonic()
+    cfg.measured.append({"failure": k + 1, "spares": cfg.spares,
+                         "full_strength_s": round(t_full - t_fail, 2),
+                         "claim_s": round(t_claim - t_fail, 2)})  # fmt: skip
+    say(f"replica {target} (now task {new[0]}) healed from a peer at torchft step "
+        f"{log.claim_healed} and committed with all {n}: full strength "
+        f"{t_full - t_fail:.1f} s after the failure (claim -> healed commit "
+        f"{t_full - t_claim:.1f} s)")  # fmt: skip
+    b.restore(task)
+    wait_for(lambda: _warm(b.logs[task], task), cfg.timeout, interval=0.5,
+             what=f"task {task} back as a spare")  # fmt: skip
+    say(f"task {task} came back, found slot {target} taken and waits warm as a spare")

@@ -246,6 +246,7 @@ class _Execution:
             log_path = logvocab.replica_log(t.job, t.replica)
         self.log_path = log_path
         self.banners_before = logvocab.count_banners(log_path) if log_path else 0
+        self.slot = slot_of(t.job, t.replica)  # a run with warm spares: what the task holds
 
     def record(self, action: str, detail: str) -> None:
         """Append one event (JSON line) to the event log that `ftslurm report` reads."""
@@ -253,7 +254,12 @@ class _Execution:
 
         t = self.t
         job = str(t.job) if t.job is not None else None
-        append_event(InjectedEvent(now_iso(), action, t.replica, t.node, job, detail),
+        replica = t.replica
+        if self.slot is not None:  # the replica is the slot the task holds (slots.py)
+            replica = int(self.slot) if self.slot.isdigit() else None
+            held = f"holds slot {self.slot}" if replica is not None else "a warm spare"
+            detail = f"{detail} (array task {t.replica}: {held})"
+        append_event(InjectedEvent(now_iso(), action, replica, t.node, job, detail),
                      self.events_path)  # fmt: skip
 
     def phase(self, name: str) -> None:
@@ -385,9 +391,19 @@ class _Execution:
         log = self.log_path
         if log is not None and log.parent.exists():
             self.wait_until(lambda: logvocab.count_banners(log) > self.banners_before,
-                            self.timeout, f"a new `launching replica` line in {log}")  # fmt: skip
-            self.phase("new attempt's `launching replica` line in its log")
+                            self.timeout, f"a new `launching` line in {log}")  # fmt: skip
+            self.phase("new attempt's `launching replica` (or `launching spare`) line in its log")
         self.out.recovered = True
+
+
+def slot_of(job: object, task: int | None) -> str | None:
+    """What array `task` of a run with warm spares holds ("1", or "spare"); None otherwise."""
+    if job is None or task is None:
+        return None
+    from ftslurm.replica import slots
+
+    held = slots.task_slots(slots.slots_dir(logvocab.run_dir(job)))
+    return None if held is None else held.get(task, "spare")
 
 
 HANDLERS: dict[ActionKind, Callable[[_Execution, Action], None]] = {

@@ -224,7 +224,17 @@ def line_time(line: str, year: int | None = None) -> float | None:
 # ---------------------------------------------------------------- banner, steps, colours
 
 BANNER = b"launching replica "  # what readers look for; one per attempt
-_BANNER = re.compile(rb"launching replica (\d{1,18}) \(attempt (\d{1,18})\)(?: on (\S+))?")
+# groups 4-6 when the run has warm spares (FT_SPARES): the array task that holds the slot (the
+# replica) now, the claim's fencing epoch, and the task it was taken from
+_BANNER = re.compile(
+    rb"launching replica (\d{1,18}) \(attempt (\d{1,18})\)(?: on (\S+))?"
+    rb"(?: as task (\d{1,18}) \(slot epoch (\d{1,18})(?:, taken from task (\d{1,18}))?\))?"
+)
+# a warm spare's start (no slot yet): `launching spare (attempt 0) on node-2 as task 2`
+SPARE_BANNER = b"launching spare "
+_SPARE = re.compile(
+    rb"launching spare \(attempt (\d{1,18})\)(?: on (\S+))?(?: as task (\d{1,18}))?"
+)
 STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
 # colour codes and any other CSI / OSC / two-byte escape: none may change what a line says
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -235,9 +245,35 @@ def banner(time_text: str, plan: Plan, hostname: str) -> str:
     `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
     if plan.kind == "classic":
         return f"[{time_text}]  launching classic job {plan.run_id} on {hostname}"
+    if plan.spare:
+        return (f"[{time_text}]  launching spare (attempt {plan.attempt}) on {hostname} as "
+                f"task {plan.task}")
+    if plan.task is not None and plan.slot_epoch is not None:
+        return slot_banner(time_text, plan.replica_id, plan.attempt, hostname, plan.task,
+                           plan.slot_epoch)  # fmt: skip
     return (
         f"[{time_text}]  launching replica {plan.replica_id} (attempt {plan.attempt}) on {hostname}"
     )
+
+
+def slot_banner(time_text: str, slot: int, attempt: int, hostname: str, task: int, epoch: int,
+                taken_from: int | None = None) -> str:  # fmt: skip
+    """The banner of a replica in a run with spares: the slot is the replica, `task` the array
+    task holding it; a spare that claims a slot writes one too (`taken from task U`), so the
+    report starts a new attempt of that replica in the spare's log."""
+    taken = ""
+    if taken_from is not None and taken_from != task:
+        taken = f", taken from task {taken_from}"
+    return (
+        f"[{time_text}]  launching replica {slot} (attempt {attempt}) on {hostname} as task "
+        f"{task} (slot epoch {epoch}{taken})"
+    )
+
+
+def last_spare_banner(data: bytes) -> re.Match[bytes] | None:
+    """The last spare banner in `data`: group 1 the attempt, 2 the node, 3 the task."""
+    found = list(_SPARE.finditer(data))
+    return found[-1] if found else None
 
 
 def last_banner(data: bytes) -> re.Match[bytes] | None:
@@ -247,17 +283,18 @@ def last_banner(data: bytes) -> re.Match[bytes] | None:
 
 
 def count_banners(path: Path) -> int:
-    """How many attempts the log has begun (banner lines; read in blocks, not at once)."""
+    """How many attempts the log has begun (banner lines, a warm spare's too; read in blocks,
+    not at once)."""
     n = 0
     try:
         with open(path, "rb") as fh:
             carry = b""
             while chunk := fh.read(1 << 20):
                 data = carry + chunk
-                n += data.count(BANNER)
+                n += data.count(BANNER) + data.count(SPARE_BANNER)
                 carry = data[-32:]
-                n -= carry.count(BANNER)
-            n += carry.count(BANNER)
+                n -= carry.count(BANNER) + carry.count(SPARE_BANNER)
+            n += carry.count(BANNER) + carry.count(SPARE_BANNER)
     except OSError:
         return 0
     return n
@@ -374,9 +411,14 @@ def parse_launch(line: bytes, t: float | None) -> Event | None:
     m = _BANNER.search(line)
     if not m:
         return None
-    idx, attempt, node = m.groups()
+    idx, attempt, node, task, epoch, taken = m.groups()
+    detail = ""
+    if task is not None:  # a run with spares: which array task holds the slot, at which epoch
+        detail = f"task {int(task)} epoch {int(epoch)}"
+        detail += f" taken from task {int(taken)}" if taken is not None else ""
     return Event(
         LAUNCH, t, replica=idx.decode(), rank=int(attempt), node=_dec(node) if node else "",
+        detail=detail,
     )
 
 

@@ -91,6 +91,27 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int = FILE_MODE) -> 
         raise
 
 
+def write_exclusive(path: str | Path, data: str | bytes, mode: int = FILE_MODE) -> bool:
+    """Create `path` with `data` only if no file has that name; False when one has. Atomic and
+    whole: the data goes to a fresh file first and is published with link(2), which fails on
+    an existing name (also over NFS), so of two racing writers exactly one wins and a reader
+    never sees half a file (the claims of ftslurm/replica/slots.py)."""
+    path = Path(path)
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def read_bytes(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     """The content of the regular file `path`, or None when it is missing, unreadable, a
     link, not a regular file or bigger than `limit` bytes."""

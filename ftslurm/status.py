@@ -86,10 +86,13 @@ class Row:
     idle_s: float | None  # seconds since the log last changed
     job_id: int  # Slurm's own id of the task
     log: str
+    slot: str = ""  # a run with warm spares: the slot (replica) this task holds, or "spare"
 
 
-def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: float) -> list[Row]:
-    """Pure: one row per array task of `job`, in task order."""
+def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: float,
+               task_slots: dict[int, str] | None = None) -> list[Row]:  # fmt: skip
+    """Pure: one row per array task of `job`, in task order. `task_slots` (a run with warm
+    spares, slots.task_slots): task -> the slot it holds; a task missing from it is a spare."""
     rows = []
     for i, t in sorted(array_tasks(jobs, job).items()):
         s = logs.get(i) or LogSummary(path="")
@@ -106,6 +109,7 @@ def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: 
                 idle_s=round(now - s.mtime, 1) if s.mtime is not None else None,
                 job_id=t.job_id,
                 log=s.path,
+                slot="" if task_slots is None else task_slots.get(i, "spare"),
             )
         )
     return rows
@@ -157,9 +161,10 @@ def _fmt_age(s: float | None) -> str:
     return f"{s / 3600:.1f}h"
 
 
-def _cells(r: Row) -> list[str]:
+def _cells(r: Row, with_slot: bool = False) -> list[str]:
     return [
         str(r.replica),
+        *([r.slot or "-"] if with_slot else []),
         r.state,
         r.reason or "-",
         r.node or "-",
@@ -175,7 +180,10 @@ def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
     """The table for a person. Cells are escaped (`printable`): node names and reasons come
     from Slurm, the Lighthouse's member ids from whoever started a replica."""
     head = ["REPLICA", "STATE", "REASON", "NODE", "RESTARTS", "ATTEMPT", "STEP", "LOSS", "LAST LOG"]
-    body = [[printable(c) for c in _cells(r)] for r in rows]
+    with_slot = any(r.slot for r in rows)  # a run with warm spares: which task holds which slot
+    if with_slot:
+        head = ["TASK", "SLOT", *head[1:]]
+    body = [[printable(c) for c in _cells(r, with_slot)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     lines = [f"job {job}: {len(rows)} array task(s)"]
     for cells in [head, *body]:
@@ -208,6 +216,8 @@ def to_json(job: int, rows: list[Row], quorum: Quorum | None) -> dict[str, Any]:
     NaN / Infinity that strict parsers refuse); the text table shows it as logged."""
     tasks = [asdict(r) for r in rows]
     for t in tasks:
+        if not t["slot"]:
+            del t["slot"]  # a run without spares: the keys it always had
         if t["last_loss"] is not None and not math.isfinite(t["last_loss"]):
             t["last_loss"] = None
     return {

@@ -38,6 +38,10 @@ from ftslurm.commands.params import seconds
 )  # fmt: skip
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
+@click.option(
+    "--spares", type=int, default=0, show_default=True,
+    help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's slot.",
+)  # fmt: skip
 def demo(
     replicas: int,
     failures: int,
@@ -47,6 +51,7 @@ def demo(
     timeout: float,
     no_plot: bool,
     dry_run: bool,
+    spares: int,
 ) -> None:
     """Run the whole fault-tolerance story on this machine, with real parts.
 
@@ -58,27 +63,33 @@ def demo(
     on Ctrl-C) and prints `ftslurm report` with a PNG timeline.
     Takes 1 to 2 minutes on 2 cores with the default 2 failures (1 m 04 s and 2 m 01 s
     measured, packages installed; 3 m 00 s with --replicas 3), 30 to 45 s more per extra
-    failure; the first run as root adds Slurm's install.
+    failure; the first run as root adds Slurm's install. With --spares S, S more array tasks
+    wait warm; at each failure one claims the failed replica's slot, heals and trains as that
+    replica, and the failed task comes back as a spare (the narration gives the time to full
+    strength).
 
     \b
     Examples:
       ftslurm demo                          # 2 replicas, 2 failures, Slurm if root
       ftslurm demo --backend local -k 1     # no Slurm needed
+      ftslurm demo --spares 1               # a warm spare takes over
       ftslurm demo --dry-run
     """
     from ftslurm.demo import DemoConfig, plan_lines, run_demo
 
     cfg = DemoConfig(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
-        down_for=down_for, timeout=timeout,
+        down_for=down_for, timeout=timeout, spares=spares,
     )  # fmt: skip
     cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:
         for line in plan_lines(cfg):
             click.echo(line)
         return
+    extra = f", {spares} warm spare(s)" if spares else ""
     click.echo(
-        f"ftslurm demo: {replicas} replicas, {failures} failures, backend {cfg.resolved_backend()}"
+        f"ftslurm demo: {replicas} replicas{extra}, {failures} failures, backend "
+        f"{cfg.resolved_backend()}"
     )
     run_dir = run_demo(cfg, say=lambda m: click.echo(m, err=True))
     from ftslurm.report import build_report

@@ -151,6 +151,9 @@ def simulate_failure(
         return
     plan = _resolve(replica, node, job, mode, down_for, reason, force)
     _print_plan(plan, dry_run, as_json)
+    role = _slot_role(plan.target.job, plan.target.replica)
+    if role is not None:
+        _say_to(as_json)(f"# task {plan.target.replica}: {role}")
     if dry_run:
         return
 
@@ -173,7 +176,20 @@ def simulate_failure(
         total = out.phases[-1].at_s if out.phases else 0.0
         say(f"recovered {total:.1f} s after the failure was injected")
     if as_json:
-        click.echo(json.dumps(out.to_dict()))
+        click.echo(json.dumps({**out.to_dict(), **({"role": role} if role else {})}))
+
+
+def _slot_role(job: int | None, task: int | None) -> str | None:
+    """In a run with warm spares: what the task is (slots.py), else None."""
+    from ftslurm.failure import slot_of
+
+    what = slot_of(job, task)
+    if what is None:
+        return None
+    if what == "spare":
+        return ("a warm spare (holds no slot): the replicas train on at full strength; "
+                "it comes back as a spare")  # fmt: skip
+    return f"holds slot {what} (replica {what}): a warm spare takes the slot over"
 
 
 def _live_from_logs(job: int, say):

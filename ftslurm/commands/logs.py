@@ -112,6 +112,7 @@ def logs(
                 f"(there: {', '.join(have)})"
             )
         raise UserError(f"no replica logs in {run_dir}")
+    _say_slots(run_dir)
     use_color = sys.stdout.isatty() if color is None else color
     width = max((len(k) for k in discover()), default=2)
 
@@ -139,3 +140,21 @@ def logs(
             pass
     if follower.failed:
         sys.exit(1)
+
+
+def _say_slots(run_dir: Path) -> None:
+    """A run with warm spares: the prefixes name array tasks (`r2`), and a task's log holds
+    whichever replica it trained as; say which task holds which slot now and every claim."""
+    from ftslurm.replica import slots
+    from ftslurm.textsafe import printable
+
+    root = slots.slots_dir(run_dir)
+    held = slots.task_slots(root)
+    if not held:
+        return
+    now = ", ".join(f"task {t}: {'spare' if s == 'spare' else 'slot ' + s}"
+                    for t, s in sorted(held.items()))  # fmt: skip
+    click.echo(printable(f"slots (replica = slot; r<N> = array task N): {now}; other tasks "
+                         "are spares"), err=True)  # fmt: skip
+    for line in slots.claim_lines(slots.history(root, slots.slot_count(root))):
+        click.echo(printable(line), err=True)

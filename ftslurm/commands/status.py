@@ -67,9 +67,20 @@ def status(
     if not run_dir.is_dir():
         click.echo(f"note: no logs in {run_dir} (pass --log-dir): no steps or losses", err=True)
     logs = {i: st.read_summary(logvocab.replica_log(job, i, run_dir)) for i in tasks}
-    rows = [r for r in st.build_rows(jobs, job, logs, time.time()) if r.replica in tasks]
+    from ftslurm.replica import slots
+
+    slot_dir = slots.slots_dir(run_dir)
+    task_slots = slots.task_slots(slot_dir)
+    rows = [r for r in st.build_rows(jobs, job, logs, time.time(), task_slots)
+            if r.replica in tasks]  # fmt: skip
+    claims = slots.history(slot_dir, slots.slot_count(slot_dir)) if task_slots else []
     quorum = None if no_lighthouse else st.lighthouse_quorum()
     if as_json:
-        click.echo(json.dumps(st.to_json(job, rows, quorum), indent=2, allow_nan=False))
+        out = st.to_json(job, rows, quorum)
+        if claims:
+            out["claims"] = [c.to_dict() for c in claims]
+        click.echo(json.dumps(out, indent=2, allow_nan=False))
     else:
         click.echo(st.render_table(job, rows, quorum))
+        for line in slots.claim_lines(claims):
+            click.echo(line)

@@ -90,6 +90,36 @@ def export_names(env: Mapping[str, str]) -> list[str]:
     return ["FTSLURM_OUTPUTS", *sorted(ours), *(k for k in LAUNCHER_KNOBS if env.get(k))]
 
 
+def array_size(options: list[str]) -> int | None:
+    """Tasks of a plain `--array=A-B` / `--array=A,B,C` (a `%` limit is ignored); None for
+    other forms (steps `A-B:S`) or no --array."""
+    value = None
+    for i, o in enumerate(options):
+        if o.startswith("--array="):
+            value = o.split("=", 1)[1]
+        elif o in ("--array", "-a") and i + 1 < len(options):
+            value = options[i + 1]
+    if value is None:
+        return None
+    n = 0
+    for part in value.split("%", 1)[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            return None
+        n += int(m[2]) - int(m[1]) + 1 if m[2] else 1
+    return n
+
+
+def _check_spares(options: list[str], spares: int) -> None:
+    """FT_SPARES=S needs an array of more than S tasks (N replicas + S spares)."""
+    n = array_size(options)
+    if spares and n is not None and n <= spares:
+        raise UserError(
+            f"--spares {spares} with an array of {n} task(s) leaves no replica to train: "
+            f"use --array=0-<N-1+{spares}> (N replicas plus {spares} spare(s))"
+        )
+
+
 def _chdir(options: list[str]) -> Path | None:
     """The job's working directory given with --chdir / -D; None: this one (sbatch's
     default)."""
@@ -189,9 +219,14 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
                       "help_option_names": ["--help"]},
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print {job_id, log_dir} as JSON.")
+@click.option(
+    "--spares", type=click.IntRange(min=0), default=None,
+    help="Warm spares (FT_SPARES): of --array=0-<N-1+S>, the last S tasks wait warm and take "
+    "a failed replica's slot [$FT_SPARES, else 0].",
+)  # fmt: skip
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def submit(ctx: click.Context, as_json: bool, argv: tuple[str, ...]) -> None:
+def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[str, ...]) -> None:
     """Submit SCRIPT with sbatch, creating `outputs/torchft/` first.
 
     Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
@@ -209,6 +244,7 @@ def submit(ctx: click.Context, as_json: bool, argv: tuple[str, ...]) -> None:
       ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh
       ftslurm submit --nodes=2 llama3.1-8b-pretraining.sh
       DEVICE=cpu ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh   # local CPU
+      ftslurm submit --spares 1 --array=0-2 llama3.1-8b-pretraining-torchft.sh  # 2 + 1 spare
     """
     from ftslurm.slurm import client
 
@@ -230,6 +266,9 @@ def submit(ctx: click.Context, as_json: bool, argv: tuple[str, ...]) -> None:
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir,
     # and runs this environment's interpreter
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir()), "FTSLURM_PYTHON": paths.job_python()}
+    if spares is not None:
+        outputs["FT_SPARES"] = str(spares)
+    _check_spares(options, spares if spares is not None else knobs.get(os.environ, "FT_SPARES"))
     sbatch_options = _with_exports(overrides, options, outputs, script)
     job_id = client.current().sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)

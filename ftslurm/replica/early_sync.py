@@ -36,7 +36,8 @@ def first_local_step(sync_every: int, sync_delay: int) -> int:
 def install(env: Mapping[str, str] | None = None) -> str | None:
     """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None."""
     env = os.environ if env is None else env
-    if knobs.get(env, "FTSLURM_ATTEMPT") <= 0:
+    spare = knobs.get(env, "FTSLURM_SPARE")  # a spare joins a running group, as a restart
+    if knobs.get(env, "FTSLURM_ATTEMPT") <= 0 and not spare:
         return None
     if not fixes.switch_on(SWITCH, env):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ftslurm import knobs, logvocab, paths, procs, runner
 from ftslurm.errors import UserError
-from ftslurm.replica import config_error, train
+from ftslurm.replica import config_error, slots, train
 from ftslurm.replica import plan as planlib
 from ftslurm.slurm import client
 
@@ -88,6 +88,9 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     what = argv[0] if argv else "job"
     root = paths.project_root()
     torchrun = default_torchrun(env)
+    layout = planlib.slot_layout(env) if what == "job" else None
+    if layout is not None:
+        return _run_with_slots(env, root, torchrun, layout)
     if what == "job":
         plan = planlib.build_ft_plan(env, root, torchrun)
     elif what == "classic":
@@ -96,6 +99,14 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
 
+    if _announce(plan, env):
+        return 0
+    _prepare(plan, root)
+    return _run_attempt(plan, env)
+
+
+def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
+    """The banner, env, command and notes; True on a dry run (nothing to start)."""
     host = socket.gethostname()
     _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host))
     _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
@@ -104,12 +115,71 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         _say(f"note: {note}")
     if knobs.get(env, "FTSLURM_DRY_RUN"):
         _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
-        return 0
+        return True
+    return False
+
+
+def _prepare(plan: planlib.Plan, root: Path) -> None:
     if plan.device == "cpu" and planlib.PRESETS[plan.preset].worker != "tiny":
         _ensure_cpu_assets(root)
     else:
         _check_tokenizer(plan)
-    return _run_attempt(plan, env)
+
+
+def slot_env(env: Mapping[str, str], root: Path, layout: tuple[int, int, int],
+             spare_only: bool = False) -> dict[str, str]:  # fmt: skip
+    """The env of this task's next attempt in a run with spares: it claims the slot
+    `slots.startup_slot` picks (FTSLURM_REPLICA_ID = the slot, with its fencing epoch), or
+    waits as a spare (FTSLURM_SPARE=1, the slot is claimed in the worker, see standby.py).
+    `spare_only`: this task was just fenced out of its slot, so it claims nothing now."""
+    task, group, _ = layout
+    folder = slots.slots_dir(planlib.run_folder(env, root))
+    out = {**env, "FTSLURM_TASK": str(task), "FTSLURM_GROUP_SIZE": str(group),
+           "FTSLURM_SLOTS_DIR": str(folder)}  # fmt: skip
+    for k in ("FTSLURM_SPARE", "FTSLURM_SLOT_EPOCH", "FTSLURM_REPLICA_ID"):
+        out.pop(k, None)
+    claim = None
+    if not spare_only and not knobs.get(env, "FTSLURM_DRY_RUN"):
+        claims = slots.holders(folder, group)
+        slot, why = slots.startup_slot(task, group, claims)
+        if slot is not None:
+            held = claims.get(slot)
+            claim = slots.try_claim(
+                folder, slot, 0 if held is None else held.epoch + 1, task,
+                socket.gethostname(), os.getpid(), time.time(),
+                previous_task=None if held is None else held.task, why=why,
+            )  # fmt: skip
+            if claim is None:
+                why = f"another task claimed slot {slot} first: starting as a spare"
+        _say(f"slots: {why}")
+    elif not spare_only and task < group:  # dry run: what the first start would do
+        claim = slots.Claim(task, 0, task, "", 0, 0.0)
+    if claim is None:
+        out.update({"FTSLURM_SPARE": "1", "FTSLURM_REPLICA_ID": "0"})
+    else:
+        out.update({"FTSLURM_REPLICA_ID": str(claim.slot),
+                    "FTSLURM_SLOT_EPOCH": str(claim.epoch)})  # fmt: skip
+    return out
+
+
+def _run_with_slots(env: Mapping[str, str], root: Path, torchrun: list[str],
+                    layout: tuple[int, int, int]) -> int:  # fmt: skip
+    """An attempt of a run with warm spares: claim a slot or wait as a spare; a replica fenced
+    out of its slot (a spare took it while it was away) carries on as a spare, in this same
+    attempt, rather than stopping."""
+    spare_only = False
+    while True:
+        task_env = slot_env(env, root, layout, spare_only)
+        plan = planlib.build_ft_plan(task_env, root, torchrun)
+        if _announce(plan, task_env):
+            return 0
+        _prepare(plan, root)
+        code = _run_attempt(plan, task_env)
+        if code != FENCED_EXIT:
+            if code == 0 and not plan.spare:
+                slots.mark_finished(Path(task_env["FTSLURM_SLOTS_DIR"]), plan.replica_id)
+            return code
+        spare_only = True
 
 
 def _check_tokenizer(plan: planlib.Plan) -> None:
@@ -131,6 +201,8 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
 
 # A user mistake, as for UserError: the SkyPilot restart loop does not restart on it either.
 CONFIG_ERROR_EXIT = 2
+# torchrun ended because this replica was fenced out of its slot (standby.FENCED_EXIT)
+FENCED_EXIT = 75
 
 
 ATTEMPT_DIR_PREFIX = "ftslurm-attempt-"
@@ -180,7 +252,9 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
 
 def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:
     cancelled = False
-    extra = {**plan.env, config_error.ENV: str(note)}
+    fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
+    extra = {**plan.env, config_error.ENV: str(note), "FTSLURM_FENCED_FILE": str(fenced),
+             "FTSLURM_SLOT_FILE": str(note.with_name("slot"))}  # fmt: skip
     if plan.torchrun_is_child:
         extra[train.LAUNCHER_ENV] = str(os.getpid())
     child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
@@ -196,6 +270,10 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
     rc = child.wait()
     code = rc if rc >= 0 else 128 - rc
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  torchrun exited with code {code}")
+    if fenced.exists() and not cancelled:
+        _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
+             "spare instead")  # fmt: skip
+        return FENCED_EXIT
     refused = config_error.read(note) if rc != 0 else None
     if refused:
         _say(f"torchtitan refused its options: {refused}; fix FTSLURM_EXTRA_ARGS (or the "

@@ -67,6 +67,11 @@ class Plan:
     # torchrun is the launcher's own child (no srun in between), so its workers can check that
     # the launcher is still their ancestor; with srun they run on other nodes, where it is not
     torchrun_is_child: bool = True
+    # a run with warm spares (FT_SPARES, slots.py): the array task, whether it waits as a spare
+    # (replica_id is then a placeholder until it claims a slot), its slot claim's epoch
+    task: int | None = None
+    spare: bool = False
+    slot_epoch: int | None = None
 
     def command_line(self) -> str:
         """The command as one copy-pasteable shell line (env additions first)."""
@@ -261,6 +266,38 @@ def _tiny(env: Mapping[str, str], device: str, pg: str, ft_mode: str) -> list[st
     return [python, "-m", TINY_MODULE, f"--steps={knobs.get(env, 'STEPS', device)}"]
 
 
+def run_folder(env: Mapping[str, str], root: Path) -> Path:
+    """`<outputs>/torchft/tft-<job>`: the run's folder (logs, slot claims), as the script
+    names it."""
+    run_id = env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
+    return _outputs(env, root) / "torchft" / f"tft-{run_id}"
+
+
+def slot_layout(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(array task, group size N, spares S) of a run with warm spares (FT_SPARES > 0), else
+    None: `--array=0-<N-1+S>` trains N replicas; the group size is the array's size minus S."""
+    knobs.check(env)
+    spares = knobs.get(env, "FT_SPARES")
+    if not spares:
+        return None
+    task = _first_int(env, ["FTSLURM_TASK", "SLURM_ARRAY_TASK_ID"], None, "array task")
+    if knobs.is_set(env, "FTSLURM_GROUP_SIZE"):  # SkyPilot: nodes - spares, said by the YAML
+        group = knobs.get(env, "FTSLURM_GROUP_SIZE")
+        total = group + spares
+    else:
+        total = _first_int(env, ["SLURM_ARRAY_TASK_COUNT"], None, "array size")
+        group = total - spares
+    if group < 1:
+        raise UserError(
+            f"FT_SPARES={spares} leaves no replica to train in an array of {total} task(s): "
+            f"submit with --array=0-<N-1+{spares}> (N replicas plus {spares} spares)"
+        )
+    return task, group, spares
+
+
+SLOT_ENV = ("FTSLURM_SLOTS_DIR", "FTSLURM_TASK", "FTSLURM_SPARE", "FTSLURM_SLOT_EPOCH")
+
+
 def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous)."""
@@ -319,13 +356,18 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
+    task = knobs.get(env, "FTSLURM_TASK") if knobs.is_set(env, "FTSLURM_TASK") else None
+    spare = bool(knobs.get(env, "FTSLURM_SPARE"))
     if preset.worker == "tiny":
+        if task is not None:
+            raise UserError("FTSLURM_PRESET=tiny has no warm spares (they wait inside "
+                            "torchtitan's trainer): unset FT_SPARES")  # fmt: skip
         argv = _tiny(env, device, pg, ft_mode)
         notes = ["FTSLURM_PRESET=tiny: no torchtitan, torchrun or TOML; STEPS, "
                  "TORCHFT_LIGHTHOUSE and the checksum knobs apply"]  # fmt: skip
     else:
-        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", f"tft_{run_id}_{replica_id}",
-                         tt)  # fmt: skip
+        rdzv = f"tft_{run_id}_{replica_id}" if task is None else f"tft_{run_id}_task{task}"
+        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", rdzv, tt)
     child_env = {
         "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
@@ -336,6 +378,7 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         "FTSLURM_ATTEMPT": str(attempt),
         "FTSLURM_HEAL_TIMEOUT_S": str(heal_timeout),
     }
+    child_env.update({k: env[k] for k in SLOT_ENV if knobs.is_set(env, k)})
     if device == "cpu":
         child_env.update(_cpu_env(env))
     return Plan(
@@ -352,6 +395,9 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
         notes=notes,
+        task=task,
+        spare=spare,
+        slot_epoch=knobs.get(env, "FTSLURM_SLOT_EPOCH") if not spare else None,
     )
 
 

@@ -57,7 +57,7 @@ def main() -> None:
     if device == "cpu":
         cpu.prepare()
 
-    from ftslurm.replica import checksum, config_error, early_sync, fixes
+    from ftslurm.replica import checksum, config_error, early_sync, fixes, standby
 
     config_error.install()
 
@@ -66,6 +66,8 @@ def main() -> None:
             print(line, flush=True)
         checksum.install()
         if (line := early_sync.install()) is not None:
+            print(line, flush=True)
+        if (line := standby.install()) is not None:  # warm spares and slot fencing
             print(line, flush=True)
 
     from torchtitan.train import Trainer

@@ -371,7 +371,7 @@ class _Builder:
         gkey = self._gkey_for_index(ev.replica or "?")
         a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank)
         self.unclaimed[(ev.source, _idx(gkey)[1])] = a
-        where = f" on {ev.node}" if ev.node else ""
+        where = (f" on {ev.node}" if ev.node else "") + (f" ({ev.detail})" if ev.detail else "")
         self._entry(ev.time, "attempt",
                     f"replica {_short(gkey)} attempt {ev.rank} launched{where}", gkey)
         self._bind_restart(a)

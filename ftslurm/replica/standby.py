@@ -1,0 +1,207 @@
+"""Warm spares and fencing inside the training worker (installed by train.py, like fixes.py).
+
+Where a spare waits: torchtitan 0.2.2's FTTrainer.__init__ first uses the replica id in
+`init_distributed` (only to name flight-recorder ranks), then in `FTManager.__init__` (torchft's
+Manager gets `torchtitan_ft_<id>` and starts heartbeating to the Lighthouse), then in
+`get_dp_info` (the data shard) before the dataloader and the model are built. So the wait is at
+the start of `FTManager.__init__`: torch, torchft, torchtitan and their imports, torchrun, the
+config and torch.distributed are all done, and nothing has told the Lighthouse or the data
+loader who we are. Local rank 0 watches the Lighthouse, claims a vacant slot (slots.py) and
+tells the node's other ranks through FTSLURM_SLOT_FILE; every rank then sets
+`fault_tolerance.replica_id` to the slot, and torchtitan goes on as for a replica that was
+started with it (a spare joins late: it heals from a peer at its first quorum).
+
+Fencing: every worker of a slot-holding replica checks, before each training step, that no
+newer claim of its slot exists; a fenced worker writes FTSLURM_FENCED_FILE for the launcher
+and exits before that step (the launcher then waits as a spare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ftslurm import knobs, safefile
+from ftslurm.replica import slots
+
+POLL_S = 0.25
+FENCED_EXIT = 75
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _heartbeats(lighthouse: str) -> tuple[list[str], list[str]] | None:
+    """(live, old) heartbeat ids at the Lighthouse, or None when it does not answer."""
+    from ftslurm.lighthouse import status_page
+
+    try:
+        code, page = status_page.http_get(lighthouse.rstrip("/") + "/status", timeout=1.0)
+    except (OSError, ValueError):
+        return None
+    if code != 200:
+        return None
+    beats = status_page.parse_status_html(page).heartbeats
+    return [h.replica_id for h in beats if not h.old], [h.replica_id for h in beats if h.old]
+
+
+class Watcher:
+    """A spare's view of the slots: which holder's heartbeat the Lighthouse lists as old."""
+
+    def __init__(self, root: Path, group_size: int, grace_s: float,
+                 heartbeats: Callable[[], tuple[list[str], list[str]] | None]) -> None:  # fmt: skip
+        self.root, self.group_size, self.grace_s = root, group_size, grace_s
+        self.heartbeats = heartbeats
+
+    def poll(self, now: float) -> tuple[int, slots.Claim] | None:
+        """A vacant slot and its current claim, or None (also while the Lighthouse is away)."""
+        beats = self.heartbeats()
+        if beats is None:
+            return None
+        claims = slots.holders(self.root, self.group_size)
+        members = {s: slots.member_of(self.root, s, c.epoch) for s, c in claims.items() if c}
+        slot = slots.vacant_slot(now, claims, members, set(beats[0]), set(beats[1]),
+                                 self.grace_s)  # fmt: skip
+        if slot is None:
+            return None
+        held = claims[slot]
+        assert held is not None
+        return slot, held
+
+
+def wait_for_slot(
+    env: Mapping[str, str],
+    say: Callable[[str], None] = _say,
+    clock: Callable[[], float] = time.time,
+    heartbeats: Callable[[], tuple[list[str], list[str]] | None] | None = None,
+) -> slots.Claim | None:
+    """Local rank 0 of a spare: wait until a slot is vacant and claim it. None when the run
+    finished first (nothing left to replace)."""
+    root = Path(knobs.get(env, "FTSLURM_SLOTS_DIR"))
+    task = knobs.get(env, "FTSLURM_TASK")
+    group = knobs.get(env, "FTSLURM_GROUP_SIZE")
+    lighthouse = knobs.get(env, "TORCHFT_LIGHTHOUSE")
+    w = Watcher(root, group, knobs.get(env, "FTSLURM_SPARE_GRACE_S"),
+                heartbeats or (lambda: _heartbeats(lighthouse)))  # fmt: skip
+    say(f"[ftslurm] spare (task {task}): warm, watching the Lighthouse {lighthouse} for a "
+        f"replica of slots 0..{group - 1} to leave")  # fmt: skip
+    while True:
+        if slots.finished(root):
+            return None
+        now = clock()
+        found = w.poll(now)
+        if found is not None:
+            slot, held = found
+            claim = slots.try_claim(
+                root, slot, held.epoch + 1, task, socket.gethostname(), os.getpid(), clock(),
+                previous_task=held.task, why=f"spare: task {held.task}'s heartbeat is gone",
+            )
+            if claim is not None:
+                return claim
+            say(f"[ftslurm] spare (task {task}): another process claimed slot {slot} first")
+        time.sleep(POLL_S)
+
+
+def _publish(path: Path, claim: slots.Claim | None) -> None:
+    safefile.write_atomic(path, claim.to_json() if claim else json.dumps({"finished": True}))
+
+
+def _await_published(path: Path) -> slots.Claim | None:
+    """Ranks other than local rank 0: the slot rank 0 claimed (None: the run finished)."""
+    while True:
+        text = safefile.read_text(path)
+        if text:
+            if json.loads(text).get("finished"):
+                return None
+            return slots.Claim.from_json(text)
+        time.sleep(POLL_S)
+
+
+def claim_banner(claim: slots.Claim, attempt: int, host: str) -> str:
+    from ftslurm import logvocab
+
+    return logvocab.slot_banner(_now_text(), claim.slot, attempt, host, claim.task, claim.epoch,
+                                claim.previous_task)  # fmt: skip
+
+
+def _become(claim: slots.Claim, job_config_ft: Any, env: dict[str, str]) -> None:
+    job_config_ft.replica_id = claim.slot
+    env["FTSLURM_REPLICA_ID"] = str(claim.slot)
+    env["FTSLURM_SLOT_EPOCH"] = str(claim.epoch)
+
+
+def _record_member(ft_manager: Any, root: Path, env: Mapping[str, str]) -> None:
+    """Group rank 0: note the torchft replica id (with its uuid) this slot's holder runs as."""
+    epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
+    manager = getattr(ft_manager, "_manager", None)
+    if epoch is None or manager is None or getattr(manager, "_group_rank", 0) != 0:
+        return
+    member = getattr(getattr(manager, "_logger", None), "_replica_id", None)
+    if member:
+        slots.record_member(root, int(knobs.get(env, "FTSLURM_REPLICA_ID")), epoch, member)
+
+
+def install(env: dict[str, str] | None = None) -> str | None:
+    """Patch torchtitan when this worker belongs to a run with slots; the line to log."""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    if not knobs.get(env, "FTSLURM_SLOTS_DIR"):
+        return None
+    from torchtitan.components.ft.manager import FTManager
+    from torchtitan.experiments.ft.train import FTTrainer
+
+    if getattr(FTManager.__init__, "_ftslurm", False):
+        return None
+    root = Path(knobs.get(env, "FTSLURM_SLOTS_DIR"))
+    upstream_init, upstream_step = FTManager.__init__, FTTrainer.train_step
+    spare = knobs.get(env, "FTSLURM_SPARE")
+
+    def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
+        if knobs.get(env, "FTSLURM_SPARE") and ft_config.enable:
+            path = Path(knobs.get(env, "FTSLURM_SLOT_FILE"))
+            if int(env.get("LOCAL_RANK", "0")) == 0:
+                claim = wait_for_slot(env)
+                _publish(path, claim)
+                if claim is not None:
+                    _say(claim_banner(claim, knobs.get(env, "FTSLURM_ATTEMPT"),
+                                      socket.gethostname()))  # fmt: skip
+            else:
+                claim = _await_published(path)
+            if claim is None:
+                _say("[ftslurm] spare: the run finished; nothing to replace")
+                raise SystemExit(0)
+            _become(claim, ft_config, env)
+        upstream_init(self, ft_config)
+        _record_member(self, root, env)
+
+    def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ft = self.job_config.fault_tolerance
+        epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
+        if epoch is not None:
+            mine = slots.Claim(ft.replica_id, epoch, -1, "", 0, 0.0)
+            if (newer := slots.fenced_by(root, mine)) is not None:
+                _say(f"[ftslurm] fenced: slot {ft.replica_id} epoch {epoch} was claimed by "
+                     f"task {newer.task} (epoch {newer.epoch}); stopping before step "
+                     f"{self.step}")  # fmt: skip
+                if note := knobs.get(env, "FTSLURM_FENCED_FILE"):
+                    safefile.write_atomic(note, newer.to_json())
+                os._exit(FENCED_EXIT)
+        return upstream_step(self, *args, **kwargs)
+
+    __init__._ftslurm = True  # type: ignore[attr-defined]
+    FTManager.__init__ = __init__  # type: ignore[method-assign]
+    FTTrainer.train_step = train_step  # type: ignore[method-assign]
+    if spare:
+        return ("[ftslurm] spare: imports done; waiting warm before torchft's Manager for a "
+                "slot to take (fenced at every step once it trains)")  # fmt: skip
+    return f"[ftslurm] slot {env.get('FTSLURM_REPLICA_ID')} epoch " \
+           f"{env.get('FTSLURM_SLOT_EPOCH')}: fenced at every step"

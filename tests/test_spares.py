@@ -1,0 +1,161 @@
+"""Warm spares outside the worker: the launcher's slot decision, the banner and its parser,
+`ftslurm status`'s slot column, `submit --spares`, the plan's layout and the demo plan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftslurm import logvocab
+from ftslurm import status as st
+from ftslurm.commands import submit
+from ftslurm.demo import DemoConfig, plan_lines
+from ftslurm.errors import UserError
+from ftslurm.replica import job, slots
+from ftslurm.replica import plan as planlib
+from ftslurm.slurm.parse import JobInfo
+from tests.ftjob import KNOB_ENV_RE
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _env(tmp_path: Path, task: int, count: int = 3, spares: str = "1") -> dict[str, str]:
+    return {"SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": str(task),
+            "SLURM_ARRAY_TASK_COUNT": str(count), "FT_SPARES": spares, "DEVICE": "cpu",
+            "FTSLURM_OUTPUTS": str(tmp_path),
+            "TORCHFT_LIGHTHOUSE": "http://127.0.0.1:1"}  # fmt: skip
+
+
+def test_slot_layout_group_is_the_array_minus_the_spares(tmp_path: Path) -> None:
+    assert planlib.slot_layout(_env(tmp_path, 2)) == (2, 2, 1)
+    assert planlib.slot_layout(_env(tmp_path, 0, spares="0")) is None
+    with pytest.raises(UserError, match="FT_SPARES=3 leaves no replica to train in an array of 3"):
+        planlib.slot_layout(_env(tmp_path, 0, spares="3"))
+    # SkyPilot: the YAML says the group size (nodes - spares) and the task (node rank)
+    sky = {"FT_SPARES": "1", "FTSLURM_TASK": "2", "FTSLURM_GROUP_SIZE": "2"}
+    assert planlib.slot_layout(sky) == (2, 2, 1)
+
+
+def test_slot_env_claims_home_slots_then_spares_and_a_fenced_task_claims_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout0 = planlib.slot_layout(_env(tmp_path, 0))
+    e0 = job.slot_env(_env(tmp_path, 0), tmp_path, layout0)
+    assert (e0["FTSLURM_REPLICA_ID"], e0["FTSLURM_SLOT_EPOCH"], e0["FTSLURM_TASK"]) == (
+        "0", "0", "0")  # fmt: skip
+    assert e0["FTSLURM_SLOTS_DIR"] == str(tmp_path / "torchft" / "tft-42" / "slots")
+    e2 = job.slot_env(_env(tmp_path, 2), tmp_path, planlib.slot_layout(_env(tmp_path, 2)))
+    assert e2["FTSLURM_SPARE"] == "1" and "FTSLURM_SLOT_EPOCH" not in e2
+    said = capsys.readouterr().out
+    assert "slots: task 2 is beyond the group size 2: starting as a spare" in said
+    # the requeued task 0 takes its slot back at the next epoch
+    again = job.slot_env(_env(tmp_path, 0), tmp_path, layout0)
+    assert again["FTSLURM_SLOT_EPOCH"] == "1"
+    # fenced: waits as a spare without claiming
+    fenced = job.slot_env(_env(tmp_path, 0), tmp_path, layout0, spare_only=True)
+    assert fenced["FTSLURM_SPARE"] == "1"
+    assert slots.epochs(Path(e0["FTSLURM_SLOTS_DIR"]), 0) == [0, 1]
+
+
+def test_plan_and_banner_of_a_spare_and_of_a_slot_holder(tmp_path: Path) -> None:
+    spare = planlib.build_ft_plan({**_env(tmp_path, 2), "FTSLURM_TASK": "2", "FTSLURM_SPARE": "1",
+                                   "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "2"},
+                                  tmp_path)  # fmt: skip
+    assert spare.spare and spare.task == 2 and spare.env["FTSLURM_SPARE"] == "1"
+    assert "--rdzv_id=tft_42_task2" in spare.argv
+    line = logvocab.banner("2026-11-25 18:00:00", spare, "worker-2")
+    assert line == "[2026-11-25 18:00:00]  launching spare (attempt 0) on worker-2 as task 2"
+    assert logvocab.parse_line(line.encode()) is None  # not a replica's attempt for the report
+    holder = planlib.build_ft_plan({**_env(tmp_path, 2), "FTSLURM_TASK": "2",
+                                    "FTSLURM_REPLICA_ID": "1", "FTSLURM_SLOT_EPOCH": "3",
+                                    "FTSLURM_GROUP_SIZE": "2"}, tmp_path)  # fmt: skip
+    line = logvocab.banner("2026-11-25 18:00:00", holder, "worker-2")
+    assert line.endswith("launching replica 1 (attempt 0) on worker-2 as task 2 (slot epoch 3)")
+
+
+def test_the_claim_banner_names_slot_task_and_previous_task() -> None:
+    line = logvocab.slot_banner("2026-11-25 18:00:35", 1, 0, "worker-2", 2, 1, taken_from=1)
+    assert line == ("[2026-11-25 18:00:35]  launching replica 1 (attempt 0) on worker-2 as task 2 "
+                    "(slot epoch 1, taken from task 1)")  # fmt: skip
+    ev = logvocab.parse_line(line.encode())
+    assert ev is not None and ev.kind == logvocab.LAUNCH
+    assert (ev.replica, ev.rank, ev.node) == ("1", 0, "worker-2")
+    assert ev.detail == "task 2 epoch 1 taken from task 1"
+    # the old shape still parses as before
+    old = logvocab.parse_line(b"[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on w-0")
+    assert old is not None and (old.replica, old.rank, old.detail) == ("1", 1, "")
+
+
+def test_count_banners_counts_a_spare_start_as_an_attempt(tmp_path: Path) -> None:
+    log = tmp_path / "tft-1_1.out"
+    log.write_text("[2026-11-25 18:00:15]  launching replica 1 (attempt 0) on w-1 as task 1 "
+                   "(slot epoch 0)\nstep: 1  loss: 8.0\n"
+                   "[2026-11-25 18:00:38]  launching spare (attempt 1) on w-1 as task 1\n"
+                   )  # fmt: skip
+    assert logvocab.count_banners(log) == 2
+
+
+def _job(task: int, state: str = "RUNNING") -> JobInfo:
+    return JobInfo(100 + task, 7, task, state, node=f"worker-{task}")
+
+
+def test_status_shows_the_slot_column_only_for_runs_with_spares() -> None:
+    jobs = [_job(0), _job(1), _job(2)]
+    rows = st.build_rows(jobs, 7, {}, 0.0, {0: "0", 1: "spare", 2: "1"})
+    assert [r.slot for r in rows] == ["0", "spare", "1"]
+    table = st.render_table(7, rows, None).splitlines()
+    assert table[1].split()[:3] == ["TASK", "SLOT", "STATE"]
+    assert table[3].split()[:3] == ["1", "spare", "RUNNING"]
+    assert st.to_json(7, rows, None)["tasks"][2]["slot"] == "1"
+    plain = st.build_rows(jobs, 7, {}, 0.0)
+    assert st.render_table(7, plain, None).splitlines()[1].split()[0] == "REPLICA"
+    assert "slot" not in st.to_json(7, plain, None)["tasks"][0]
+    # a task that never claimed (a spare from the start) is a spare
+    assert st.build_rows(jobs, 7, {}, 0.0, {0: "0", 1: "1"})[2].slot == "spare"
+
+
+def test_task_slots_and_claim_lines(tmp_path: Path) -> None:
+    root = tmp_path / "slots"
+    slots.try_claim(root, 0, 0, 0, "w-0", 1, 1.0)
+    slots.try_claim(root, 1, 0, 1, "w-1", 1, 1.0)
+    slots.try_claim(root, 1, 1, 2, "w-2", 1, 2.0, previous_task=1)
+    assert slots.task_slots(root) == {0: "0", 1: "spare", 2: "1"}
+    assert slots.task_slots(tmp_path / "none") is None
+    lines = slots.claim_lines(slots.history(root, 2))
+    assert lines[-1].startswith("claim: slot 1 epoch 1 by task 2 on w-2 at ")
+    assert lines[-1].endswith(", taken from task 1")
+
+
+def test_submit_refuses_spares_that_leave_no_replica() -> None:
+    assert submit.array_size(["--array=0-2"]) == 3
+    assert submit.array_size(["--array", "0,1,5%2"]) == 3
+    assert submit.array_size(["--array=0-9:2"]) is None
+    submit._check_spares(["--array=0-2"], 1)
+    with pytest.raises(UserError, match="--spares 2 with an array of 2 task"):
+        submit._check_spares(["--array=0-1"], 2)
+
+
+def test_submit_spares_mistake_is_one_error_line(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent.parent / "llama3.1-8b-pretraining-torchft.sh"
+    env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
+    r = subprocess.run([sys.executable, "-m", "ftslurm", "submit", "--spares", "2", "--array=0-1",
+                        str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**env, "FTSLURM_OUTPUTS": str(tmp_path / "out"),
+                            "PYTHONPATH": str(script.parent)})  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "Error: --spares 2 with an array of 2 task(s) leaves no replica to train: use "
+        "--array=0-<N-1+2> (N replicas plus 2 spare(s))"]  # fmt: skip
+
+
+def test_demo_plan_with_spares() -> None:
+    lines = plan_lines(DemoConfig(spares=1, backend="slurm", failures=1))
+    assert "ftslurm cluster up --nodes 3   (local Slurm: slurmctld + 3 slurmd nodes)" in lines
+    assert any("ftslurm submit --spares 1 --array=0-2" in x for x in lines)
+    assert any("a warm spare claims the slot and heals" in x for x in lines)
+    with pytest.raises(UserError, match="--spares must be 0 or more"):
+        DemoConfig(spares=-1, backend="local").validate()
