@@ -1,0 +1,94 @@
+"""The checkpoint transport a healing replica downloads the survivor's state with, built for
+one of the options below.
+
+Why a choice: the heal is a pause of the whole job (the joiner is not training, and with a
+synchronous quorum the survivor waits for it at its next cross-replica collective), and
+torchft's default, one HTTP stream, moved an 8B heal at 0.63-0.73 GB/s on an H100 (issue 29).
+The options, measured against the TCP loopback on the same bytes by bench/heal_speed.py
+(figures: docs/benchmarks-cpu.md, "Heal transport"):
+
+- `http`: torchft's HTTPTransport, `num_chunks=0` (torchft's and torchtitan's default): the
+  survivor serves the whole state through one `torch.save` stream; the joiner allocates a
+  fresh buffer per tensor, then copies it into the model.
+- `http-chunked`: the same server, the tensors dealt into `chunks` groups fetched by
+  parallel requests (torchft's `num_chunks`).
+- `pg`: torchft's PGTransport over the Manager's own cross-replica process group (gloo on
+  CPU, NCCL on GPUs): the survivor sends each tensor's bytes (no pickled stream, no staging
+  copy), and the joiner receives them in place, into its own state dict's tensors: no
+  allocation, no page faults on fresh memory. The survivor's send ends when the joiner has
+  the state, so its next collective does not wait for a download.
+
+Imports torch/torchft lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+OPTIONS = ("http", "http-chunked", "pg")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One transport option; `chunks` counts only for `http-chunked`."""
+
+    option: str
+    chunks: int = 0
+
+    @property
+    def label(self) -> str:
+        """The option as the bench and the logs name it (`http-chunked` with its count)."""
+        return f"{self.option}:{self.chunks}" if self.option == "http-chunked" else self.option
+
+
+def pg_device(pg: Any) -> Any:
+    """The device PGTransport moves tensors through: the process group's (NCCL: the current
+    CUDA device; gloo: the CPU, CUDA tensors are then copied per tensor)."""
+    import torch
+
+    try:
+        backend = pg.getBackendName()
+    except (AssertionError, NotImplementedError, RuntimeError):  # not configured yet
+        backend = type(pg).__name__.lower()
+    if "nccl" in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def build(
+    chosen: Choice,
+    timeout: timedelta,
+    pg: Any = None,
+    state_dict: Callable[[], object] | None = None,
+    device: Any = None,
+) -> Any:
+    """The torchft CheckpointTransport for `chosen`. `timeout`: how long the survivor waits for
+    a peer's download (HTTP) or each send/receive (pg). For `pg`: the cross-replica process
+    group, the joiner's own state dict for the in-place receive (None: fresh tensors), and the
+    device (default: the process group's)."""
+    if chosen.option == "pg":
+        from torchft.checkpointing.pg_transport import PGTransport
+
+        if pg is None:
+            raise ValueError("the pg transport needs the Manager's process group")
+        device = pg_device(pg) if device is None else device
+        return PGTransport(pg, timeout=timeout, device=device, state_dict=state_dict)
+    from torchft.checkpointing import HTTPTransport
+
+    return HTTPTransport(timeout=timeout, num_chunks=chosen.chunks)
+
+
+def describe(transport: Any) -> str:
+    """What a built transport does, read back from it (not from the env), for the log."""
+    name = type(transport).__name__
+    if name == "PGTransport":
+        inplace = "in-place receive" if getattr(transport, "_state_dict", None) else "fresh tensors"
+        device = getattr(transport, "_device", "unknown")
+        return f"{name} ({inplace}, through {device})"
+    chunks = getattr(transport, "_num_chunks", None)
+    if chunks is None:
+        return name
+    return f"{name} ({'one stream' if chunks == 0 else f'{chunks} parallel chunks'})"
