@@ -37,6 +37,11 @@
 #                                        [unset]
 #   FTSLURM_HEAL_TIMEOUT_S               a survivor's wait for a healing peer's download (torchft:
 #                                        60 s) [600]
+#   FTSLURM_HEAL_TRANSPORT               how a healing replica gets a peer's state (fix 4): one HTTP
+#                                        stream, parallel ones, or the cross-replica process group
+#                                        (received in place) (http, http-chunked or pg) [pg]
+#   FTSLURM_HEAL_CHUNKS                  parallel requests of FTSLURM_HEAL_TRANSPORT=http-chunked
+#                                        [4]
 #   FTSLURM_CHECKSUM_EVERY               parameter checksum every N committed steps; 0 = off [50 (1
 #                                        with DEVICE=cpu)]
 #   FTSLURM_CHECKSUM_ASYNC               hash on a thread, from a pinned host copy [1 (0 with

@@ -41,6 +41,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ftslurm import knobs
 from ftslurm.replica import transport
 
 DIM, KV_DIM, HIDDEN = 4096, 1024, 14336  # Llama 3 8B: model dim, 8 KV heads x 128, FFN
@@ -335,7 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-gb", type=float, default=2.0, help="state size, GB (1e9 bytes) [2]")
     ap.add_argument("--runs", type=int, default=3, help="runs per option [3]")
-    ap.add_argument("--chunks", default="4", help="http-chunked chunk counts, comma-separated [4]")
+    chunks = str(knobs.KNOBS["FTSLURM_HEAL_CHUNKS"].default)
+    ap.add_argument(
+        "--chunks",
+        default=chunks,
+        help=f"http-chunked chunk counts, comma-separated [{chunks}, FTSLURM_HEAL_CHUNKS's]",
+    )
     ap.add_argument("--transports", default=",".join(transport.OPTIONS),
                     help=f"options, comma-separated [{','.join(transport.OPTIONS)}]")  # fmt: skip
     ap.add_argument(

@@ -41,8 +41,9 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
     before = tt_ft.ft
     monkeypatch.setenv("FTSLURM_HEAL_TIMEOUT_S", str(getattr(request, "param", 2)))
+    monkeypatch.setenv("FTSLURM_HEAL_TRANSPORT", "http")  # the lock these tests are about
     fixes.fix_heal_timeout()
-    made = tt_ft.ft.kwargs["checkpoint_transport"]()
+    made = tt_ft.ft.kwargs["checkpoint_transport"]({})
     state = {i: part.clone() for i, part in enumerate(_STATE.split(MIB // 4))}  # own storages
     made.send_checkpoint(dst_ranks=[1], step=STEP, state_dict=state, timeout=None)
     try:
@@ -71,7 +72,7 @@ def test_fix_builds_torchfts_transport_with_the_configured_timeout(transport) ->
     line = fixes._transport_line(type("M", (), {"_checkpoint_transport": transport})())
     assert line == (
         "[ftslurm] heal transport: HTTPTransport, survivor waits up to 2 s for a healing "
-        "peer's download"
+        "peer's download (one stream)"
     )
 
 

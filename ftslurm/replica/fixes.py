@@ -32,8 +32,10 @@ reproduce a bug, or once upstream is fixed).
    built). The survivor's `should_commit` -> `disallow_checkpoint` takes the transport's write
    lock, which waits for a healing peer's download to end: a heal longer than 60 s (an 8B
    replica sends ~12 GB per rank, 8 ranks per node through one NIC) raises TimeoutError in the
-   SURVIVOR. Fix: the Manager gets torchft's own HTTPTransport with the timeout
-   FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything else is torchft's.
+   SURVIVOR. Fix: the Manager gets the checkpoint transport FTSLURM_HEAL_TRANSPORT selects
+   (transport.py; torchft's own HTTPTransport or PGTransport, chosen by bench/heal_speed.py)
+   with the timeout FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything
+   else is torchft's.
 5. FTSLURM_FIX_FT_CHECKPOINT_RETENTION (every FT run): torchtitan saves each replica's
    dataloader position at every step under `<checkpoint folder>/ft-replicat-<replica>/step-<N>`
    and never deletes one (9 files per step per 8-GPU node on the shared file system). Fix: after
@@ -81,7 +83,7 @@ def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 def fix_async_quorum() -> None:
     """Bug 1: construct torchft's Manager with use_async_quorum=False."""
-    _manager_patch().kwargs["use_async_quorum"] = lambda: False
+    _manager_patch().kwargs["use_async_quorum"] = lambda _: False
 
 
 def _quorum_line(manager: object) -> str:
@@ -98,36 +100,53 @@ def heal_timeout_s(env: Mapping[str, str] | None = None) -> int:
 
 
 def fix_heal_timeout() -> None:
-    """Bug 4: torchft's HTTP checkpoint transport with FTSLURM_HEAL_TIMEOUT_S, not 60 s."""
-    from torchft.checkpointing import HTTPTransport
+    """Bug 4: the transport FTSLURM_HEAL_TRANSPORT selects, waiting FTSLURM_HEAL_TIMEOUT_S,
+    not 60 s. `pg` goes through the Manager's own process group (its `pg` argument)."""
+    from ftslurm.replica import transport
 
     timeout = timedelta(seconds=heal_timeout_s())
+    chosen = transport.choice()
     patch = _manager_patch()
-    patch.kwargs["checkpoint_transport"] = lambda: HTTPTransport(timeout=timeout, num_chunks=0)
+    patch.kwargs["checkpoint_transport"] = lambda kw: transport.build(chosen, timeout, kw.get("pg"))
     patch.reports["heal_timeout"] = _transport_line
 
 
+def _receive_in_place(manager: object) -> None:
+    """A PGTransport receives into the joiner's own state dict (no fresh tensors), given once
+    the Manager exists. Only with the synchronous quorum: the async quorum thread would call
+    state_dict() while the main thread is mid-forward (bug 1's crash, on the joiner)."""
+    made = getattr(manager, "_checkpoint_transport", None)
+    if type(made).__name__ == "PGTransport" and not getattr(manager, "_use_async_quorum", True):
+        made._state_dict = manager._manager_state_dict  # type: ignore[attr-defined]
+
+
 def _transport_line(manager: object) -> str:
-    """What the built Manager's transport really waits, read back from it (not from the env)."""
-    transport = getattr(manager, "_checkpoint_transport", None)
-    lock = getattr(transport, "_checkpoint_lock", None)
+    """What the built Manager's transport really does and waits, read back from it (not from
+    the env); a PGTransport is first given the in-place receive where that is safe."""
+    from ftslurm.replica import transport
+
+    _receive_in_place(manager)
+    made = getattr(manager, "_checkpoint_transport", None)
+    lock = getattr(made, "_checkpoint_lock", None)
     seconds = getattr(lock, "timeout", None)
+    what = "a healing peer's download"
+    if type(made).__name__ == "PGTransport":
+        seconds, what = getattr(made, "_timeout", timedelta()).total_seconds(), "each tensor sent"
     wait = f"{seconds:g} s" if isinstance(seconds, (int, float)) else "unknown"
-    return (
-        f"[ftslurm] heal transport: {type(transport).__name__}, "
-        f"survivor waits up to {wait} for a healing peer's download"
-    )
+    name, how = transport.describe(made)
+    return f"[ftslurm] heal transport: {name}, survivor waits up to {wait} for {what} ({how})"
 
 
 class _ManagerPatch(types.ModuleType):
     """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
     torchft's, except the Manager(...) keyword arguments the enabled fixes set (`kwargs`: name
-    -> a function making the value); `reports` log what the built Manager really does."""
+    -> a function making the value from torchtitan's other arguments); `reports` log what the
+    built Manager really does."""
 
     def __init__(self, real: types.ModuleType) -> None:
         super().__init__(real.__name__)
         self._real = real
-        self.kwargs: dict[str, Callable[[], object]] = {}
+        self.kwargs: dict[str, Callable[[dict[str, object]], object]] = {}
         self.reports: dict[str, Callable[[object], str]] = {}
 
     def __getattr__(self, name: str) -> object:
@@ -135,7 +154,7 @@ class _ManagerPatch(types.ModuleType):
 
     def Manager(self, *args: object, **kwargs: object) -> object:  # noqa: N802 - torchft's name
         for name, make in self.kwargs.items():
-            kwargs[name] = make()
+            kwargs[name] = make(kwargs)
         manager = self._real.Manager(*args, **kwargs)
         for report in self.reports.values():
             print(report(manager), flush=True)
@@ -220,7 +239,8 @@ FIXES = (
     Fix(
         "heal_timeout",
         SWITCHES["heal_timeout"],
-        "a healing peer's download may take FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
+        "the heal transport FTSLURM_HEAL_TRANSPORT selects; a healing peer's download may take "
+        "FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
         fix_heal_timeout,
     ),
     Fix(

@@ -1,5 +1,5 @@
-"""The checkpoint transport a healing replica downloads the survivor's state with, built for
-one of the options below.
+"""The checkpoint transport a healing replica gets the survivor's state with: one switch,
+FTSLURM_HEAL_TRANSPORT (and FTSLURM_HEAL_CHUNKS for `http-chunked`), read by fix 4 (fixes.py).
 
 Why a choice: the heal is a pause of the whole job (the joiner is not training, and with a
 synchronous quorum the survivor waits for it at its next cross-replica collective), and
@@ -10,25 +10,28 @@ The options, measured against the TCP loopback on the same bytes by bench/heal_s
 - `http`: torchft's HTTPTransport, `num_chunks=0` (torchft's and torchtitan's default): the
   survivor serves the whole state through one `torch.save` stream; the joiner allocates a
   fresh buffer per tensor, then copies it into the model.
-- `http-chunked`: the same server, the tensors dealt into `chunks` groups fetched by
-  parallel requests (torchft's `num_chunks`).
+- `http-chunked`: the same server, the tensors dealt into FTSLURM_HEAL_CHUNKS groups fetched
+  by parallel requests (torchft's `num_chunks`).
 - `pg`: torchft's PGTransport over the Manager's own cross-replica process group (gloo on
   CPU, NCCL on GPUs): the survivor sends each tensor's bytes (no pickled stream, no staging
   copy), and the joiner receives them in place, into its own state dict's tensors: no
   allocation, no page faults on fresh memory. The survivor's send ends when the joiner has
   the state, so its next collective does not wait for a download.
 
-Imports torch/torchft lazily.
+Imports torch/torchft lazily: the knob readers run in the launcher too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-OPTIONS = ("http", "http-chunked", "pg")
+from ftslurm import knobs
+
+OPTIONS = knobs.HEAL_TRANSPORTS
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ class Choice:
     def label(self) -> str:
         """The option as the bench and the logs name it (`http-chunked` with its count)."""
         return f"{self.option}:{self.chunks}" if self.option == "http-chunked" else self.option
+
+
+def choice(env: Mapping[str, str] | None = None) -> Choice:
+    """The transport FTSLURM_HEAL_TRANSPORT and FTSLURM_HEAL_CHUNKS select."""
+    env = os.environ if env is None else env
+    option = knobs.get(env, "FTSLURM_HEAL_TRANSPORT")
+    chunks = knobs.get(env, "FTSLURM_HEAL_CHUNKS") if option == "http-chunked" else 0
+    return Choice(option, chunks)
 
 
 def pg_device(pg: Any) -> Any:
@@ -81,14 +92,14 @@ def build(
     return HTTPTransport(timeout=timeout, num_chunks=chosen.chunks)
 
 
-def describe(transport: Any) -> str:
-    """What a built transport does, read back from it (not from the env), for the log."""
+def describe(transport: Any) -> tuple[str, str]:
+    """(class name, how it moves the state) of a built transport, read back from it (not from
+    the env), for the log."""
     name = type(transport).__name__
     if name == "PGTransport":
         inplace = "in-place receive" if getattr(transport, "_state_dict", None) else "fresh tensors"
-        device = getattr(transport, "_device", "unknown")
-        return f"{name} ({inplace}, through {device})"
+        return name, f"{inplace}, through {getattr(transport, '_device', 'unknown')}"
     chunks = getattr(transport, "_num_chunks", None)
     if chunks is None:
-        return name
-    return f"{name} ({'one stream' if chunks == 0 else f'{chunks} parallel chunks'})"
+        return name, "unknown"
+    return name, "one stream" if chunks == 0 else f"{chunks} parallel chunks"
