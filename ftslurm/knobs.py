@@ -203,6 +203,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "pg", choices=HEAL_TRANSPORTS, scripts=FT),
     Knob("FTSLURM_HEAL_CHUNKS", "int", "parallel requests of `FTSLURM_HEAL_TRANSPORT=http-chunked`",
          4, minimum=1, maximum=64, scripts=FT),
+    Knob("FTSLURM_HEAL_MBPS", "int", "MB/s a heal moves per rank, an estimate: fix 6 adds twice "
+         "the heal's time (state size / this) to the cross-replica timeout", 500, minimum=1,
+         scripts=FT),
     Knob("FTSLURM_CHECKSUM_EVERY", "int", "parameter checksum every N committed steps; 0 = off",
          50, 1, minimum=0, scripts=FT),
     Knob("FTSLURM_CHECKSUM_ASYNC", "bool", "hash on a thread, from a pinned host copy", True,
@@ -212,6 +215,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_UNSHARDED_ALLREDUCE", 3, "1-rank replicas average gradients"),
     _fix("FTSLURM_FIX_HEAL_TIMEOUT", 4, "a heal may take `FTSLURM_HEAL_TIMEOUT_S`"),
     _fix("FTSLURM_FIX_FT_CHECKPOINT_RETENTION", 5, "one FT dataloader checkpoint kept"),
+    _fix("FTSLURM_FIX_HEAL_TIMEOUT_FLOOR", 6, "a survivor's collectives outlast a peer's heal"),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs after one step",
          True, scripts=FT),
     Knob("FTSLURM_EXTRA_ARGS", "str", "torchtitan arguments, shell-quoted, appended last"),

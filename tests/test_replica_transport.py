@@ -118,6 +118,7 @@ def test_the_joiner_receives_in_place_only_with_the_synchronous_quorum() -> None
 
     pg = ProcessGroupGloo(timeout=T)
     sync = _Manager(transport.build(transport.Choice("pg"), T, pg), use_async_quorum=False)
+    fixes._receive_in_place(sync)  # what the Manager stand-in runs once the Manager is built
     line = fixes._transport_line(sync)
     assert sync._checkpoint_transport._state_dict() is not None
     assert (
@@ -129,5 +130,90 @@ def test_the_joiner_receives_in_place_only_with_the_synchronous_quorum() -> None
     )
     # async quorum (fix 1 off): state_dict() on the quorum thread would race the forward pass
     racy = _Manager(transport.build(transport.Choice("pg"), T, pg), use_async_quorum=True)
+    fixes._receive_in_place(racy)
     assert fixes._transport_line(racy).endswith("(fresh tensors, through cpu)")
     assert racy._checkpoint_transport._state_dict is None
+
+
+# --------------------------------------------------------------------------------------------
+# Fix 6: the cross-replica timeouts cover a heal (the slow heal itself, in real training:
+# tests/test_replica_heal_timeout.py)
+
+
+def test_state_bytes_counts_every_tensor_leaf_and_no_other() -> None:
+    state = {"user": {"m": {"w": torch.zeros(10, 4), "b": torch.zeros(3, dtype=torch.float16)},
+                      "opt": [{"step": torch.tensor(2.0)}, {"lr": 0.1}]},
+             "torchft": {"step": 4, "batches_committed": 8}}  # fmt: skip
+    assert transport.state_bytes(state) == 10 * 4 * 4 + 3 * 2 + 4
+
+
+def test_the_budget_adds_twice_the_heal_to_the_configured_timeout() -> None:
+    budget = transport.HealBudget(state_bytes=12_000_000_000, mbps=500, configured_s=10)
+    assert budget.heal_s == 24.0 and budget.timeout_s == 58
+    assert transport.HealBudget(74_048_107, 500, 10).timeout_s == 11  # the CPU debug model
+    assert budget.line(60, 60) == (
+        "[ftslurm] heal timeout floor: the state is 12.000 GB per rank; at 500 MB/s "
+        "(FTSLURM_HEAL_MBPS) a heal takes ~24.0 s; cross-replica timeout 10 s -> 58 s (twice "
+        "the heal on top), torchft Manager timeout 60 s -> 60 s"
+    )
+
+
+class _QuorumManager:
+    """torchft Manager's attributes fix 6 reads and sets, with a real (unconfigured) pg."""
+
+    def __init__(self, pg: object, state: object) -> None:
+        self._pg = pg
+        self._timeout = timedelta(seconds=60)
+        self._state = state
+        self.quorums = 0
+
+    def _manager_state_dict(self) -> object:
+        if isinstance(self._state, Exception):
+            raise self._state
+        return self._state
+
+    def start_quorum(self, allow_heal: bool = True) -> None:
+        self.quorums += 1
+
+
+def test_the_first_quorum_raises_the_pg_and_manager_timeouts_once(capsys) -> None:
+    from torchft.process_group import ProcessGroupGloo
+
+    pg = ProcessGroupGloo(timeout=timedelta(seconds=10))
+    manager = _QuorumManager(pg, {"w": torch.zeros(25_000_000)})  # 100 MB
+    fixes._floor_at_first_quorum(manager, mbps=1)  # 100 s a heal
+    assert manager.quorums == 0 and capsys.readouterr().out == ""  # nothing before a quorum
+    manager.start_quorum(allow_heal=True)
+    manager.start_quorum()
+    assert manager.quorums == 2
+    assert pg._timeout == timedelta(seconds=210) and manager._timeout == timedelta(seconds=210)
+    assert capsys.readouterr().out == (
+        "[ftslurm] heal timeout floor: the state is 0.100 GB per rank; at 1 MB/s "
+        "(FTSLURM_HEAL_MBPS) a heal takes ~100.0 s; cross-replica timeout 10 s -> 210 s (twice "
+        "the heal on top), torchft Manager timeout 60 s -> 210 s\n"
+    )
+
+
+def test_a_floor_that_cannot_be_sized_leaves_the_timeouts_and_training_alone(capsys) -> None:
+    from torchft.process_group import ProcessGroupGloo
+
+    pg = ProcessGroupGloo(timeout=timedelta(seconds=10))
+    manager = _QuorumManager(pg, AssertionError("user state_dict is not initialized."))
+    fixes._floor_at_first_quorum(manager, mbps=500)
+    manager.start_quorum()
+    assert manager.quorums == 1 and pg._timeout == timedelta(seconds=10)
+    assert capsys.readouterr().out == (
+        "[ftslurm] heal timeout floor: not set (AssertionError: user state_dict is not "
+        "initialized.)\n"
+    )
+
+
+def test_fix_6_finishes_every_manager_the_stand_in_builds(patch, monkeypatch) -> None:
+    monkeypatch.setenv("FTSLURM_HEAL_MBPS", "250")
+    fixes.fix_heal_timeout_floor()
+    seen = {}
+    monkeypatch.setattr(
+        fixes, "_floor_at_first_quorum", lambda m, mbps: seen.update(m=m, mbps=mbps)
+    )
+    patch.ft.after["heal_timeout_floor"]("manager")
+    assert seen == {"m": "manager", "mbps": 250}

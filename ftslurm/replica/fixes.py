@@ -41,6 +41,14 @@ reproduce a bug, or once upstream is fixed).
    and never deletes one (9 files per step per 8-GPU node on the shared file system). Fix: after
    each save, the replica's rank 0 deletes all but the newest complete step and the one being
    written (ft_checkpoints.py), so a restart still resumes its data where it was.
+6. FTSLURM_FIX_HEAL_TIMEOUT_FLOOR (large models): with the synchronous quorum the survivor
+   goes on once its state is servable, and its next cross-replica collective waits for the
+   joiner's whole download (a survivor that serves no heal, with 3+ replicas, waits so with
+   any transport). PG_TIMEOUT_S (10 s in the 8B preset) is sized for step skew: an 8B heal
+   (~12 GB per rank) made the survivor abort its step. Fix: at the Manager's first quorum the
+   state's size per rank / FTSLURM_HEAL_MBPS [500] gives the heal's time; twice that is added
+   to the process group's and the Manager's timeouts (transport.HealBudget), logged with the
+   numbers.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from ftslurm import knobs
 
@@ -59,6 +68,7 @@ SWITCHES = {
     "unsharded_allreduce": "FTSLURM_FIX_UNSHARDED_ALLREDUCE",
     "heal_timeout": "FTSLURM_FIX_HEAL_TIMEOUT",
     "ft_checkpoint_retention": "FTSLURM_FIX_FT_CHECKPOINT_RETENTION",
+    "heal_timeout_floor": "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR",
 }
 
 
@@ -108,6 +118,7 @@ def fix_heal_timeout() -> None:
     chosen = transport.choice()
     patch = _manager_patch()
     patch.kwargs["checkpoint_transport"] = lambda kw: transport.build(chosen, timeout, kw.get("pg"))
+    patch.after["receive_in_place"] = _receive_in_place
     patch.reports["heal_timeout"] = _transport_line
 
 
@@ -122,10 +133,9 @@ def _receive_in_place(manager: object) -> None:
 
 def _transport_line(manager: object) -> str:
     """What the built Manager's transport really does and waits, read back from it (not from
-    the env); a PGTransport is first given the in-place receive where that is safe."""
+    the env)."""
     from ftslurm.replica import transport
 
-    _receive_in_place(manager)
     made = getattr(manager, "_checkpoint_transport", None)
     lock = getattr(made, "_checkpoint_lock", None)
     seconds = getattr(lock, "timeout", None)
@@ -137,16 +147,61 @@ def _transport_line(manager: object) -> str:
     return f"[ftslurm] heal transport: {name}, survivor waits up to {wait} for {what} ({how})"
 
 
+def fix_heal_timeout_floor() -> None:
+    """Fix 6: the cross-replica timeouts cover a heal, set at the Manager's first quorum."""
+    mbps = knobs.get(os.environ, "FTSLURM_HEAL_MBPS")
+    _manager_patch().after["heal_timeout_floor"] = lambda m: _floor_at_first_quorum(m, mbps)
+
+
+def _floor_at_first_quorum(manager: Any, mbps: int) -> None:
+    """Wrap the built Manager's start_quorum: the first call sizes the timeouts, before the
+    quorum (re)configures the process group with them. Then the state is complete: torchtitan
+    registered its state dict and created the optimizer's state when it was built."""
+    upstream = manager.start_quorum
+    pending = [True]
+
+    def start_quorum(*args: Any, **kwargs: Any) -> Any:
+        if pending:
+            pending.clear()
+            print(_raise_timeouts(manager, mbps), flush=True)
+        return upstream(*args, **kwargs)
+
+    manager.start_quorum = start_quorum
+
+
+def _raise_timeouts(manager: Any, mbps: int) -> str:
+    """Raise the process group's timeout (torchft applies it at every reconfiguration: a heal
+    always brings one, the joiner being a new member) and the Manager's (its futures) to the
+    HealBudget; the line says what was set, or why nothing was."""
+    from ftslurm.replica import transport
+
+    try:
+        pg = manager._pg
+        budget = transport.HealBudget(
+            transport.state_bytes(manager._manager_state_dict()),
+            mbps,
+            pg._timeout.total_seconds(),
+        )
+        before = manager._timeout.total_seconds()
+        after = max(before, budget.timeout_s)
+        pg.set_timeout(timedelta(seconds=budget.timeout_s))
+        manager._timeout = timedelta(seconds=after)
+    except Exception as e:  # training goes on with the configured timeouts
+        return f"[ftslurm] heal timeout floor: not set ({type(e).__name__}: {e})"
+    return budget.line(before, after)
+
+
 class _ManagerPatch(types.ModuleType):
     """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
     torchft's, except the Manager(...) keyword arguments the enabled fixes set (`kwargs`: name
-    -> a function making the value from torchtitan's other arguments); `reports` log what the
-    built Manager really does."""
+    -> a function making the value from torchtitan's other arguments); `after` finish the
+    built Manager (the in-place receive, fix 6); `reports` log what it really does."""
 
     def __init__(self, real: types.ModuleType) -> None:
         super().__init__(real.__name__)
         self._real = real
         self.kwargs: dict[str, Callable[[dict[str, object]], object]] = {}
+        self.after: dict[str, Callable[[object], None]] = {}
         self.reports: dict[str, Callable[[object], str]] = {}
 
     def __getattr__(self, name: str) -> object:
@@ -156,6 +211,8 @@ class _ManagerPatch(types.ModuleType):
         for name, make in self.kwargs.items():
             kwargs[name] = make(kwargs)
         manager = self._real.Manager(*args, **kwargs)
+        for finish in self.after.values():
+            finish(manager)
         for report in self.reports.values():
             print(report(manager), flush=True)
         return manager
@@ -249,6 +306,12 @@ FIXES = (
         "per-step FT dataloader checkpoints: only the newest complete one and the one being "
         "written are kept",
         fix_ft_checkpoint_retention,
+    ),
+    Fix(
+        "heal_timeout_floor",
+        SWITCHES["heal_timeout_floor"],
+        "the cross-replica timeouts cover a peer's heal (state size / FTSLURM_HEAL_MBPS, twice)",
+        fix_heal_timeout_floor,
     ),
 )
 

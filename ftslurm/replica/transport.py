@@ -23,6 +23,7 @@ Imports torch/torchft lazily: the knob readers run in the launcher too.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -103,3 +104,55 @@ def describe(transport: Any) -> tuple[str, str]:
     if chunks is None:
         return name, "unknown"
     return name, "one stream" if chunks == 0 else f"{chunks} parallel chunks"
+
+
+# --------------------------------------------------------------------------------------------
+# How long a heal may hold up a survivor's collectives (fix 6)
+
+
+def state_bytes(state_dict: object) -> int:
+    """Bytes of the tensors a heal moves from this rank: each tensor's (a DTensor's local
+    shard's) elements, as the transports walk the state dict (torch's pytree)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    total = 0
+    for leaf in tree_flatten(state_dict)[0]:
+        if isinstance(leaf, torch.Tensor):
+            local = leaf.to_local() if hasattr(leaf, "to_local") else leaf
+            total += local.numel() * local.element_size()
+    return total
+
+
+@dataclass(frozen=True)
+class HealBudget:
+    """The cross-replica timeout a survivor needs while a peer heals from it.
+
+    Why: with a synchronous quorum the survivor goes on as soon as its state is servable
+    (HTTP) and its next cross-replica collective waits for the joiner's whole download and
+    load; a survivor that took no part in the heal (three or more replicas) waits so with any
+    transport. The collectives' timeout (PG_TIMEOUT_S: 10 s in the 8B preset) is sized for
+    the skew between replicas' steps, not for a heal (12 GB per rank at 0.7 GB/s: ~17 s), so
+    the survivor aborted its step at every heal. The heal's expected time, twice (the rate is
+    an estimate), is added on top of the configured timeout."""
+
+    state_bytes: int
+    mbps: int  # MB/s a heal moves per rank (FTSLURM_HEAL_MBPS)
+    configured_s: float  # the process group's timeout as torchtitan built it
+
+    @property
+    def heal_s(self) -> float:
+        return self.state_bytes / (self.mbps * 1e6)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.configured_s + math.ceil(2 * self.heal_s)
+
+    def line(self, manager_before_s: float, manager_after_s: float) -> str:
+        return (
+            f"[ftslurm] heal timeout floor: the state is {self.state_bytes / 1e9:.3f} GB per rank; "
+            f"at {self.mbps} MB/s (FTSLURM_HEAL_MBPS) a heal takes ~{self.heal_s:.1f} s; "
+            f"cross-replica timeout {self.configured_s:g} s -> {self.timeout_s:g} s (twice the "
+            f"heal on top), torchft Manager timeout {manager_before_s:g} s -> "
+            f"{manager_after_s:g} s"
+        )
