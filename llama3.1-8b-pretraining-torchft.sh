@@ -41,7 +41,7 @@
 #                                        stream, parallel ones, or the cross-replica process group
 #                                        (received in place) (http, http-chunked or pg) [pg]
 #   FTSLURM_HEAL_CHUNKS                  parallel requests of FTSLURM_HEAL_TRANSPORT=http-chunked
-#                                        [4]
+#                                        [8]
 #   FTSLURM_HEAL_MBPS                    MB/s a heal moves per rank, an estimate: fix 6 adds twice
 #                                        the heal's time (state size / this) to the cross-replica
 #                                        timeout [500]

@@ -14,16 +14,21 @@ overwritten). Per option and run:
 - end to end: the survivor's start to the joiner's loaded state (the three add up).
 Loopback: the survivor's process sends the same tensors' bytes through one plain TCP
 connection (`sendall` from the tensors), the joiner's `recv_into`s its tensors: the ceiling
-of one stream here. Runs alternate (loopback, each option, then the next run) so that load
-from other processes hits every option alike. After each run the joiner checks every tensor
-holds the survivor's values of that run (each run fills new ones); a wrong value exits 1.
+of one Python stream here. Runs alternate (loopback, each option, then the next run) so that
+load from other processes hits every option alike; one untimed warm-up round goes first
+(each process's first use: threads, the HTTP client, first pages; its rates are in the
+JSON), and each run starts after a pause (--settle-s) once both processes are ready: filling
+the state wakes torch's threads, which then spin, and the HTTP runs free gigabytes. Every
+transfer carries values of its own (the survivor fills them before it); after it the joiner
+checks every tensor; a wrong or stale value exits 1.
 
-Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 4] [--json]
-     [--transports http,http-chunked,pg] [--device cpu|cuda]
+Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 8] [--json]
+     [--transports http,http-chunked,pg] [--device cpu|cuda] [--warmup 1] [--settle-s 1]
 Prints a table, or with --json one object: size_bytes, results (per option: medians of
 end_to_end_gbps, staging_s, transfer_s, load_s; spread = (max-min)/median of the end-to-end
 seconds; runs: every run's figures), loopback_gbps (median), loopback_spread,
-best_ratio_to_loopback (the best option's median rate / the loopback's median rate).
+loopback_runs_gbps, warmup (the warm-up rounds' rates), best_ratio_to_loopback (the best
+option's median rate / the loopback's median rate).
 """
 
 from __future__ import annotations
@@ -83,15 +88,15 @@ def state_shapes(size_bytes: int) -> list[tuple[str, tuple[int, ...]]]:
         layer += 1
 
 
-def fill(state: dict[str, Any], run: int) -> None:
-    """Tensor i of run r holds one value, different per tensor and run."""
+def fill(state: dict[str, Any], seq: int) -> None:
+    """Tensor i of transfer `seq` holds one value, different per tensor and transfer."""
     for i, t in enumerate(state.values()):
-        t.fill_(float((run * 1009 + i) % 65521))
+        t.fill_(float((seq * 1009 + i) % 65521))
 
 
-def wrong_tensors(state: dict[str, Any], run: int) -> list[str]:
+def wrong_tensors(state: dict[str, Any], seq: int) -> list[str]:
     return [name for i, (name, t) in enumerate(state.items())
-            if not bool((t == float((run * 1009 + i) % 65521)).all())]  # fmt: skip
+            if not bool((t == float((seq * 1009 + i) % 65521)).all())]  # fmt: skip
 
 
 def checkpoint(model: dict[str, Any], run: int) -> dict[str, Any]:
@@ -153,6 +158,9 @@ def survivor(conn: Connection, barrier: Any, setup: Setup) -> None:
         fill(state, run)
         host = [t.cpu().view(torch.uint8).reshape(-1) for t in state.values()]  # the wire only
         _sync(setup.device)
+        conn.send("ready")
+        if conn.recv() != "go":
+            break
         barrier.wait()
         t0 = time.monotonic()
         if what == "loopback":
@@ -193,6 +201,9 @@ def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
         target.clear()
         target.update(checkpoint(live, run))
         _sync(setup.device)
+        conn.send("ready")
+        if conn.recv() != "go":
+            break
         barrier.wait()
         t0 = time.monotonic()
         if what == "loopback":
@@ -253,30 +264,44 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
     for p in procs:
         p.start()
     rows: dict[str, list[dict[str, float]]] = {c.label: [] for c in choices}
-    loopback: list[float] = []
+    loopback: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []  # the warm-up rounds' rates, reported, not counted
     try:
         port = j_conn.recv()
         j_conn.send(s_conn.recv())  # the survivor's addresses (HTTP) to the joiner
-        for run in range(1, args.runs + 1):
+        seq = 0  # each transfer carries values of its own: a stale tensor cannot pass
+        for run in range(1 - args.warmup, args.runs + 1):  # runs < 1: the warm-up rounds
             for what in ["loopback", *rows]:
-                s_conn.send((what, run, port))
-                j_conn.send((what, run, None))
+                seq += 1
+                s_conn.send((what, seq, port))
+                j_conn.send((what, seq, None))
+                if (s_conn.recv(), j_conn.recv()) != ("ready", "ready"):
+                    raise SystemExit(f"{what}, run {run}: a replica process did not get ready")
+                # the fill's and the last run's after-effects (idle threads spinning, freed
+                # memory) settle first: a heal does not start right after either
+                time.sleep(args.settle_s)
+                s_conn.send("go")
+                j_conn.send("go")
                 sent, got = s_conn.recv(), j_conn.recv()
                 if what == "loopback":
-                    loopback.append(size / (got["received_at"] - sent["t0"]) / GB)
+                    gbps = size / (got["received_at"] - sent["t0"]) / GB
+                    (loopback if run > 0 else warm).append({"transport": what, "gbps": gbps})
                     continue
                 s_conn.send("done")
                 if got["wrong"]:
                     raise SystemExit(f"{what}, run {run}: wrong values in {got['wrong'][:5]}")
                 start, staged = sent["t0"], max(sent["staged_at"], sent["t0"])
                 seconds = got["loaded_at"] - start
-                rows[what].append({"end_to_end_s": seconds, "end_to_end_gbps": size / seconds / GB,
-                                   "staging_s": staged - start,
-                                   "transfer_s": got["received_at"] - staged,
-                                   "load_s": got["loaded_at"] - got["received_at"]})  # fmt: skip
+                row = {"end_to_end_s": seconds, "end_to_end_gbps": size / seconds / GB,
+                       "staging_s": staged - start, "transfer_s": got["received_at"] - staged,
+                       "load_s": got["loaded_at"] - got["received_at"]}  # fmt: skip
+                if run > 0:
+                    rows[what].append(row)
+                else:
+                    warm.append({"transport": what, "gbps": row["end_to_end_gbps"]})
                 if not args.json:
-                    r = rows[what][-1]
-                    print(f"  run {run} {what:<16} {r['end_to_end_gbps']:5.2f} GB/s", flush=True)
+                    label = f"run {run}" if run > 0 else "warm-up"
+                    print(f"  {label:<7} {what:<16} {row['end_to_end_gbps']:5.2f} GB/s", flush=True)
     finally:
         for conn in (s_conn, j_conn):
             try:
@@ -298,12 +323,14 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
                         "spread": round(spread, 3),
                         "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
                         })  # fmt: skip
-    loop_gbps, loop_spread = _median_spread(loopback)
+    loop_gbps, loop_spread = _median_spread([r["gbps"] for r in loopback])
     best = max((r["end_to_end_gbps"] for r in results), default=0.0)
     return {"size_bytes": size, "tensors": len(shapes), "device": args.device,
-            "runs": args.runs, "results": results, "loopback_gbps": round(loop_gbps, 3),
+            "runs": args.runs, "warmup_rounds": args.warmup, "results": results,
+            "loopback_gbps": round(loop_gbps, 3),
             "loopback_spread": round(loop_spread, 3),
-            "loopback_runs_gbps": [round(x, 3) for x in loopback],
+            "loopback_runs_gbps": [round(r["gbps"], 3) for r in loopback],
+            "warmup": [{**r, "gbps": round(r["gbps"], 3)} for r in warm],
             "best_ratio_to_loopback": round(best / loop_gbps, 3) if loop_gbps else 0.0}  # fmt: skip
 
 
@@ -336,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-gb", type=float, default=2.0, help="state size, GB (1e9 bytes) [2]")
     ap.add_argument("--runs", type=int, default=3, help="runs per option [3]")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed rounds first [1]: each process's first use of a transport "
+                    "(threads, the HTTP client, first pages) that a trainer has paid")  # fmt: skip
     chunks = str(knobs.KNOBS["FTSLURM_HEAL_CHUNKS"].default)
     ap.add_argument(
         "--chunks",
@@ -347,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--device", choices=["cpu", "cuda"], default="cpu", help="where both states live [cpu]"
     )
+    ap.add_argument("--settle-s", type=float, default=1.0,
+                    help="pause before each run, seconds [1]: after filling the survivor's "
+                    "state and the previous run's frees, torch's idle threads stop")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     try:
@@ -354,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2
-    if args.runs < 1 or args.size_gb <= 0:
-        print("Error: --runs must be at least 1 and --size-gb above 0", file=sys.stderr)
+    if args.runs < 1 or args.warmup < 0 or args.size_gb <= 0:
+        print("Error: --runs must be at least 1, --warmup 0 or more, --size-gb above 0",
+              file=sys.stderr)  # fmt: skip
         return 2
     if args.device == "cuda":
         import torch

@@ -202,7 +202,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "one HTTP stream, parallel ones, or the cross-replica process group (received in place)",
          "pg", choices=HEAL_TRANSPORTS, scripts=FT),
     Knob("FTSLURM_HEAL_CHUNKS", "int", "parallel requests of `FTSLURM_HEAL_TRANSPORT=http-chunked`",
-         4, minimum=1, maximum=64, scripts=FT),
+         8, minimum=1, maximum=64, scripts=FT),
     Knob("FTSLURM_HEAL_MBPS", "int", "MB/s a heal moves per rank, an estimate: fix 6 adds twice "
          "the heal's time (state size / this) to the cross-replica timeout", 500, minimum=1,
          scripts=FT),

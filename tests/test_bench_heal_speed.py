@@ -47,7 +47,7 @@ def test_the_state_is_llama_layers_up_to_the_size() -> None:
 
 
 def test_json_has_every_figure_and_they_add_up() -> None:
-    done = _bench("--size-gb", "0.004", "--runs", "1", "--chunks", "2", "--json")
+    done = _bench("--size-gb", "0.004", "--runs", "1", "--chunks", "2", "--settle-s", "0", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert {"size_bytes", "results", "loopback_gbps", "best_ratio_to_loopback"} <= set(out)
@@ -67,6 +67,8 @@ def test_json_has_every_figure_and_they_add_up() -> None:
     pg = next(r for r in out["results"] if r["transport"] == "pg")
     assert pg["staging_s"] == 0.0  # nothing staged: its send is the transfer
     assert out["loopback_gbps"] > 0
+    labels = ["loopback", "http", "http-chunked:2", "pg"]
+    assert [w["transport"] for w in out["warmup"]] == labels  # one round, not counted
     best = max(r["end_to_end_gbps"] for r in out["results"])
     assert out["best_ratio_to_loopback"] == pytest.approx(best / out["loopback_gbps"], abs=2e-3)
 
@@ -84,3 +86,14 @@ def test_a_wrong_option_is_one_error_line() -> None:
     done = _bench("--transports", "http,ftp", "--size-gb", "0.004")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "Error: --transports: 'ftp' is not one of http, http-chunked, pg\n"
+
+
+def test_a_stale_or_wrong_tensor_is_caught() -> None:
+    """Each transfer fills values of its own: a joiner left with the previous transfer's
+    tensors (a transport that wrote nothing) fails the check."""
+    state = {f"t{i}": torch.zeros(3) for i in range(4)}
+    heal_speed.fill(state, 7)
+    assert heal_speed.wrong_tensors(state, 7) == []
+    assert heal_speed.wrong_tensors(state, 8) == ["t0", "t1", "t2", "t3"]
+    state["t2"][1] = 0.5
+    assert heal_speed.wrong_tensors(state, 7) == ["t2"]

@@ -295,7 +295,7 @@ HEAL_TRANSPORTS = ["http", "http-chunked", "pg"]
 TRANSPORT_LINES = {
     "http": "HTTPTransport, survivor waits up to 600 s for a healing peer's download (one stream)",
     "http-chunked": "HTTPTransport, survivor waits up to 600 s for a healing peer's download "
-    "(4 parallel chunks)",
+    "(8 parallel chunks)",
     "pg": "PGTransport, survivor waits up to 600 s for each tensor sent (in-place receive, "
     "through cpu)",
 }
@@ -306,7 +306,8 @@ def _assert_healed_through(res: dict, heal_transport: str) -> None:
     name their URL, one `/full` or a `/metadata` and one per chunk; PGTransport's survivor
     times its `send tensors` and the joiner fetches no URL."""
     fetched = re.findall(r"fetching checkpoint from http://\S+/(\w+) took", res["r1b"].text())
-    expected = {"http": ["full"], "http-chunked": ["0", "1", "2", "3", "metadata"], "pg": []}
+    chunks = [str(i) for i in range(8)]  # FTSLURM_HEAL_CHUNKS's default
+    expected = {"http": ["full"], "http-chunked": [*chunks, "metadata"], "pg": []}
     assert sorted(set(fetched)) == expected[heal_transport], fetched
     assert ("send tensors took" in res["r0"].text()) == (heal_transport == "pg")
 

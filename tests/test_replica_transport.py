@@ -41,7 +41,7 @@ def test_the_knobs_select_the_option_and_its_chunks() -> None:
         transport.Choice("http")  # chunks only count for http-chunked
     )
     chunked = transport.choice({"FTSLURM_HEAL_TRANSPORT": "http-chunked"})
-    assert chunked == transport.Choice("http-chunked", 4) and chunked.label == "http-chunked:4"
+    assert chunked == transport.Choice("http-chunked", 8) and chunked.label == "http-chunked:8"
     assert transport.OPTIONS == knobs.KNOBS["FTSLURM_HEAL_TRANSPORT"].choices
     with pytest.raises(UserError, match="FTSLURM_HEAL_TRANSPORT='ftp' is not supported"):
         knobs.check({"FTSLURM_HEAL_TRANSPORT": "ftp"})
