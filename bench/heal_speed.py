@@ -1,0 +1,418 @@
+"""How fast a healing replica gets the survivor's state, per checkpoint transport option
+(ftslurm/replica/transport.py), against the TCP loopback moving the same bytes.
+
+Why: a heal pauses the job, and torchft's default (one HTTP stream) moved an 8B heal at
+0.63-0.73 GB/s on an H100 (issue 29). Here two processes stand for the two replicas on this
+machine: the survivor holds a state of --size-gb of float32 tensors shaped like Llama 3 8B
+layers (smaller dims for tiny sizes), the joiner holds the same tensors (its own model, to be
+overwritten). Per option and run:
+- staging: the survivor's `send_checkpoint` until the checkpoint can be fetched (HTTP: a
+  copy to host memory, a no-op for CPU tensors; pg: none, its send is the transfer);
+- transfer: the joiner's `recv_checkpoint` from then on;
+- load: copying what it received into its own tensors (what `load_state_dict` does; with the
+  in-place pg receive they are already there, the copy still runs, as in torchtitan);
+- end to end: the survivor's start to the joiner's loaded state (the three add up).
+Loopback: the survivor's process sends the same tensors' bytes through one plain TCP
+connection (`sendall` from the tensors), the joiner's `recv_into`s its tensors: the ceiling
+of one Python stream here. Runs alternate (loopback, each option, then the next run) so that
+load from other processes hits every option alike; one untimed warm-up round goes first
+(each process's first use: threads, the HTTP client, first pages; its rates are in the
+JSON), and each run starts after a pause (--settle-s) once both processes are ready: filling
+the state wakes torch's threads, which then spin, and the HTTP runs free gigabytes. Every
+transfer carries values of its own (the survivor fills them before it); after it the joiner
+checks every tensor; a wrong or stale value exits 1.
+
+Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 8] [--json]
+     [--transports http,http-chunked,pg] [--device cpu|cuda] [--warmup 1] [--settle-s 1]
+Prints a table, or with --json one object: size_bytes, results (per option: medians of
+end_to_end_gbps, staging_s, transfer_s, load_s; spread = (max-min)/median of the end-to-end
+seconds; runs: every run's figures), loopback_gbps (median), loopback_spread,
+loopback_runs_gbps, warmup (the warm-up rounds' rates), best_ratio_to_loopback (the best
+option's median rate / the loopback's median rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import socket
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ftslurm import knobs
+from ftslurm.replica import transport
+
+DIM, KV_DIM, HIDDEN = 4096, 1024, 14336  # Llama 3 8B: model dim, 8 KV heads x 128, FFN
+TIMEOUT = timedelta(seconds=600)
+GB = 1e9
+
+
+def layer_shapes(scale: int = 1) -> list[tuple[str, tuple[int, ...]]]:
+    """One transformer layer's tensors (torchtitan's names), dims divided by `scale`."""
+    d, kv, h = DIM // scale, KV_DIM // scale, HIDDEN // scale
+    return [("attention.wq.weight", (d, d)), ("attention.wk.weight", (kv, d)),
+            ("attention.wv.weight", (kv, d)), ("attention.wo.weight", (d, d)),
+            ("feed_forward.w1.weight", (h, d)), ("feed_forward.w2.weight", (d, h)),
+            ("feed_forward.w3.weight", (h, d)), ("attention_norm.weight", (d,)),
+            ("ffn_norm.weight", (d,))]  # fmt: skip
+
+
+def state_shapes(size_bytes: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Whole layers' tensors, in layer order, up to `size_bytes` of float32 (the last layer may
+    be partial); dims shrink by powers of 2 until two layers fit, so a tiny state still has
+    many tensors."""
+
+    def nbytes(shape: tuple[int, ...]) -> int:
+        n = 4
+        for d in shape:
+            n *= d
+        return n
+
+    scale = 1
+    while scale < 64 and 2 * sum(nbytes(s) for _, s in layer_shapes(scale)) > size_bytes:
+        scale *= 2
+    out, total, layer = [], 0, 0
+    while True:
+        for name, shape in layer_shapes(scale):
+            if total + nbytes(shape) > size_bytes:
+                return out
+            out.append((f"layers.{layer}.{name}", shape))
+            total += nbytes(shape)
+        layer += 1
+
+
+def fill(state: dict[str, Any], seq: int) -> None:
+    """Tensor i of transfer `seq` holds one value, different per tensor and transfer."""
+    for i, t in enumerate(state.values()):
+        t.fill_(float((seq * 1009 + i) % 65521))
+
+
+def wrong_tensors(state: dict[str, Any], seq: int) -> list[str]:
+    return [name for i, (name, t) in enumerate(state.items())
+            if not bool((t == float((seq * 1009 + i) % 65521)).all())]  # fmt: skip
+
+
+def checkpoint(model: dict[str, Any], run: int) -> dict[str, Any]:
+    """What a torchft Manager sends: the user's state and torchft's own (non-tensor) leaves."""
+    return {
+        "user": {"default": {"model": model}},
+        "torchft": {"step": run, "batches_committed": 2 * run},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The two replicas, each in its own process
+
+
+@dataclass
+class Setup:
+    shapes: list[tuple[str, tuple[int, ...]]]
+    device: str
+    choices: list[transport.Choice]
+    store_port: int
+
+
+def _quiet() -> None:
+    """No per-request lines from torchft's HTTP server, no torch warnings on the bench's
+    stderr (torch.frombuffer on a read-only buffer, inside torchft)."""
+    import http.server
+
+    http.server.BaseHTTPRequestHandler.log_message = lambda *a, **k: None  # type: ignore
+    warnings.simplefilter("ignore")
+
+
+def _pg(setup: Setup, rank: int) -> Any:
+    from torchft.process_group import ProcessGroupGloo, reconfigure_with_store
+
+    pg = ProcessGroupGloo(timeout=TIMEOUT)
+    reconfigure_with_store(pg, f"localhost:{setup.store_port}/heal", rank, 2)
+    return pg
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def survivor(conn: Connection, barrier: Any, setup: Setup) -> None:
+    """Holds the state; per command: fill it, then send it by one option or the loopback."""
+    import torch
+
+    _quiet()
+    state = {n: torch.empty(s, device=setup.device) for n, s in setup.shapes}
+    pg = _pg(setup, 0) if any(c.option == "pg" for c in setup.choices) else None
+    made = {c.label: transport.build(c, TIMEOUT, pg=pg, device=torch.device("cpu"))
+            for c in setup.choices}  # fmt: skip
+    conn.send({label: t.metadata() for label, t in made.items()})
+    while (cmd := conn.recv()) is not None:
+        what, run, arg = cmd
+        fill(state, run)
+        host = [t.cpu().view(torch.uint8).reshape(-1) for t in state.values()]  # the wire only
+        _sync(setup.device)
+        conn.send("ready")
+        if conn.recv() != "go":
+            break
+        barrier.wait()
+        t0 = time.monotonic()
+        if what == "loopback":
+            with socket.create_connection(("127.0.0.1", arg)) as sock:
+                for t in host:
+                    sock.sendall(memoryview(t.numpy()))
+            conn.send({"t0": t0, "staged_at": t0})
+            continue
+        del host
+        chosen = made[what]
+        chosen.send_checkpoint([1], run, checkpoint(state, run), TIMEOUT)
+        # pg: nothing to stage, send_checkpoint returns when the joiner has everything
+        staged_at = t0 if what == "pg" else time.monotonic()
+        conn.send({"t0": t0, "staged_at": staged_at})
+        if conn.recv() != "done":
+            break
+        chosen.disallow_checkpoint()  # what the survivor's should_commit does: waits for readers
+    for t in made.values():
+        t.shutdown(wait=False)
+
+
+def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
+    """Holds its own copy of the tensors (its model); per command: receive and load them."""
+    import torch
+
+    _quiet()
+    live = {n: torch.zeros(s, device=setup.device) for n, s in setup.shapes}  # touched pages
+    pg = _pg(setup, 1) if any(c.option == "pg" for c in setup.choices) else None
+    target: dict[str, Any] = {}  # the in-place receive's state dict, as the Manager's would be
+    made = {c.label: transport.build(c, TIMEOUT, pg=pg, state_dict=lambda: target,
+                                     device=torch.device("cpu"))
+            for c in setup.choices}  # fmt: skip
+    listener = socket.create_server(("127.0.0.1", 0))
+    conn.send(listener.getsockname()[1])
+    metadata = conn.recv()
+    while (cmd := conn.recv()) is not None:
+        what, run, _ = cmd
+        target.clear()
+        target.update(checkpoint(live, run))
+        _sync(setup.device)
+        conn.send("ready")
+        if conn.recv() != "go":
+            break
+        barrier.wait()
+        t0 = time.monotonic()
+        if what == "loopback":
+            sock, _ = listener.accept()
+            with sock:
+                for t in live.values():
+                    view = memoryview(t.view(torch.uint8).numpy().reshape(-1))
+                    got = 0
+                    while got < len(view):
+                        n = sock.recv_into(view[got:])
+                        if n == 0:
+                            raise ConnectionError("the survivor closed the loopback early")
+                        got += n
+            done = time.monotonic()
+            conn.send({"t0": t0, "received_at": done, "loaded_at": done, "wrong": []})
+            continue
+        got = made[what].recv_checkpoint(0, metadata[what], run, TIMEOUT)
+        received_at = time.monotonic()
+        with torch.no_grad():
+            for name, t in live.items():  # nn.Module.load_state_dict: param.copy_(input)
+                t.copy_(got["user"]["default"]["model"][name])
+        _sync(setup.device)
+        loaded_at = time.monotonic()
+        wrong = wrong_tensors(live, run)
+        if got["torchft"]["step"] != run:
+            wrong.append("torchft.step")
+        del got
+        conn.send({"t0": t0, "received_at": received_at, "loaded_at": loaded_at, "wrong": wrong})
+    for t in made.values():
+        t.shutdown(wait=False)
+    listener.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The bench: both processes, the runs in turn, the figures
+
+
+def _median_spread(values: list[float]) -> tuple[float, float]:
+    mid = statistics.median(values)
+    return mid, (max(values) - min(values)) / mid if mid else 0.0
+
+
+def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[str, Any]:
+    """Start both replicas, run every option and the loopback `args.runs` times in turn."""
+    ctx = mp.get_context("spawn")  # a forked child of a process that ran torch ops can hang
+    shapes = state_shapes(int(args.size_gb * GB))
+    size = sum(4 * _numel(s) for _, s in shapes)
+    store = None
+    if any(c.option == "pg" for c in choices):
+        from torch.distributed import TCPStore
+
+        store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
+    setup = Setup(shapes, args.device, choices, store.port if store is not None else 0)
+    barrier = ctx.Barrier(2)
+    (s_conn, s_child), (j_conn, j_child) = ctx.Pipe(), ctx.Pipe()
+    procs = [ctx.Process(target=survivor, args=(s_child, barrier, setup), daemon=True),
+             ctx.Process(target=joiner, args=(j_child, barrier, setup), daemon=True)]  # fmt: skip
+    for p in procs:
+        p.start()
+    rows: dict[str, list[dict[str, float]]] = {c.label: [] for c in choices}
+    loopback: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []  # the warm-up rounds' rates, reported, not counted
+    try:
+        port = j_conn.recv()
+        j_conn.send(s_conn.recv())  # the survivor's addresses (HTTP) to the joiner
+        seq = 0  # each transfer carries values of its own: a stale tensor cannot pass
+        for run in range(1 - args.warmup, args.runs + 1):  # runs < 1: the warm-up rounds
+            for what in ["loopback", *rows]:
+                seq += 1
+                s_conn.send((what, seq, port))
+                j_conn.send((what, seq, None))
+                if (s_conn.recv(), j_conn.recv()) != ("ready", "ready"):
+                    raise SystemExit(f"{what}, run {run}: a replica process did not get ready")
+                # the fill's and the last run's after-effects (idle threads spinning, freed
+                # memory) settle first: a heal does not start right after either
+                time.sleep(args.settle_s)
+                s_conn.send("go")
+                j_conn.send("go")
+                sent, got = s_conn.recv(), j_conn.recv()
+                if what == "loopback":
+                    gbps = size / (got["received_at"] - sent["t0"]) / GB
+                    (loopback if run > 0 else warm).append({"transport": what, "gbps": gbps})
+                    continue
+                s_conn.send("done")
+                if got["wrong"]:
+                    raise SystemExit(f"{what}, run {run}: wrong values in {got['wrong'][:5]}")
+                start, staged = sent["t0"], max(sent["staged_at"], sent["t0"])
+                seconds = got["loaded_at"] - start
+                row = {"end_to_end_s": seconds, "end_to_end_gbps": size / seconds / GB,
+                       "staging_s": staged - start, "transfer_s": got["received_at"] - staged,
+                       "load_s": got["loaded_at"] - got["received_at"]}  # fmt: skip
+                if run > 0:
+                    rows[what].append(row)
+                else:
+                    warm.append({"transport": what, "gbps": row["end_to_end_gbps"]})
+                if not args.json:
+                    label = f"run {run}" if run > 0 else "warm-up"
+                    print(f"  {label:<7} {what:<16} {row['end_to_end_gbps']:5.2f} GB/s", flush=True)
+    finally:
+        for conn in (s_conn, j_conn):
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    results = []
+    for label, runs in rows.items():
+        gbps, _ = _median_spread([r["end_to_end_gbps"] for r in runs])
+        _, spread = _median_spread([r["end_to_end_s"] for r in runs])
+        results.append({"transport": label, "end_to_end_gbps": round(gbps, 3),
+                        "staging_s": round(statistics.median(r["staging_s"] for r in runs), 4),
+                        "transfer_s": round(statistics.median(r["transfer_s"] for r in runs), 4),
+                        "load_s": round(statistics.median(r["load_s"] for r in runs), 4),
+                        "spread": round(spread, 3),
+                        "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+                        })  # fmt: skip
+    loop_gbps, loop_spread = _median_spread([r["gbps"] for r in loopback])
+    best = max((r["end_to_end_gbps"] for r in results), default=0.0)
+    return {"size_bytes": size, "tensors": len(shapes), "device": args.device,
+            "runs": args.runs, "warmup_rounds": args.warmup, "results": results,
+            "loopback_gbps": round(loop_gbps, 3),
+            "loopback_spread": round(loop_spread, 3),
+            "loopback_runs_gbps": [round(r["gbps"], 3) for r in loopback],
+            "warmup": [{**r, "gbps": round(r["gbps"], 3)} for r in warm],
+            "best_ratio_to_loopback": round(best / loop_gbps, 3) if loop_gbps else 0.0}  # fmt: skip
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _choices(names: str, chunks: str) -> list[transport.Choice]:
+    out = []
+    for name in names.split(","):
+        if name not in transport.OPTIONS:
+            raise ValueError(f"--transports: {name!r} is not one of {', '.join(transport.OPTIONS)}")
+        if name == "http-chunked":
+            try:
+                counts = [int(n) for n in chunks.split(",")]
+            except ValueError:
+                raise ValueError(
+                    f"--chunks {chunks!r}: expected whole numbers, e.g. 4 or 2,4,8"
+                ) from None
+            out += [transport.Choice(name, n) for n in counts]
+        else:
+            out.append(transport.Choice(name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-gb", type=float, default=2.0, help="state size, GB (1e9 bytes) [2]")
+    ap.add_argument("--runs", type=int, default=3, help="runs per option [3]")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed rounds first [1]: each process's first use of a transport "
+                    "(threads, the HTTP client, first pages) that a trainer has paid")  # fmt: skip
+    chunks = str(knobs.KNOBS["FTSLURM_HEAL_CHUNKS"].default)
+    ap.add_argument(
+        "--chunks",
+        default=chunks,
+        help=f"http-chunked chunk counts, comma-separated [{chunks}, FTSLURM_HEAL_CHUNKS's]",
+    )
+    ap.add_argument("--transports", default=",".join(transport.OPTIONS),
+                    help=f"options, comma-separated [{','.join(transport.OPTIONS)}]")  # fmt: skip
+    ap.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where both states live [cpu]"
+    )
+    ap.add_argument("--settle-s", type=float, default=1.0,
+                    help="pause before each run, seconds [1]: after filling the survivor's "
+                    "state and the previous run's frees, torch's idle threads stop")  # fmt: skip
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    try:
+        choices = _choices(args.transports, args.chunks)
+    except ValueError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    if args.runs < 1 or args.warmup < 0 or args.size_gb <= 0:
+        print("Error: --runs must be at least 1, --warmup 0 or more, --size-gb above 0",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"Error: --device cuda: no CUDA device here (torch {torch.__version__})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    figures = measure(args, choices)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(f"state: {figures['size_bytes'] / GB:.3f} GB, {figures['tensors']} float32 tensors on "
+          f"{args.device}; medians of {args.runs} runs; spread = (max-min)/median")  # fmt: skip
+    print(f"{'option':<16} {'GB/s':>6} {'staging':>8} {'transfer':>9} {'load':>7} {'spread':>7}")
+    for r in figures["results"]:
+        print(f"{r['transport']:<16} {r['end_to_end_gbps']:6.2f} {r['staging_s']:7.3f}s "
+              f"{r['transfer_s']:8.3f}s {r['load_s']:6.3f}s {r['spread']:7.1%}")  # fmt: skip
+    loop = figures["loopback_gbps"]
+    print(f"{'TCP loopback':<16} {loop:6.2f}{'':27} {figures['loopback_spread']:7.1%}")
+    print(f"best / loopback: {figures['best_ratio_to_loopback']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
