@@ -36,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
+import resource
 import socket
 import statistics
 import sys
@@ -117,6 +119,22 @@ class Setup:
     device: str
     choices: list[transport.Choice]
     store_port: int
+    cpus: tuple[int, int] | None = None  # (survivor's, joiner's) CPU, or not pinned
+
+
+def pin(cpu: int | None) -> None:
+    """Every thread of this process (and the ones it starts later: gloo's, torch's, the HTTP
+    server's) onto one CPU: the two replicas of a real heal run on two machines."""
+    if cpu is None:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+
+
+def pair_of_cpus(wanted: bool) -> tuple[int, int] | None:
+    """Two CPUs of this process's set, one per replica; None when not wanted or fewer than 2."""
+    cpus = sorted(os.sched_getaffinity(0)) if wanted else []
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
 
 
 def _quiet() -> None:
@@ -136,6 +154,34 @@ def _pg(setup: Setup, rank: int) -> Any:
     return pg
 
 
+def _usage() -> dict[str, float]:
+    """This process's CPU seconds (all its threads: gloo's, torch's, the HTTP server's), page
+    faults and involuntary context switches so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "sys_s": ru.ru_stime, "minflt": ru.ru_minflt,
+            "majflt": ru.ru_majflt, "nivcsw": ru.ru_nivcsw}  # fmt: skip
+
+
+def _since(before: dict[str, float]) -> dict[str, float]:
+    now = _usage()
+    return {k: now[k] - before[k] for k in before}
+
+
+def machine_cpu() -> dict[str, float]:
+    """The whole machine's CPU seconds so far (/proc/stat): busy (every process's, the
+    kernel's), idle (with iowait) and steal (time the hypervisor ran something else on our
+    virtual CPUs). Zeros where /proc/stat is not there."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return {"busy_s": 0.0, "idle_s": 0.0, "steal_s": 0.0}
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"busy_s": (user + nice + system + irq + softirq) / hz,
+            "idle_s": (idle + iowait) / hz, "steal_s": steal / hz}  # fmt: skip
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         import torch
@@ -145,6 +191,7 @@ def _sync(device: str) -> None:
 
 def survivor(conn: Connection, barrier: Any, setup: Setup) -> None:
     """Holds the state; per command: fill it, then send it by one option or the loopback."""
+    pin(setup.cpus[0] if setup.cpus else None)
     import torch
 
     _quiet()
@@ -162,12 +209,13 @@ def survivor(conn: Connection, barrier: Any, setup: Setup) -> None:
         if conn.recv() != "go":
             break
         barrier.wait()
+        used = _usage()
         t0 = time.monotonic()
         if what == "loopback":
             with socket.create_connection(("127.0.0.1", arg)) as sock:
                 for t in host:
                     sock.sendall(memoryview(t.numpy()))
-            conn.send({"t0": t0, "staged_at": t0})
+            conn.send({"t0": t0, "staged_at": t0, "usage": _since(used)})
             continue
         del host
         chosen = made[what]
@@ -178,12 +226,14 @@ def survivor(conn: Connection, barrier: Any, setup: Setup) -> None:
         if conn.recv() != "done":
             break
         chosen.disallow_checkpoint()  # what the survivor's should_commit does: waits for readers
+        conn.send(_since(used))  # HTTP: with its server threads' serving
     for t in made.values():
         t.shutdown(wait=False)
 
 
 def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
     """Holds its own copy of the tensors (its model); per command: receive and load them."""
+    pin(setup.cpus[1] if setup.cpus else None)
     import torch
 
     _quiet()
@@ -205,6 +255,7 @@ def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
         if conn.recv() != "go":
             break
         barrier.wait()
+        used = _usage()
         t0 = time.monotonic()
         if what == "loopback":
             sock, _ = listener.accept()
@@ -218,7 +269,8 @@ def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
                             raise ConnectionError("the survivor closed the loopback early")
                         got += n
             done = time.monotonic()
-            conn.send({"t0": t0, "received_at": done, "loaded_at": done, "wrong": []})
+            conn.send({"t0": t0, "received_at": done, "loaded_at": done, "wrong": [],
+                       "usage": _since(used)})  # fmt: skip
             continue
         got = made[what].recv_checkpoint(0, metadata[what], run, TIMEOUT)
         received_at = time.monotonic()
@@ -227,11 +279,13 @@ def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
                 t.copy_(got["user"]["default"]["model"][name])
         _sync(setup.device)
         loaded_at = time.monotonic()
-        wrong = wrong_tensors(live, run)
+        conn.send({"t0": t0, "received_at": received_at, "loaded_at": loaded_at,
+                   "usage": _since(used)})  # fmt: skip
+        wrong = wrong_tensors(live, run)  # after the figures: not in the run's CPU time
         if got["torchft"]["step"] != run:
             wrong.append("torchft.step")
         del got
-        conn.send({"t0": t0, "received_at": received_at, "loaded_at": loaded_at, "wrong": wrong})
+        conn.send(wrong)
     for t in made.values():
         t.shutdown(wait=False)
     listener.close()
@@ -239,6 +293,87 @@ def joiner(conn: Connection, barrier: Any, setup: Setup) -> None:
 
 # --------------------------------------------------------------------------------------------
 # The bench: both processes, the runs in turn, the figures
+
+
+QUIET_BUSY = 0.15  # CPUs' worth of busy time below which the machine counts as quiet
+QUIET_WINDOW_S = 0.5
+
+
+def wait_quiet(limit_s: float) -> float | None:
+    """Wait (at most `limit_s`) until the machine was quiet for a whole window: less than
+    QUIET_BUSY of a CPU busy (both replica processes are idle then, so this is other load: the
+    machine is shared, and a run that starts under someone's test measures both). Returns the
+    seconds waited, None when the limit passed first (the run then goes ahead: every run is
+    reported, with the other load it met in its "cpu" record)."""
+    if limit_s <= 0:
+        return 0.0
+    start = time.monotonic()
+    while True:
+        before = machine_cpu()
+        time.sleep(QUIET_WINDOW_S)
+        busy = machine_cpu()["busy_s"] - before["busy_s"]
+        waited = time.monotonic() - start
+        if busy < QUIET_BUSY * QUIET_WINDOW_S:
+            return round(waited, 2)
+        if waited >= limit_s:
+            return None
+
+
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """Every process's (and kernel thread's) name and CPU seconds so far, from /proc."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name, rest = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
+        out[int(pid)] = (name, (int(rest[11]) + int(rest[12])) / hz)  # utime, stime
+    return out
+
+
+def _busiest_others(
+    before: dict[int, tuple[str, float]], ours: set[int], top: int = 3
+) -> list[list[Any]]:
+    """The other processes that ran most since `before`: [name, CPU seconds]."""
+    used = []
+    for pid, (name, cpu) in process_cpu().items():
+        if pid not in ours:
+            d = cpu - before.get(pid, (name, 0.0))[1]
+            if d > 0:
+                used.append([name, round(d, 2)])
+    return sorted(used, key=lambda u: -u[1])[:top]
+
+
+def _cpu_record(
+    machine: dict[str, float],
+    survivor: dict[str, float],
+    joiner: dict[str, float],
+    procs_before: dict[int, tuple[str, float]] | None = None,
+    ours: set[int] | None = None,
+) -> dict[str, Any]:
+    """Where the CPU went during one run: the machine's busy and steal seconds (from just
+    before the start to both processes' end), the bench's two processes' own CPU seconds, page
+    faults and involuntary switches, and the rest of the machine's busy time ("others": other
+    processes and the kernel's work on no one's account). A run that is slow because of other
+    load shows it here."""
+    after = machine_cpu()
+    busy = after["busy_s"] - machine["busy_s"]
+    bench_s = survivor["cpu_s"] + joiner["cpu_s"]
+    steal = after["steal_s"] - machine["steal_s"]
+    return {"machine_busy_s": round(busy, 2), "steal_s": round(steal, 2),
+            "ours_s": round(bench_s, 2), "others_s": round(max(busy - bench_s, 0.0), 2),
+            "survivor_cpu_s": round(survivor["cpu_s"], 2),
+            "joiner_cpu_s": round(joiner["cpu_s"], 2),
+            "kernel_s": round(survivor["sys_s"] + joiner["sys_s"], 2),
+            "minflt": int(survivor["minflt"] + joiner["minflt"]),
+            "majflt": int(survivor["majflt"] + joiner["majflt"]),
+            "nivcsw": int(survivor["nivcsw"] + joiner["nivcsw"]),
+            "busiest_others": _busiest_others(procs_before or {}, ours or set())}  # fmt: skip
 
 
 def _median_spread(values: list[float]) -> tuple[float, float]:
@@ -256,13 +391,15 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
         from torch.distributed import TCPStore
 
         store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    setup = Setup(shapes, args.device, choices, store.port if store is not None else 0)
+    setup = Setup(shapes, args.device, choices, store.port if store is not None else 0,
+                  pair_of_cpus(args.pin))  # fmt: skip
     barrier = ctx.Barrier(2)
     (s_conn, s_child), (j_conn, j_child) = ctx.Pipe(), ctx.Pipe()
     procs = [ctx.Process(target=survivor, args=(s_child, barrier, setup), daemon=True),
              ctx.Process(target=joiner, args=(j_child, barrier, setup), daemon=True)]  # fmt: skip
     for p in procs:
         p.start()
+    ours = {os.getpid(), *(p.pid for p in procs)}
     rows: dict[str, list[dict[str, float]]] = {c.label: [] for c in choices}
     loopback: list[dict[str, Any]] = []
     warm: list[dict[str, Any]] = []  # the warm-up rounds' rates, reported, not counted
@@ -280,21 +417,31 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
                 # the fill's and the last run's after-effects (idle threads spinning, freed
                 # memory) settle first: a heal does not start right after either
                 time.sleep(args.settle_s)
+                waited = wait_quiet(args.quiet_wait_s)
+                procs_before = process_cpu()
+                machine = machine_cpu()
                 s_conn.send("go")
                 j_conn.send("go")
                 sent, got = s_conn.recv(), j_conn.recv()
+                if what != "loopback":
+                    s_conn.send("done")
+                    sent["usage"] = s_conn.recv()
+                cpu = _cpu_record(machine, sent["usage"], got["usage"], procs_before, ours)
+                cpu["waited_for_quiet_s"] = waited
+                if what != "loopback":
+                    got["wrong"] = j_conn.recv()
                 if what == "loopback":
                     gbps = size / (got["received_at"] - sent["t0"]) / GB
-                    (loopback if run > 0 else warm).append({"transport": what, "gbps": gbps})
+                    (loopback if run > 0 else warm).append({"transport": what, "gbps": gbps,
+                                                            "cpu": cpu})  # fmt: skip
                     continue
-                s_conn.send("done")
                 if got["wrong"]:
                     raise SystemExit(f"{what}, run {run}: wrong values in {got['wrong'][:5]}")
                 start, staged = sent["t0"], max(sent["staged_at"], sent["t0"])
                 seconds = got["loaded_at"] - start
                 row = {"end_to_end_s": seconds, "end_to_end_gbps": size / seconds / GB,
                        "staging_s": staged - start, "transfer_s": got["received_at"] - staged,
-                       "load_s": got["loaded_at"] - got["received_at"]}  # fmt: skip
+                       "load_s": got["loaded_at"] - got["received_at"], "cpu": cpu}  # fmt: skip
                 if run > 0:
                     rows[what].append(row)
                 else:
@@ -321,15 +468,18 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
                         "transfer_s": round(statistics.median(r["transfer_s"] for r in runs), 4),
                         "load_s": round(statistics.median(r["load_s"] for r in runs), 4),
                         "spread": round(spread, 3),
-                        "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+                        "runs": [{k: v if isinstance(v, dict) else round(v, 4)
+                                  for k, v in r.items()} for r in runs],
                         })  # fmt: skip
     loop_gbps, loop_spread = _median_spread([r["gbps"] for r in loopback])
     best = max((r["end_to_end_gbps"] for r in results), default=0.0)
     return {"size_bytes": size, "tensors": len(shapes), "device": args.device,
             "runs": args.runs, "warmup_rounds": args.warmup, "results": results,
+            "pinned_cpus": list(setup.cpus) if setup.cpus else None,
             "loopback_gbps": round(loop_gbps, 3),
             "loopback_spread": round(loop_spread, 3),
             "loopback_runs_gbps": [round(r["gbps"], 3) for r in loopback],
+            "loopback_runs_cpu": [r["cpu"] for r in loopback],
             "warmup": [{**r, "gbps": round(r["gbps"], 3)} for r in warm],
             "best_ratio_to_loopback": round(best / loop_gbps, 3) if loop_gbps else 0.0}  # fmt: skip
 
@@ -380,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle-s", type=float, default=1.0,
                     help="pause before each run, seconds [1]: after filling the survivor's "
                     "state and the previous run's frees, torch's idle threads stop")  # fmt: skip
+    ap.add_argument("--quiet-wait-s", type=float, default=30.0,
+                    help="before each run, wait up to this long for a quiet machine (other "
+                    "load under 0.15 CPU for 0.5 s) [30]; 0: do not wait")  # fmt: skip
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
+                    help="each replica's process on a CPU of its own [off]")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     try:

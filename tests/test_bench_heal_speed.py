@@ -47,7 +47,8 @@ def test_the_state_is_llama_layers_up_to_the_size() -> None:
 
 
 def test_json_has_every_figure_and_they_add_up() -> None:
-    done = _bench("--size-gb", "0.004", "--runs", "1", "--chunks", "2", "--settle-s", "0", "--json")
+    done = _bench("--size-gb", "0.004", "--runs", "1", "--chunks", "2", "--settle-s", "0",
+                  "--quiet-wait-s", "0", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert {"size_bytes", "results", "loopback_gbps", "best_ratio_to_loopback"} <= set(out)
@@ -64,7 +65,14 @@ def test_json_has_every_figure_and_they_add_up() -> None:
         assert run["end_to_end_gbps"] == pytest.approx(
             out["size_bytes"] / run["end_to_end_s"] / 1e9, rel=1e-2
         )
+        cpu = run["cpu"]  # where the CPU went in that run: a slow run says why
+        assert cpu["ours_s"] == pytest.approx(
+            cpu["survivor_cpu_s"] + cpu["joiner_cpu_s"], abs=0.011
+        )
+        assert cpu["others_s"] >= 0 and cpu["steal_s"] >= 0 and cpu["waited_for_quiet_s"] == 0
+        assert isinstance(cpu["busiest_others"], list)
     pg = next(r for r in out["results"] if r["transport"] == "pg")
+    assert out["pinned_cpus"] is None and len(out["loopback_runs_cpu"]) == 1
     assert pg["staging_s"] == 0.0  # nothing staged: its send is the transfer
     assert out["loopback_gbps"] > 0
     labels = ["loopback", "http", "http-chunked:2", "pg"]
@@ -97,3 +105,51 @@ def test_a_stale_or_wrong_tensor_is_caught() -> None:
     assert heal_speed.wrong_tensors(state, 8) == ["t0", "t1", "t2", "t3"]
     state["t2"][1] = 0.5
     assert heal_speed.wrong_tensors(state, 7) == ["t2"]
+
+
+def test_the_machines_cpu_counters_move_with_work() -> None:
+    """/proc/stat's busy seconds grow by the CPU a busy loop burns; the loop's own process is in
+    process_cpu() with its time."""
+    import os
+    import time
+
+    before, procs = heal_speed.machine_cpu(), heal_speed.process_cpu()
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    after = heal_speed.machine_cpu()
+    assert after["busy_s"] - before["busy_s"] >= 0.2
+    assert heal_speed.process_cpu()[os.getpid()][1] - procs[os.getpid()][1] >= 0.2
+    assert max(cpu for _, cpu in heal_speed._busiest_others(procs, set())) >= 0.2  # this one
+
+
+def test_wait_quiet_gives_up_at_its_limit_under_load() -> None:
+    """Limit 0: no wait. Under load (a process spinning a whole CPU) the wait ends at its limit
+    with None, and the run goes ahead."""
+    assert heal_speed.wait_quiet(0) == 0.0
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    spinner = ctx.Process(target=_spin, args=(3.0,), daemon=True)
+    spinner.start()
+    try:
+        assert heal_speed.wait_quiet(1.0) is None
+    finally:
+        spinner.kill()
+        spinner.join(timeout=10)
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_two_cpus_or_none() -> None:
+    assert heal_speed.pair_of_cpus(False) is None
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert heal_speed.pair_of_cpus(True) == ((cpus[0], cpus[1]) if len(cpus) >= 2 else None)
