@@ -530,9 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle-s", type=float, default=1.0,
                     help="pause before each run, seconds [1]: after filling the survivor's "
                     "state and the previous run's frees, torch's idle threads stop")  # fmt: skip
-    ap.add_argument("--quiet-wait-s", type=float, default=30.0,
+    ap.add_argument("--quiet-wait-s", type=float, default=10.0,
                     help="before each run, wait up to this long for a quiet machine (other "
-                    "load under 0.15 CPU for 0.5 s) [30]; 0: do not wait")  # fmt: skip
+                    "load under 0.15 CPU for 0.5 s) [10]; 0: do not wait")  # fmt: skip
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
                     help="each replica's process on a CPU of its own [off]")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object")
