@@ -5,6 +5,8 @@ from the same `ftslurm report` users get (its JSON). For each failure it prints:
   kill -> survivor's next committed step      (goal <= Lighthouse heartbeat timeout + 1 step)
   node DOWN -> replica running again          (Slurm only; goal <= 10 s)
   replica running -> first healed commit      (goal <= 10 s on CPU)
+  heal: the joiner's `healing required` -> `Loaded state dict.` (quorum reply, the
+        transfer FTSLURM_HEAL_TRANSPORT selects, the load), and its share of the above
 and the medians.
 
 Run (root for the Slurm backend):  python bench/recovery.py --backend both --failures 5
@@ -13,6 +15,7 @@ Run (root for the Slurm backend):  python bench/recovery.py --backend both --fai
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -40,9 +43,16 @@ def measure(backend: str, failures: int, outputs: Path) -> dict[str, list[float]
     attempts = sorted(
         (a for a in rep["attempts"] if a["attempt"] > 0), key=lambda a: _t(a["start_time"])
     )
-    rows = {"kill_to_survivor_commit": [], "down_to_running": [], "running_to_healed": []}
-    print(f"\n{backend}: {len(failures_)} failures (run dir {run_dir})")
-    print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit")
+    heals = sorted(
+        (r for r in rep["recoveries"] if r["time"] and r["healed_time"]),
+        key=lambda r: _t(r["time"]),
+    )
+    rows = {"kill_to_survivor_commit": [], "down_to_running": [], "running_to_healed": [],
+            "heal_required_to_loaded": []}  # fmt: skip
+    transport = os.environ.get("FTSLURM_HEAL_TRANSPORT", "default")
+    print(f"\n{backend}: {len(failures_)} failures (run dir {run_dir}), heal transport {transport}")
+    print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit"
+          "   heal: required -> loaded (share)")  # fmt: skip
     for i, f in enumerate(failures_):
         nxt = attempts[i] if i < len(attempts) else None
         a = to_commit[i] if i < len(to_commit) else None
@@ -56,14 +66,18 @@ def measure(backend: str, failures: int, outputs: Path) -> dict[str, list[float]
             if nxt and nxt["first_commit_time"]
             else None
         )
-        for key, v in zip(rows, (a, b, c), strict=True):
+        h = _t(heals[i]["healed_time"]) - _t(heals[i]["time"]) if i < len(heals) else None
+        for key, v in zip(rows, (a, b, c, h), strict=True):
             if v is not None:
                 rows[key].append(v)
-        print(f"  {i + 1}  {_fmt(a)}                {_fmt(b)}               {_fmt(c)}")
+        share = f" ({h / c:5.1%})" if h is not None and c else ""
+        print(f"  {i + 1}  {_fmt(a)}                {_fmt(b)}               {_fmt(c)}"
+              f"             {_fmt(h)}{share}")  # fmt: skip
     med = {k: statistics.median(v) if v else None for k, v in rows.items()}
     print(
         f"  median {_fmt(med['kill_to_survivor_commit'])}                "
         f"{_fmt(med['down_to_running'])}               {_fmt(med['running_to_healed'])}"
+        f"             {_fmt(med['heal_required_to_loaded'])}"
     )
     return rows
 
