@@ -48,7 +48,7 @@ def test_the_state_is_llama_layers_up_to_the_size() -> None:
 
 def test_json_has_every_figure_and_they_add_up() -> None:
     done = _bench("--size-gb", "0.004", "--runs", "1", "--chunks", "2", "--settle-s", "0",
-                  "--quiet-wait-s", "0", "--json")  # fmt: skip
+                  "--quiet-wait-s", "0", "--extra-rounds", "0", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert {"size_bytes", "results", "loopback_gbps", "best_ratio_to_loopback"} <= set(out)
@@ -73,6 +73,9 @@ def test_json_has_every_figure_and_they_add_up() -> None:
         assert isinstance(cpu["busiest_others"], list)
     pg = next(r for r in out["results"] if r["transport"] == "pg")
     assert out["pinned_cpus"] is None and len(out["loopback_runs_cpu"]) == 1
+    for r in out["results"]:  # one run, counted whether or not other load disturbed it
+        assert r["counted_runs"] == 1 and r["all_runs_gbps"] == r["end_to_end_gbps"]
+        assert r["disturbed_runs"] == int(r["runs"][0]["cpu"]["disturbed"])
     assert pg["staging_s"] == 0.0  # nothing staged: its send is the transfer
     assert out["loopback_gbps"] > 0
     labels = ["loopback", "http", "http-chunked:2", "pg"]
@@ -153,3 +156,24 @@ def test_two_cpus_or_none() -> None:
 
     cpus = sorted(os.sched_getaffinity(0))
     assert heal_speed.pair_of_cpus(True) == ((cpus[0], cpus[1]) if len(cpus) >= 2 else None)
+
+
+def _cpu(others: float = 0.0, steal: float = 0.0, waited: float | None = 0.0) -> dict:
+    return {"others_s": others, "steal_s": steal, "waited_for_quiet_s": waited}
+
+
+def test_a_run_is_disturbed_by_other_load_not_by_its_speed() -> None:
+    assert not heal_speed.disturbed(_cpu(others=0.14), 0.5)  # limit 0.1 + 0.05
+    assert heal_speed.disturbed(_cpu(others=0.16), 0.5)
+    assert not heal_speed.disturbed(_cpu(others=0.35), 3.0)  # limit 0.4 for a 3 s run
+    assert heal_speed.disturbed(_cpu(steal=0.5), 3.0)
+    assert heal_speed.disturbed(_cpu(waited=None), 0.5)  # never got a quiet start
+
+
+def test_headline_counts_the_undisturbed_runs_when_there_are_enough() -> None:
+    calm = [{"cpu": {"disturbed": False}, "x": i} for i in range(3)]
+    hit = [{"cpu": {"disturbed": True}, "x": 9}]
+    assert heal_speed._counted(calm + hit, 3) == calm
+    assert heal_speed._counted(calm[:2] + hit, 3) == calm[:2] + hit  # too few: all of them
+    assert heal_speed._enough([calm, calm + hit], 3)
+    assert not heal_speed._enough([calm, calm[:2] + hit], 3)
