@@ -334,8 +334,12 @@ def wait_quiet(limit_s: float) -> float | None:
             return None
 
 
+PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread
+
+
 def process_cpu() -> dict[int, tuple[str, float]]:
-    """Every process's (and kernel thread's) name and CPU seconds so far, from /proc."""
+    """Every process's name and CPU seconds so far, from /proc; a kernel thread's name gets a
+    leading "[" (ksoftirqd does the loopback's packets, the bench's own traffic)."""
     hz = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in os.listdir("/proc"):
@@ -347,21 +351,29 @@ def process_cpu() -> dict[int, tuple[str, float]]:
         except OSError:
             continue
         name, rest = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
+        if int(rest[6]) & PF_KTHREAD:
+            name = f"[{name}]"
         out[int(pid)] = (name, (int(rest[11]) + int(rest[12])) / hz)  # utime, stime
     return out
 
 
-def _busiest_others(
-    before: dict[int, tuple[str, float]], ours: set[int], top: int = 3
-) -> list[list[Any]]:
-    """The other processes that ran most since `before`: [name, CPU seconds]."""
+def _others_since(before: dict[int, tuple[str, float]], ours: set[int]) -> list[list[Any]]:
+    """The other processes (and kernel threads) that ran since `before`, busiest first:
+    [name, CPU seconds]. One that started and ended in between is not seen."""
     used = []
     for pid, (name, cpu) in process_cpu().items():
         if pid not in ours:
             d = cpu - before.get(pid, (name, 0.0))[1]
             if d > 0:
                 used.append([name, round(d, 2)])
-    return sorted(used, key=lambda u: -u[1])[:top]
+    return sorted(used, key=lambda u: -u[1])
+
+
+def _busiest_others(
+    before: dict[int, tuple[str, float]], ours: set[int], top: int = 3
+) -> list[list[Any]]:
+    """The `top` other processes that ran most since `before`: [name, CPU seconds]."""
+    return _others_since(before, ours)[:top]
 
 
 def _cpu_record(
@@ -388,11 +400,20 @@ def _cpu_record(
             "minflt": int(survivor["minflt"] + joiner["minflt"]),
             "majflt": int(survivor["majflt"] + joiner["majflt"]),
             "nivcsw": int(survivor["nivcsw"] + joiner["nivcsw"]),
-            "busiest_others": _busiest_others(procs_before or {}, ours or set())}  # fmt: skip
+            **_others_record(procs_before or {}, ours or set())}  # fmt: skip
+
+
+def _others_record(before: dict[int, tuple[str, float]], ours: set[int]) -> dict[str, Any]:
+    """other_processes_s: what other user processes (not kernel threads) ran during the run,
+    the load a run can be disturbed by; and the busiest three of all."""
+    used = _others_since(before, ours)
+    user = sum(cpu for name, cpu in used if not name.startswith("["))
+    return {"other_processes_s": round(user, 2), "busiest_others": used[:3]}
 
 
 DISTURBED_RULE = (
-    "other processes' CPU (or steal) during the run above 0.1 s + 10% of the run's seconds, or "
+    "other user processes' CPU (kernel threads such as ksoftirqd, which carry the bench's own "
+    "packets, not counted) or steal during the run above 0.1 s + 10% of the run's seconds, or "
     "no quiet start within --quiet-wait-s"
 )
 
@@ -401,7 +422,11 @@ def disturbed(cpu: dict[str, Any], seconds: float) -> bool:
     """Whether other load shared the machine during a run (DISTURBED_RULE), judged from the
     CPU record alone, never from the run's speed."""
     limit = 0.1 + 0.1 * seconds
-    return cpu["others_s"] > limit or cpu["steal_s"] > limit or cpu["waited_for_quiet_s"] is None
+    return (
+        cpu["other_processes_s"] > limit
+        or cpu["steal_s"] > limit
+        or cpu["waited_for_quiet_s"] is None
+    )
 
 
 def _counted(runs: list[dict[str, Any]], wanted: int) -> list[dict[str, Any]]:

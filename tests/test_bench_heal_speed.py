@@ -124,6 +124,10 @@ def test_the_machines_cpu_counters_move_with_work() -> None:
     assert after["busy_s"] - before["busy_s"] >= 0.2
     assert heal_speed.process_cpu()[os.getpid()][1] - procs[os.getpid()][1] >= 0.2
     assert max(cpu for _, cpu in heal_speed._busiest_others(procs, set())) >= 0.2  # this one
+    names = [name for name, _ in heal_speed._others_since({}, set())]
+    assert any(n.startswith("[") for n in names)  # kernel threads are told apart
+    record = heal_speed._others_record(procs, set())
+    assert record["other_processes_s"] >= 0.2  # this process, not a kernel thread
 
 
 def test_wait_quiet_gives_up_at_its_limit_under_load() -> None:
@@ -159,7 +163,7 @@ def test_two_cpus_or_none() -> None:
 
 
 def _cpu(others: float = 0.0, steal: float = 0.0, waited: float | None = 0.0) -> dict:
-    return {"others_s": others, "steal_s": steal, "waited_for_quiet_s": waited}
+    return {"other_processes_s": others, "steal_s": steal, "waited_for_quiet_s": waited}
 
 
 def test_a_run_is_disturbed_by_other_load_not_by_its_speed() -> None:
