@@ -192,11 +192,15 @@ def _slow_heal(make_run, floor: bool) -> dict:
     assert victim is not None
     training._kill(victim)
     wait_for(lambda: r1.proc.poll() is not None, timeout=60, what="attempt 0 of replica 1 to end")
+    # attempt 1's heal is served after this point: attempt 0 may have healed too, at its start
+    # (when replica 0 had committed a step before it joined), and the kill aborts a step
+    mark = len(r0.text())
     r1b = run.start(1, attempt=1)
     served = re.compile(r"\[slow-heal\] served step (\d+): (\d+) bytes in ([\d.]+) s")
-    wait_for(lambda: served.search(r0.text()), timeout=180, what="replica 0 to serve the heal")
+    wait_for(lambda: served.search(r0.text(), mark), timeout=180,
+             what="replica 0 to serve the heal")  # fmt: skip
     text = r0.text()
-    heal = text.rfind("peers need recovery from us", 0, served.search(text).start())
+    heal = text.rfind("peers need recovery from us", mark, served.search(text, mark).start())
     assert heal >= 0, text[-3000:]
 
     def survivor_decided() -> bool:
@@ -204,10 +208,10 @@ def _slow_heal(make_run, floor: bool) -> dict:
 
     wait_for(survivor_decided, timeout=120, what="replica 0's commit decision after the heal")
     if floor:  # both go on: 2 more common committed steps, identical
-        step = int(served.search(r0.text())[1])
+        step = int(served.search(r0.text(), mark)[1])
         wait_for(lambda: len(training._common_after(r0, r1b, step)) >= 2, timeout=120,
                  what="2 common checksums after the heal")  # fmt: skip
-    m = served.search(r0.text())
+    m = served.search(r0.text(), mark)
     return {"after_heal": r0.text()[heal:], "served_s": float(m[3]), "bytes": int(m[2]),
             "r0": r0.text(), "common": training._common_after(r0, r1b, int(m[1]))}  # fmt: skip
 
