@@ -41,6 +41,14 @@
 #                                        [unset]
 #   FTSLURM_HEAL_TIMEOUT_S               a survivor's wait for a healing peer's download (torchft:
 #                                        60 s) [600]
+#   FTSLURM_HEAL_TRANSPORT               how a healing replica gets a peer's state (fix 4): one HTTP
+#                                        stream, parallel ones, or the cross-replica process group
+#                                        (received in place) (http, http-chunked or pg) [pg]
+#   FTSLURM_HEAL_CHUNKS                  parallel requests of FTSLURM_HEAL_TRANSPORT=http-chunked
+#                                        [8]
+#   FTSLURM_HEAL_MBPS                    MB/s a heal moves per rank, an estimate: fix 6 adds twice
+#                                        the heal's time (state size / this) to the cross-replica
+#                                        timeout [500]
 #   FTSLURM_CHECKSUM_EVERY               parameter checksum every N committed steps; 0 = off [50 (1
 #                                        with DEVICE=cpu)]
 #   FTSLURM_CHECKSUM_ASYNC               hash on a thread, from a pinned host copy [1 (0 with
@@ -55,6 +63,8 @@
 #                                        0: upstream's way [1]
 #   FTSLURM_FIX_FT_CHECKPOINT_RETENTION  fix 5 (fixes.py): one FT dataloader checkpoint kept; 0:
 #                                        upstream's way [1]
+#   FTSLURM_FIX_HEAL_TIMEOUT_FLOOR       fix 6 (fixes.py): a survivor's collectives outlast a peer's
+#                                        heal; 0: upstream's way [1]
 #   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
 #                                        few cores) [0.5]
 #   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica syncs after one step [1]

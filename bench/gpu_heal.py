@@ -190,6 +190,7 @@ class Heal:
             FTSLURM_CHECKSUM_ASYNC="1",
             FTSLURM_BENCH_FORCE_FSDP="1" if a.fsdp else "0",
             FTSLURM_EXTRA_ARGS=" ".join(margs),
+            FTSLURM_HEAL_TRANSPORT="http",  # what it measures: the HTTP body and fetch line
         )
         if a.device == "cuda":
             env["FTSLURM_PRESET"] = "llama3_8b_ft"

@@ -6,6 +6,8 @@ from the same `ftslurm report` users get (its JSON). For each failure it prints:
   node DOWN -> replica running again          (Slurm only; goal <= 10 s)
   replica running -> first healed commit      (goal <= 10 s on CPU)
   failure -> full strength                    (group whole again, the healed replica committed)
+  heal: the joiner's `healing required` -> `Loaded state dict.` (quorum reply, the
+        transfer FTSLURM_HEAL_TRANSPORT selects, the load), and its share of running -> healed
 and the medians, then the run's replica-step goodput beside its step ratio (both from the
 report's summary: `goodput`, `step_ratio`).
 
@@ -56,14 +58,19 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
     attempts = sorted(
         (a for a in rep["attempts"] if a["attempt"] > 0), key=lambda a: _t(a["start_time"])
     )
+    heals = sorted(
+        (r for r in rep["recoveries"] if r["time"] and r["healed_time"]),
+        key=lambda r: _t(r["time"]),
+    )
     rows: dict[str, list[float]] = {
         "kill_to_survivor_commit": [], "down_to_running": [], "running_to_healed": [],
-        "full_strength": [],
+        "full_strength": [], "heal_required_to_loaded": [],
     }  # fmt: skip
-    print(f"\n{backend}: {len(failures_)} failures, {spares} spares (run dir {run_dir})",
-          file=out)
+    transport = os.environ.get("FTSLURM_HEAL_TRANSPORT", "default")
+    print(f"\n{backend}: {len(failures_)} failures, {spares} spares (run dir {run_dir}), heal "
+          f"transport {transport}", file=out)  # fmt: skip
     print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit"
-          "   failure -> full strength", file=out)
+          "   failure -> full strength   heal: required -> loaded (share)", file=out)
     for i, f in enumerate(failures_):
         nxt = attempts[i] if i < len(attempts) else None
         a = f["to_next_commit_s"]
@@ -78,16 +85,19 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
             else None
         )
         d = f["time_to_full_strength_s"]
-        for key, v in zip(rows, (a, b, c, d), strict=True):
+        h = _t(heals[i]["healed_time"]) - _t(heals[i]["time"]) if i < len(heals) else None
+        for key, v in zip(rows, (a, b, c, d, h), strict=True):
             if v is not None:
                 rows[key].append(v)
+        share = f" ({h / c:5.1%})" if h is not None and c else ""
         print(f"  {i + 1}  {_fmt(a)}                {_fmt(b)}               {_fmt(c)}"
-              f"               {_fmt(d)}", file=out)
+              f"               {_fmt(d)}             {_fmt(h)}{share}", file=out)
     med = {k: _median(v) for k, v in rows.items()}
     print(
         f"  median {_fmt(med['kill_to_survivor_commit'])}                "
         f"{_fmt(med['down_to_running'])}               {_fmt(med['running_to_healed'])}"
-        f"               {_fmt(med['full_strength'])}", file=out,
+        f"               {_fmt(med['full_strength'])}"
+        f"             {_fmt(med['heal_required_to_loaded'])}", file=out,
     )
     sm = rep["summary"]
     g, ratio = sm["goodput"], sm["step_ratio"]
@@ -102,6 +112,8 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
         "median_detection_s": _r(med["kill_to_survivor_commit"]),
         "down_to_running_s": [_r(x) for x in rows["down_to_running"]],
         "running_to_healed_s": [_r(x) for x in rows["running_to_healed"]],
+        "heal_required_to_loaded_s": [_r(x) for x in rows["heal_required_to_loaded"]],
+        "heal_transport": transport,
         "goodput": g, "step_ratio": ratio, "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "false_drops": sm["false_drops"], "run_dir": str(run_dir),

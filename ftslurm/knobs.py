@@ -156,6 +156,7 @@ def _fix(name: str, n: int, what: str) -> Knob:
 
 
 PRESETS = ("llama3_8b_ft", "llama3_8b_diloco", "debug_cpu", "llama3_8b", "tiny")  # plan.PRESETS
+HEAL_TRANSPORTS = ("http", "http-chunked", "pg")  # transport.OPTIONS
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     # ---- read on the nodes (launcher, training worker) --------------------------------------
@@ -196,6 +197,14 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          maximum=65535, too_big="is not a port (1 to 65535)", scripts=CLASSIC),
     _seconds("FTSLURM_HEAL_TIMEOUT_S", "a survivor's wait for a healing peer's download "
              "(torchft: 60 s)", 900, default=600, scripts=FT),
+    Knob("FTSLURM_HEAL_TRANSPORT", "choice", "how a healing replica gets a peer's state (fix 4): "
+         "one HTTP stream, parallel ones, or the cross-replica process group (received in place)",
+         "pg", choices=HEAL_TRANSPORTS, scripts=FT),
+    Knob("FTSLURM_HEAL_CHUNKS", "int", "parallel requests of `FTSLURM_HEAL_TRANSPORT=http-chunked`",
+         8, minimum=1, maximum=64, scripts=FT),
+    Knob("FTSLURM_HEAL_MBPS", "int", "MB/s a heal moves per rank, an estimate: fix 6 adds twice "
+         "the heal's time (state size / this) to the cross-replica timeout", 500, minimum=1,
+         scripts=FT),
     Knob("FTSLURM_CHECKSUM_EVERY", "int", "parameter checksum every N committed steps; 0 = off",
          50, 1, minimum=0, scripts=FT),
     Knob("FTSLURM_CHECKSUM_ASYNC", "bool", "hash on a thread, from a pinned host copy", True,
@@ -205,6 +214,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_UNSHARDED_ALLREDUCE", 3, "1-rank replicas average gradients"),
     _fix("FTSLURM_FIX_HEAL_TIMEOUT", 4, "a heal may take `FTSLURM_HEAL_TIMEOUT_S`"),
     _fix("FTSLURM_FIX_FT_CHECKPOINT_RETENTION", 5, "one FT dataloader checkpoint kept"),
+    _fix("FTSLURM_FIX_HEAL_TIMEOUT_FLOOR", 6, "a survivor's collectives outlast a peer's heal"),
     Knob("FTSLURM_TINY_STEP_S", "float", "`FTSLURM_PRESET=tiny`: pause per step (paces many "
          "replicas on few cores)", 0.5, minimum=0, scripts=FT),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs after one step",

@@ -290,28 +290,58 @@ def _assert_ft_checkpoints_pruned(res: dict) -> None:
     assert res["r1_last_step"] - 2 <= res["ft_loaded_step"] <= res["r1_last_step"], res
 
 
-def test_diloco_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
+# every heal transport option (ftslurm/replica/transport.py): each must leave the replicas equal
+HEAL_TRANSPORTS = ["http", "http-chunked", "pg"]
+TRANSPORT_LINES = {
+    "http": "HTTPTransport, survivor waits up to 600 s for a healing peer's download (one stream)",
+    "http-chunked": "HTTPTransport, survivor waits up to 600 s for a healing peer's download "
+    "(8 parallel chunks)",
+    "pg": "PGTransport, survivor waits up to 600 s for each tensor sent (in-place receive, "
+    "through cpu)",
+}
+
+
+def _assert_healed_through(res: dict, heal_transport: str) -> None:
+    """The heal went through the option under test (torchft's own log lines): HTTP fetches
+    name their URL, one `/full` or a `/metadata` and one per chunk; PGTransport's survivor
+    times its `send tensors` and the joiner fetches no URL."""
+    fetched = re.findall(r"fetching checkpoint from http://\S+/(\w+) took", res["r1b"].text())
+    chunks = [str(i) for i in range(8)]  # FTSLURM_HEAL_CHUNKS's default
+    expected = {"http": ["full"], "http-chunked": [*chunks, "metadata"], "pg": []}
+    assert sorted(set(fetched)) == expected[heal_transport], fetched
+    assert ("send tensors took" in res["r0"].text()) == (heal_transport == "pg")
+
+
+@pytest.mark.parametrize("heal_transport", HEAL_TRANSPORTS)
+def test_diloco_heal_gives_identical_replicas(
+    make_run, tmp_path: Path, heal_transport: str
+) -> None:
     # hashed the GPU way (host copy, background thread): the per-step test keeps the CPU way
-    run = make_run("diloco", FTSLURM_CHECKSUM_ASYNC="1")
+    run = make_run("diloco", FTSLURM_CHECKSUM_ASYNC="1", FTSLURM_HEAL_TRANSPORT=heal_transport)
     res = _heal_then_compare(run, measure=tmp_path / "measure-diloco.json")
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert len(res["after"]) >= 3
     assert all(a == b for a, b in res["after"].values()), res["after"]
     assert "recover_src_replica_rank=0" in res["healed_line"]
     assert "launching replica 1 (attempt 1) on" in res["r1b"].text().splitlines()[0]
+    _assert_healed_through(res, heal_transport)
     _assert_ft_checkpoints_pruned(res)
 
 
-def test_per_step_heal_gives_identical_replicas(make_run, tmp_path: Path) -> None:
-    run = make_run("per-step")
+@pytest.mark.parametrize("heal_transport", HEAL_TRANSPORTS)
+def test_per_step_heal_gives_identical_replicas(
+    make_run, tmp_path: Path, heal_transport: str
+) -> None:
+    run = make_run("per-step", FTSLURM_HEAL_TRANSPORT=heal_transport)
     res = _heal_then_compare(run, measure=tmp_path / "measure-per-step.json")
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert all(a == b for a, b in res["after"].values()), res["after"]
     # fixes 1 and 4, read back from the Manager torchtitan built (torchtitan alone: async
     # quorum in per-step mode, and torchft's 60 s)
     for line in ("[ftslurm] torchft quorum: sync (before forward)",
-                 "[ftslurm] heal transport: HTTPTransport, survivor waits up to 600 s"):
+                 f"[ftslurm] heal transport: {TRANSPORT_LINES[heal_transport]}"):
         assert line in res["r0"].text() and line in res["r1b"].text(), line
+    _assert_healed_through(res, heal_transport)
     _assert_ft_checkpoints_pruned(res)
 
 

@@ -32,11 +32,21 @@ reproduce a bug, or once upstream is fixed).
    built). The survivor's `should_commit` -> `disallow_checkpoint` takes the transport's write
    lock, which waits for a healing peer's download to end: a heal longer than 60 s (an 8B
    replica sends ~12 GB per rank, 8 ranks per node through one NIC) raises TimeoutError in the
-   SURVIVOR. Fix: the Manager gets torchft's own HTTPTransport with the timeout
-   FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything else is torchft's.
+   SURVIVOR. Fix: the Manager gets the checkpoint transport FTSLURM_HEAL_TRANSPORT selects
+   (transport.py; torchft's own HTTPTransport or PGTransport, chosen by bench/heal_speed.py)
+   with the timeout FTSLURM_HEAL_TIMEOUT_S [600] (also each HTTP socket's timeout); everything
+   else is torchft's.
 5. FTSLURM_FIX_FT_CHECKPOINT_RETENTION (every FT run): torchtitan saves each replica's
    dataloader position at every step and never deletes one. Fix: the newest complete step and
    the one being written are kept, all a restart reads (ft_checkpoints.py).
+6. FTSLURM_FIX_HEAL_TIMEOUT_FLOOR (large models): with the synchronous quorum the survivor
+   goes on once its state is servable, and its next cross-replica collective waits for the
+   joiner's whole download (a survivor that serves no heal, with 3+ replicas, waits so with
+   any transport). PG_TIMEOUT_S (10 s in the 8B preset) is sized for step skew: an 8B heal
+   (~12 GB per rank) made the survivor abort its step. Fix: at the Manager's first quorum the
+   state's size per rank / FTSLURM_HEAL_MBPS [500] gives the heal's time; twice that is added
+   to the process group's and the Manager's timeouts (transport.HealBudget), logged with the
+   numbers.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from ftslurm import knobs
 
@@ -55,6 +66,7 @@ SWITCHES = {
     "unsharded_allreduce": "FTSLURM_FIX_UNSHARDED_ALLREDUCE",
     "heal_timeout": "FTSLURM_FIX_HEAL_TIMEOUT",
     "ft_checkpoint_retention": "FTSLURM_FIX_FT_CHECKPOINT_RETENTION",
+    "heal_timeout_floor": "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR",
 }
 
 
@@ -82,7 +94,7 @@ def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 def fix_async_quorum() -> None:
     """Bug 1: construct torchft's Manager with use_async_quorum=False."""
-    _manager_patch().kwargs["use_async_quorum"] = lambda: False
+    _manager_patch().kwargs["use_async_quorum"] = lambda _: False
 
 
 def _quorum_line(manager: object) -> str:
@@ -94,36 +106,98 @@ def _quorum_line(manager: object) -> str:
 
 
 def fix_heal_timeout() -> None:
-    """Bug 4: torchft's HTTP checkpoint transport with FTSLURM_HEAL_TIMEOUT_S, not 60 s."""
-    from torchft.checkpointing import HTTPTransport
+    """Bug 4: the transport FTSLURM_HEAL_TRANSPORT selects, waiting FTSLURM_HEAL_TIMEOUT_S,
+    not 60 s. `pg` goes through the Manager's own process group (its `pg` argument)."""
+    from ftslurm.replica import transport
 
     timeout = timedelta(seconds=knobs.get(os.environ, "FTSLURM_HEAL_TIMEOUT_S"))
+    chosen = transport.choice()
     patch = _manager_patch()
-    patch.kwargs["checkpoint_transport"] = lambda: HTTPTransport(timeout=timeout, num_chunks=0)
+    patch.kwargs["checkpoint_transport"] = lambda kw: transport.build(chosen, timeout, kw.get("pg"))
+    patch.after["receive_in_place"] = _receive_in_place
     patch.reports["heal_timeout"] = _transport_line
 
 
+def _receive_in_place(manager: object) -> None:
+    """A PGTransport receives into the joiner's own state dict (no fresh tensors), given once
+    the Manager exists. Only with the synchronous quorum: the async quorum thread would call
+    state_dict() while the main thread is mid-forward (bug 1's crash, on the joiner)."""
+    made = getattr(manager, "_checkpoint_transport", None)
+    if type(made).__name__ == "PGTransport" and not getattr(manager, "_use_async_quorum", True):
+        made._state_dict = manager._manager_state_dict  # type: ignore[attr-defined]
+
+
 def _transport_line(manager: object) -> str:
-    """What the built Manager's transport really waits, read back from it (not from the env)."""
-    transport = getattr(manager, "_checkpoint_transport", None)
-    lock = getattr(transport, "_checkpoint_lock", None)
+    """What the built Manager's transport really does and waits, read back from it (not from
+    the env)."""
+    from ftslurm.replica import transport
+
+    made = getattr(manager, "_checkpoint_transport", None)
+    lock = getattr(made, "_checkpoint_lock", None)
     seconds = getattr(lock, "timeout", None)
+    what = "a healing peer's download"
+    if type(made).__name__ == "PGTransport":
+        seconds, what = getattr(made, "_timeout", timedelta()).total_seconds(), "each tensor sent"
     wait = f"{seconds:g} s" if isinstance(seconds, (int, float)) else "unknown"
-    return (
-        f"[ftslurm] heal transport: {type(transport).__name__}, "
-        f"survivor waits up to {wait} for a healing peer's download"
-    )
+    name, how = transport.describe(made)
+    return f"[ftslurm] heal transport: {name}, survivor waits up to {wait} for {what} ({how})"
+
+
+def fix_heal_timeout_floor() -> None:
+    """Fix 6: the cross-replica timeouts cover a heal, set at the Manager's first quorum."""
+    mbps = knobs.get(os.environ, "FTSLURM_HEAL_MBPS")
+    _manager_patch().after["heal_timeout_floor"] = lambda m: _floor_at_first_quorum(m, mbps)
+
+
+def _floor_at_first_quorum(manager: Any, mbps: int) -> None:
+    """Wrap the built Manager's start_quorum: the first call sizes the timeouts, before the
+    quorum (re)configures the process group with them. Then the state is complete: torchtitan
+    registered its state dict and created the optimizer's state when it was built."""
+    upstream = manager.start_quorum
+    pending = [True]
+
+    def start_quorum(*args: Any, **kwargs: Any) -> Any:
+        if pending:
+            pending.clear()
+            print(_raise_timeouts(manager, mbps), flush=True)
+        return upstream(*args, **kwargs)
+
+    manager.start_quorum = start_quorum
+
+
+def _raise_timeouts(manager: Any, mbps: int) -> str:
+    """Raise the process group's timeout (torchft applies it at every reconfiguration: a heal
+    always brings one, the joiner being a new member) and the Manager's (its futures) to the
+    HealBudget; the line says what was set, or why nothing was."""
+    from ftslurm.replica import transport
+
+    try:
+        pg = manager._pg
+        budget = transport.HealBudget(
+            transport.state_bytes(manager._manager_state_dict()),
+            mbps,
+            pg._timeout.total_seconds(),
+        )
+        before = manager._timeout.total_seconds()
+        after = max(before, budget.timeout_s)
+        pg.set_timeout(timedelta(seconds=budget.timeout_s))
+        manager._timeout = timedelta(seconds=after)
+    except Exception as e:  # training goes on with the configured timeouts
+        return f"[ftslurm] heal timeout floor: not set ({type(e).__name__}: {e})"
+    return budget.line(before, after)
 
 
 class _ManagerPatch(types.ModuleType):
     """Stands in for `torchft` inside torchtitan.components.ft.manager only: everything is
     torchft's, except the Manager(...) keyword arguments the enabled fixes set (`kwargs`: name
-    -> a function making the value); `reports` log what the built Manager really does."""
+    -> a function making the value from torchtitan's other arguments); `after` finish the
+    built Manager (the in-place receive, fix 6); `reports` log what it really does."""
 
     def __init__(self, real: types.ModuleType) -> None:
         super().__init__(real.__name__)
         self._real = real
-        self.kwargs: dict[str, Callable[[], object]] = {}
+        self.kwargs: dict[str, Callable[[dict[str, object]], object]] = {}
+        self.after: dict[str, Callable[[object], None]] = {}
         self.reports: dict[str, Callable[[object], str]] = {}
 
     def __getattr__(self, name: str) -> object:
@@ -131,8 +205,10 @@ class _ManagerPatch(types.ModuleType):
 
     def Manager(self, *args: object, **kwargs: object) -> object:  # noqa: N802 - torchft's name
         for name, make in self.kwargs.items():
-            kwargs[name] = make()
+            kwargs[name] = make(kwargs)
         manager = self._real.Manager(*args, **kwargs)
+        for finish in self.after.values():
+            finish(manager)
         for report in self.reports.values():
             print(report(manager), flush=True)
         return manager
@@ -201,10 +277,13 @@ FIXES = (
     Fix("unsharded_allreduce", "cross-replica gradient all-reduce on 1-rank (non-FSDP) replicas",
         fix_unsharded_allreduce),
     Fix("heal_timeout",
-        "a healing peer's download may take FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
+        "the heal transport FTSLURM_HEAL_TRANSPORT selects; a healing peer's download may take "
+        "FTSLURM_HEAL_TIMEOUT_S, not torchft's 60 s",
         fix_heal_timeout),
     Fix("ft_checkpoint_retention", "per-step FT dataloader checkpoints: only the newest "
         "complete one and the one being written are kept", fix_ft_checkpoint_retention),
+    Fix("heal_timeout_floor", "the cross-replica timeouts cover a peer's heal (state size / "
+        "FTSLURM_HEAL_MBPS, twice)", fix_heal_timeout_floor),
 )
 
 
