@@ -16,6 +16,9 @@ Runs alternate between the modes (the order flips every repeat), after one warm-
 each that is not counted (page cache, byte-compiled files, the local assets). Figures: the
 median, min and max of each mode.
 
+--importtime adds one run per mode under `python -X importtime` (not timed) and lists the
+top-level imports between the banner and `Starting job`: where the time goes.
+
 Run (heavy: under the lock):
   flock /tmp/ftslurm-heavy.lock python bench/restart_speed.py --repeats 5 --json
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -61,9 +65,11 @@ def _clean_env() -> dict[str, str]:
             if not k.startswith(drop) and k not in knobs.KNOBS}  # fmt: skip
 
 
-def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float) -> dict:
-    """One launcher attempt in `mode`; seconds from its spawn to each milestone."""
-    log = work / f"run-{n:02d}-{mode}.out"
+def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float,
+            importtime: bool = False) -> dict:  # fmt: skip
+    """One launcher attempt in `mode`; seconds from its spawn to each milestone.
+    importtime: every interpreter of the attempt writes `python -X importtime` lines."""
+    log = work / f"run-{n:02d}-{mode}{'-importtime' if importtime else ''}.out"
     env = {
         **_clean_env(),
         "DEVICE": "cpu",
@@ -77,6 +83,8 @@ def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float) -> d
         "PYTHONPATH": str(ROOT),
         **MODES[mode],
     }
+    if importtime:
+        env["PYTHONPROFILEIMPORTTIME"] = "1"
     t0 = time.monotonic()
     proc = runner.spawn([sys.executable, "-m", "ftslurm.replica", "job"], log_path=log,
                         env=env, cwd=ROOT, detach=True)  # fmt: skip
@@ -112,6 +120,28 @@ def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float) -> d
     return row
 
 
+IMPORT_LINE = re.compile(rb"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def import_breakdown(log: Path, floor_s: float = 0.03) -> dict:
+    """From an --importtime run's log: the top-level imports (cumulative seconds, in the
+    order they happened, those >= floor_s) between the banner and `Starting job`; with
+    torchrun, its own imports come first, then its worker's (each starts with `torch`)."""
+    data = log.read_bytes()
+    start = data.find(MARKS["banner"])
+    end = data.find(MARKS["starting_job"], start)
+    top: list[list] = []
+    total = 0.0
+    for line in data[start:end].split(b"\n"):
+        m = IMPORT_LINE.match(line)
+        if m and len(m[3]) == 1:  # one space after the bar: a top-level import
+            cum = int(m[2]) / 1e6
+            total += cum
+            if cum >= floor_s:
+                top.append([m[4].decode(), round(cum, 3)])
+    return {"log": log.name, "top_level_total_s": round(total, 3), "top_level": top}
+
+
 def summary(rows: list[dict], mode: str) -> dict:
     out: dict = {"switches": MODES[mode]}
     for key in ("banner_to_starting_job_s", "banner_to_first_step_s", "banner_s"):
@@ -129,6 +159,9 @@ def main() -> int:
     ap.add_argument("--modes", default="old,new", help=f"comma list of {', '.join(MODES)}")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
     ap.add_argument("--keep", type=Path, help="copy each run's log into this folder")
+    ap.add_argument("--importtime", action="store_true",
+                    help="one more run per mode under `python -X importtime` (not timed): "
+                    "the top-level imports between the banner and `Starting job`")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     a = ap.parse_args()
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -137,6 +170,7 @@ def main() -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     rows: list[dict] = []
+    breakdown: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="restart-speed-") as tmp:
         work = Path(tmp)
         lh = lighthouse.start(bind=f"127.0.0.1:{free_port()}", advertise="127.0.0.1",
@@ -153,6 +187,11 @@ def main() -> int:
                     rows.append(r)
                     print(f"run {n} {mode}: {r}", file=sys.stderr)
                     n += 1
+            for mode in modes if a.importtime else []:
+                r = one_run(mode, lh.address, work, n, a.timeout, importtime=True)
+                breakdown[mode] = import_breakdown(work / r["log"])
+                print(f"importtime {mode}: {breakdown[mode]}", file=sys.stderr)
+                n += 1
         finally:
             lighthouse.stop(work / "lighthouse")
             if a.keep:
@@ -166,6 +205,8 @@ def main() -> int:
         "modes": {m: summary(rows, m) for m in modes},
         "runs": rows,
     }
+    if breakdown:
+        result["importtime"] = breakdown
     if a.json:
         print(json.dumps(result, indent=1))
     else:
@@ -176,6 +217,11 @@ def main() -> int:
                     lo, hi = s[f"spread_{key}"]
                     print(f"{m:14s} {key:26s} median {s[f'median_{key}']:6.2f} s  "
                           f"[{lo:.2f} .. {hi:.2f}]  n={len(s[key])}")  # fmt: skip
+        for m, b in breakdown.items():
+            print(f"{m}: top-level imports, banner -> Starting job (-X importtime, "
+                  f"{b['top_level_total_s']:.2f} s in all)")  # fmt: skip
+            for name, cum in b["top_level"]:
+                print(f"  {cum:6.2f} s  {name}")
     failed = [r for r in rows if "banner_to_starting_job_s" not in r]
     return 1 if failed else 0
 
