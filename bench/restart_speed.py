@@ -26,6 +26,7 @@ Run (heavy: under the lock):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -123,23 +124,44 @@ def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float,
 IMPORT_LINE = re.compile(rb"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
+# the subtrees the issue names (inductor via flex attention, the varlen module that imports
+# dynamo, datasets, pandas, DTensor) and torchrun's own entry point: cumulative seconds
+NAMED = (
+    "torch.distributed.run",
+    "torch._inductor.compile_fx",
+    "torch.nn.attention.varlen",
+    "torchtitan.models.attention",
+    "datasets",
+    "pandas",
+    "torch.distributed.tensor",
+)
+
+
 def import_breakdown(log: Path, floor_s: float = 0.03) -> dict:
     """From an --importtime run's log: the top-level imports (cumulative seconds, in the
     order they happened, those >= floor_s) between the banner and `Starting job`; with
-    torchrun, its own imports come first, then its worker's (each starts with `torch`)."""
-    data = log.read_bytes()
+    torchrun, its own imports come first, then its worker's (each starts with `torch`).
+    `named`: the NAMED subtrees' cumulative seconds, summed over the processes (absent:
+    not imported before `Starting job`)."""
+    data = gzip.decompress(log.read_bytes()) if log.suffix == ".gz" else log.read_bytes()
     start = data.find(MARKS["banner"])
     end = data.find(MARKS["starting_job"], start)
     top: list[list] = []
+    named: dict[str, float] = {}
     total = 0.0
     for line in data[start:end].split(b"\n"):
         m = IMPORT_LINE.match(line)
-        if m and len(m[3]) == 1:  # one space after the bar: a top-level import
-            cum = int(m[2]) / 1e6
+        if not m:
+            continue
+        name, cum = m[4].decode(), int(m[2]) / 1e6
+        if name in NAMED:
+            named[name] = round(named.get(name, 0.0) + cum, 3)
+        if len(m[3]) == 1:  # one space after the bar: a top-level import
             total += cum
             if cum >= floor_s:
-                top.append([m[4].decode(), round(cum, 3)])
-    return {"log": log.name, "top_level_total_s": round(total, 3), "top_level": top}
+                top.append([name, round(cum, 3)])
+    return {"log": log.name, "top_level_total_s": round(total, 3), "top_level": top,
+            "named": named}  # fmt: skip
 
 
 def summary(rows: list[dict], mode: str) -> dict:
@@ -159,11 +181,24 @@ def main() -> int:
     ap.add_argument("--modes", default="old,new", help=f"comma list of {', '.join(MODES)}")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
     ap.add_argument("--keep", type=Path, help="copy each run's log into this folder")
-    ap.add_argument("--importtime", action="store_true",
-                    help="one more run per mode under `python -X importtime` (not timed): "
-                    "the top-level imports between the banner and `Starting job`")
+    ap.add_argument(
+        "--importtime",
+        action="store_true",
+        help="one more run per mode under `python -X importtime` (not timed): "
+        "the top-level imports between the banner and `Starting job`",
+    )
     ap.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    ap.add_argument(
+        "--breakdown",
+        type=Path,
+        nargs="+",
+        metavar="LOG",
+        help="only print import_breakdown of these --importtime logs (JSON)",
+    )
     a = ap.parse_args()
+    if a.breakdown:
+        print(json.dumps([import_breakdown(p) for p in a.breakdown], indent=1))
+        return 0
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes) or a.repeats < 1:
         print(f"Error: --modes takes a comma list of {', '.join(MODES)}; --repeats >= 1",
