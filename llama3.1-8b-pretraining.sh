@@ -19,8 +19,8 @@
 #   CHECKPOINT_FOLDER     torchtitan's checkpoint folder [<dump folder>/checkpoint]
 #   WANDB_API_KEY         W&B logging (FT: from replica 0 only); never printed [unset]
 #   RDZV_PORT             c10d rendezvous port on the head node [29500]
-#   FTSLURM_LAZY_COMPILE  torchtitan's import-time torch.compile wrappers and dynamo are set up on
-#                         first use (startup.py); 0: at import [1]
+#   FTSLURM_LAZY_COMPILE  torchtitan's import-time torch.compile calls are made on first use: no
+#                         inductor at start (startup.py); 0: at import [1]
 #   FTSLURM_EXTRA_ARGS    torchtitan arguments, shell-quoted, appended last
 #   FTSLURM_DUMP_FOLDER   torchtitan's dump folder [<outputs>/torchft/tft-<job>; classic:
 #                         <outputs>/classic-<job>]

@@ -205,8 +205,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          True, scripts=FT),
     Knob("FTSLURM_SKIP_TORCHRUN", "bool", "one rank per node: the launcher runs the training "
          "module itself, with torchrun's env (startup.py); 0: torchrun", True, scripts=FT),
-    Knob("FTSLURM_LAZY_COMPILE", "bool", "torchtitan's import-time `torch.compile` wrappers "
-         "and dynamo are set up on first use (startup.py); 0: at import", True),
+    Knob("FTSLURM_LAZY_COMPILE", "bool", "torchtitan's import-time `torch.compile` calls "
+         "are made on first use: no inductor at start (startup.py); 0: at import", True),
     Knob("FTSLURM_EXTRA_ARGS", "str", "torchtitan arguments, shell-quoted, appended last"),
     Knob("FTSLURM_DUMP_FOLDER", "path", "torchtitan's dump folder",
          default_doc="`<outputs>/torchft/tft-<job>`; classic: `<outputs>/classic-<job>`"),

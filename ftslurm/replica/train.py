@@ -65,8 +65,8 @@ def main() -> None:
     from ftslurm.replica import checksum, config_error, early_sync, fixes
 
     config_error.install()
-    print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile and "
-                       "dynamo are set up on first use"), flush=True)  # fmt: skip
+    print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile calls "
+                       "are made on first use"), flush=True)  # fmt: skip
     if knobs.get(os.environ, "FTSLURM_WORKER_STORE"):
         port = startup.host_store()
         print(startup.line("skip_torchrun", True, "one rank: no torchrun, this worker hosts "
