@@ -276,7 +276,8 @@ def build_ft_plan(
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous). One rank per node
     and FTSLURM_SKIP_TORCHRUN (default on): the training module under `python` (default
-    FTSLURM_PYTHON, else python3) with torchrun's environment, ~3 s less per (re)start."""
+    FTSLURM_PYTHON, else python3) with torchrun's environment: one interpreter start and
+    torchrun's rendezvous less per (re)start (1.4 s on CPU: docs/benchmarks-cpu.md)."""
     knobs.check(env)
     name, preset, device = resolve_preset(env)
     replica_id = _first_int(env, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")

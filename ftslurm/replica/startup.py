@@ -1,17 +1,19 @@
 """A cheaper (re)start of the training worker (issue 28 item 3), each cut with an off switch.
 
 A restarted CPU replica spent ~10.6 s between the launcher's banner and torchtitan's
-`Starting job` line, all of it process starts and imports (docs/benchmarks-cpu.md, "Restart
-speed", has the `python -X importtime` breakdown). What nothing on the training path uses is
+`Starting job` line beside a training replica (5.98 s alone), all of it process starts and
+imports (docs/benchmarks-cpu.md, "Restart speed": the `python -X importtime` breakdown and
+the figures with each cut; both: 3.56 s). What nothing on the training path uses is
 not paid for any more; nothing here changes what trains (same argv to torchtitan, same
 modules once they are used, same checksums).
 
 1. FTSLURM_SKIP_TORCHRUN (plan.py, job.py; one rank per node, e.g. every DEVICE=cpu replica):
    torchrun costs a whole interpreter start plus `import torch` plus its c10d rendezvous
-   (~3 s) to start ONE worker. The launcher runs `python -u -m ftslurm.replica.train` itself
-   with the environment torchrun gives that worker (plan.ONE_RANK_ENV), and the worker hosts
-   the TCP store torchrun's agent would (`host_store`: MASTER_PORT is its port, torch and
-   torchft connect to it as clients, as to torchrun's). What torchrun did for us stays:
+   (1.4 s alone, ~3 s beside a training replica) to start ONE worker. The launcher runs
+   `python -u -m ftslurm.replica.train` itself with the environment torchrun gives that
+   worker (plan.ONE_RANK_ENV), and the worker hosts the TCP store torchrun's agent would
+   (`host_store`: MASTER_PORT is its port, torch and torchft connect to it as clients, as
+   to torchrun's). What torchrun did for us stays:
    SIGTERM is forwarded by the launcher to its direct child now, and the worker's lifeline
    (PR_SET_PDEATHSIG + the launcher-is-an-ancestor check, train.py) is set against the
    launcher. The worker's exit code reaches the launcher unchanged (137 for a SIGKILL;
