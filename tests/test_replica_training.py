@@ -255,6 +255,10 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
         timeout=120,
         what="3 committed checksums on both replicas after the heal",
     )
+    # the fix-5 checks need a few steps of FT checkpoints: since the cheaper start a heal can
+    # be over (3 common commits) before replica 0 reaches step 8
+    wait_for(lambda: max((s for _, s, _ in r0.steps()), default=0) >= 8, timeout=120,
+             what="replica 0 to reach step 8")  # fmt: skip
     after = _common_after(r0, r1b, heal_step)
     r0_steps = [s for _, s, _ in r0.steps()]
     r0_last_step = max(r0_steps)  # read before the folders are listed
