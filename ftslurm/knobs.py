@@ -219,6 +219,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "replicas on few cores)", 0.5, minimum=0, scripts=FT),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs after one step",
          True, scripts=FT),
+    Knob("FTSLURM_SKIP_TORCHRUN", "bool", "one rank per node: the launcher runs the training "
+         "module itself, with torchrun's env (startup.py); 0: torchrun", True, scripts=FT),
+    Knob("FTSLURM_LAZY_COMPILE", "bool", "torchtitan's import-time `torch.compile` calls "
+         "are made on first use: no inductor at start (startup.py); 0: at import", True),
     Knob("FTSLURM_EXTRA_ARGS", "str", "torchtitan arguments, shell-quoted, appended last"),
     Knob("FTSLURM_DUMP_FOLDER", "path", "torchtitan's dump folder",
          default_doc="`<outputs>/torchft/tft-<job>`; classic: `<outputs>/classic-<job>`"),
@@ -267,6 +271,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          choices=("per-step", "diloco"), public=False),
     Knob("FTSLURM_LAUNCHER_PID", "int", "workers check the launcher is their ancestor",
          public=False),
+    Knob("FTSLURM_WORKER_STORE", "bool", "the worker hosts the store torchrun would "
+         "(FTSLURM_SKIP_TORCHRUN)", False, public=False),
     Knob("FTSLURM_CONFIG_ERROR_FILE", "path", "where a worker notes refused options",
          public=False),
     Knob("FTSLURM_SLOTS_DIR", "path", "the run's slot claims (slots.py): set when FT_SPARES "

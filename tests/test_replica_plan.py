@@ -105,9 +105,11 @@ def test_classic_srun_asks_no_cpus_when_the_job_did_not(value: str | None) -> No
 
 def test_cpu_plan_uses_debug_preset_local_assets_and_gloo() -> None:
     env = {"DEVICE": "cpu", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "3"}
-    p = planlib.build_ft_plan(env, ROOT, torchrun=["/venv/bin/torchrun"])
+    p = planlib.build_ft_plan(env, ROOT, torchrun=["/venv/bin/torchrun"],
+                              python=["/venv/bin/python"])  # fmt: skip
     assert p.preset == "debug_cpu" and p.device == "cpu" and p.ft_mode == "diloco"
-    assert p.argv[:3] == ["/venv/bin/torchrun", "--nnodes=1", "--nproc_per_node=1"]
+    # one rank per replica: no torchrun (FTSLURM_SKIP_TORCHRUN, on by default)
+    assert p.argv[:4] == ["/venv/bin/python", "-u", "-m", "ftslurm.replica.train"]
     tt = p.argv[p.argv.index("ftslurm.replica.train") + 1 :]
     assert tt == [
         "--job.config_file=/srv/ftslurm/slurm/configs/debug_cpu.toml",
@@ -152,7 +154,7 @@ def test_knobs_become_torchtitan_args() -> None:
     assert p.env["TORCHFT_QUORUM_RETRIES"] == "7"
     assert p.env["FTSLURM_HEAL_TIMEOUT_S"] == "1200"
     assert p.attempt == 4 and p.ft_mode == "per-step"
-    assert "--rdzv_id=tft_t1_1" in p.argv
+    assert p.env["TORCHELASTIC_RUN_ID"] == "tft_t1_1"  # torchrun's --rdzv_id, as it sets it
 
 
 def test_diloco_knobs_on_gpu() -> None:
@@ -328,3 +330,49 @@ def test_launcher_modules_do_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+ONE_RANK = {"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "2", "FTSLURM_RUN_ID": "r"}
+
+
+def test_one_rank_per_node_runs_the_module_with_torchruns_environment() -> None:
+    """FTSLURM_SKIP_TORCHRUN: the env torchrun gives its single worker (recorded from a real
+    `torchrun --nnodes=1 --nproc_per_node=1 --rdzv_endpoint=localhost:0`), MASTER_PORT and
+    the error file left to the worker, which hosts the store."""
+    p = planlib.build_ft_plan({**ONE_RANK, "GPUS_PER_NODE": "1"}, ROOT, ["torchrun"],
+                              python=["/env/bin/python3"])  # fmt: skip
+    assert p.argv[:4] == ["/env/bin/python3", "-u", "-m", "ftslurm.replica.train"]
+    assert p.argv[4:] == planlib.build_ft_plan(
+        {**ONE_RANK, "GPUS_PER_NODE": "1", "FTSLURM_SKIP_TORCHRUN": "0"}, ROOT
+    ).argv[8:]  # the same torchtitan arguments as after torchrun's 8
+    torchrun_env = {
+        "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "localhost", "RANK": "0", "ROLE_NAME": "default", "ROLE_RANK": "0",
+        "ROLE_WORLD_SIZE": "1", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_RUN_ID": "tft_r_0",
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "WORLD_SIZE": "1",
+    }  # fmt: skip
+    assert {k: p.env[k] for k in torchrun_env} == torchrun_env
+    assert p.env[planlib.WORKER_STORE_ENV] == "1" and "MASTER_PORT" not in p.env
+    assert p.torchrun_is_child  # the worker checks the launcher is its ancestor
+
+
+@pytest.mark.parametrize("env", [{"GPUS_PER_NODE": "1", "FTSLURM_SKIP_TORCHRUN": "off"},
+                                 {"GPUS_PER_NODE": "2"}])  # fmt: skip
+def test_torchrun_stays_when_switched_off_or_for_several_ranks(env: dict) -> None:
+    p = planlib.build_ft_plan({**ONE_RANK, **env}, ROOT, ["torchrun"], python=["python3"])
+    assert p.argv[0] == "torchrun" and "--rdzv_id=tft_r_0" in p.argv
+    assert not {"RANK", "MASTER_ADDR", planlib.WORKER_STORE_ENV} & set(p.env)
+
+
+def test_python_defaults_to_ftslurm_python() -> None:
+    env = {**ONE_RANK, "DEVICE": "cpu", "FTSLURM_PYTHON": "/opt/py/bin/python"}
+    assert planlib.build_ft_plan(env, ROOT).argv[0] == "/opt/py/bin/python"
+    assert planlib.build_ft_plan({**ONE_RANK, "DEVICE": "cpu"}, ROOT).argv[0] == "python3"
+
+
+def test_skip_torchrun_refuses_a_bad_value_in_one_line() -> None:
+    with pytest.raises(UserError, match=r"FTSLURM_SKIP_TORCHRUN='maybe' is not a boolean"):
+        planlib.build_ft_plan({**ONE_RANK, "DEVICE": "cpu", "FTSLURM_SKIP_TORCHRUN": "maybe"},
+                              ROOT)  # fmt: skip

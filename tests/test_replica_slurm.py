@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import runner
+from ftslurm.failure_plan import is_training_worker
 from ftslurm.replica import checksum
 from ftslurm.resources import sbatch_device_options
 from ftslurm.wait import free_port, wait_for
@@ -43,11 +44,6 @@ def _environ(pid: str) -> str:
         return ""
 
 
-def _ppid(pid: str) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[1]
-
-
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -57,19 +53,14 @@ def _running(pid: int) -> bool:
 
 
 def find_worker(marker: str, replica: int) -> int | None:
-    """The training worker (torchrun's child) of one replica of this test's job."""
+    """The training worker (the launcher's child, or torchrun's with FTSLURM_SKIP_TORCHRUN=0)
+    of one replica of this test's job: the interpreter running the module, never torchrun."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        cmd = _cmdline(pid)
-        if "ftslurm.replica.train" not in cmd:
+        if not is_training_worker([a for a in _cmdline(pid) if a]):
             continue
         env = _environ(pid)
-        if marker not in env or f"\0FTSLURM_REPLICA_ID={replica}\0" not in f"\0{env}":
-            continue
-        try:
-            if any("torchrun" in part for part in _cmdline(_ppid(pid))):
-                return int(pid)
-        except OSError:
-            continue
+        if marker in env and f"\0FTSLURM_REPLICA_ID={replica}\0" in f"\0{env}":
+            return int(pid)
     return None
 
 
@@ -117,7 +108,8 @@ def test_crashed_worker_is_requeued_and_heals(slurm_cluster, tmp_path: Path) -> 
         os.kill(worker, signal.SIGKILL)
 
         wait_for(
-            lambda: f"requeueing {job_id}_1: training exited with code 1" in text(log1),
+            # the worker's own code (FTSLURM_SKIP_TORCHRUN): SIGKILL; torchrun said 1
+            lambda: f"requeueing {job_id}_1: training exited with code 137" in text(log1),
             timeout=60,
             what="the launcher to requeue its task",
         )

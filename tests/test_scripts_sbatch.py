@@ -185,7 +185,8 @@ def test_ft_script_cpu_with_one_variable(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     cmd = _command((tmp_path / "outputs" / "torchft" / "tft-9" / "tft-9_0.out").read_text())
-    assert "--nproc_per_node=1" in cmd
+    # one rank: FTSLURM_PYTHON runs the training module, no torchrun (FTSLURM_SKIP_TORCHRUN)
+    assert cmd[:4] == [sys.executable, "-u", "-m", "ftslurm.replica.train"]
     assert f"--job.config_file={ROOT}/slurm/configs/debug_cpu.toml" in cmd
     assert "--fault_tolerance.process_group=gloo" in cmd
 

@@ -146,7 +146,8 @@ def test_yaml_run_script_starts_the_lighthouse_and_the_replica_launcher(tmp_path
         text = log.read_text()
         assert "launching replica 0 (attempt 0) on " in text
         assert f"TORCHFT_LIGHTHOUSE=http://127.0.0.1:{port}" in text
-        assert "--fault_tolerance.group_size=2" in text and "--rdzv_id=tft_7_0" in text
+        # one rank per node: torchrun's --rdzv_id as the env it sets (FTSLURM_SKIP_TORCHRUN)
+        assert "--fault_tolerance.group_size=2" in text and "TORCHELASTIC_RUN_ID=tft_7_0" in text
         assert lighthouse.status(lh_dir).running
         # a knob mistake (exit 2) would fail every attempt: said once, not restarted
         wlog_path = tmp_path / "outputs" / "torchft" / "tft-7" / "tft-7_1.out"

@@ -5,7 +5,8 @@ Why a wrapper and not a bare torchrun line in the script:
   that `ftslurm report` uses to tell attempts apart in an appended log;
 - torchrun runs as a child in our process group and SIGTERM is forwarded to it, so Slurm's
   cancel / requeue / node-down tears the replica down (torchrun then stops its worker, which
-  lives in its own session and would otherwise keep training);
+  lives in its own session and would otherwise keep training); with one rank per node the
+  training worker itself is that child, without torchrun (FTSLURM_SKIP_TORCHRUN, startup.py);
 - a crash that Slurm did not cause (OOM kill, a SIGKILLed worker, a Python exception) is
   turned into `scontrol requeue <array job>_<task>`: Slurm's --requeue only covers node
   failures, and a replica that simply exits would leave the group short for good.
@@ -92,7 +93,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     if layout is not None:
         return _run_with_slots(env, root, torchrun, layout)
     if what == "job":
-        plan = planlib.build_ft_plan(env, root, torchrun)
+        plan = planlib.build_ft_plan(env, root, torchrun, python=[sys.executable])
     elif what == "classic":
         head = "localhost" if knobs.get(env, "FTSLURM_SINGLE_NODE") else head_node(env)
         plan = planlib.build_classic_plan(env, root, head, torchrun)
@@ -269,7 +270,9 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
         signal.signal(sig, forward)
     rc = child.wait()
     code = rc if rc >= 0 else 128 - rc
-    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  torchrun exited with code {code}")
+    # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
+    what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
+    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {what} exited with code {code}")
     if fenced.exists() and not cancelled:
         _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
              "spare instead")  # fmt: skip

@@ -298,9 +298,40 @@ def slot_layout(env: Mapping[str, str]) -> tuple[int, int, int] | None:
 SLOT_ENV = ("FTSLURM_SLOTS_DIR", "FTSLURM_TASK", "FTSLURM_SPARE", "FTSLURM_SLOT_EPOCH")
 
 
-def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = ()) -> Plan:
+# The environment torchrun 2.x gives its one worker with `--nnodes=1 --nproc_per_node=1
+# --rdzv_endpoint=localhost:0` (printed from a real worker), minus what the worker sets
+# itself: MASTER_PORT (the port of the store it hosts, train.py) and TORCHELASTIC_ERROR_FILE
+# (only torchrun reads that file back). torchtitan reads RANK, LOCAL_RANK, WORLD_SIZE; torchft
+# MASTER_ADDR/PORT, RANK, WORLD_SIZE; torch.distributed TORCHELASTIC_USE_AGENT_STORE (connect
+# to the store as a client, as to torchrun's) and TORCHELASTIC_RUN_ID / RESTART_COUNT.
+ONE_RANK_ENV = {
+    "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+    "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default", "ROLE_RANK": "0",
+    "ROLE_WORLD_SIZE": "1", "MASTER_ADDR": "localhost", "TORCHELASTIC_MAX_RESTARTS": "0",
+    "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}  # fmt: skip
+# train.py: host the rendezvous store torchrun's agent would, and export its port
+WORKER_STORE_ENV = "FTSLURM_WORKER_STORE"
+
+
+def _one_rank(env: Mapping[str, str], python: Sequence[str], rdzv_id: str,
+              tt_args: list[str]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The training module run by the launcher itself, without torchrun: the argv and the
+    env torchrun would have given its single worker (`-u`: unbuffered, as torchrun runs it)."""
+    argv = [*(python or [knobs.get(env, "FTSLURM_PYTHON") or "python3"]), "-u", "-m",
+            TRAIN_MODULE, *tt_args]  # fmt: skip
+    return argv, {**ONE_RANK_ENV, "TORCHELASTIC_RUN_ID": rdzv_id, WORKER_STORE_ENV: "1"}
+
+
+def build_ft_plan(
+    env: Mapping[str, str], root: Path, torchrun: Sequence[str] = (), python: Sequence[str] = ()
+) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
-    joining the replicas through the Lighthouse (no cross-node rendezvous)."""
+    joining the replicas through the Lighthouse (no cross-node rendezvous). One rank per node
+    and FTSLURM_SKIP_TORCHRUN (default on): the training module under `python` (default
+    FTSLURM_PYTHON, else python3) with torchrun's environment: one interpreter start and
+    torchrun's rendezvous less per (re)start (1.4 s on CPU: docs/benchmarks-cpu.md)."""
     knobs.check(env)
     name, preset, device = resolve_preset(env)
     replica_id = _first_int(env, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
@@ -358,6 +389,8 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         )
     task = knobs.get(env, "FTSLURM_TASK") if knobs.is_set(env, "FTSLURM_TASK") else None
     spare = bool(knobs.get(env, "FTSLURM_SPARE"))
+    rdzv_id = f"tft_{run_id}_{replica_id}" if task is None else f"tft_{run_id}_task{task}"
+    child_env: dict[str, str] = {}
     if preset.worker == "tiny":
         if task is not None:
             raise UserError("FTSLURM_PRESET=tiny has no warm spares (they wait inside "
@@ -365,10 +398,11 @@ def build_ft_plan(env: Mapping[str, str], root: Path, torchrun: Sequence[str] = 
         argv = _tiny(env, device, pg, ft_mode)
         notes = ["FTSLURM_PRESET=tiny: no torchtitan, torchrun or TOML; STEPS, "
                  "TORCHFT_LIGHTHOUSE and the checksum knobs apply"]  # fmt: skip
+    elif gpus == 1 and knobs.get(env, "FTSLURM_SKIP_TORCHRUN"):
+        argv, child_env = _one_rank(env, python, rdzv_id, tt)
     else:
-        rdzv = f"tft_{run_id}_{replica_id}" if task is None else f"tft_{run_id}_task{task}"
-        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", rdzv, tt)
-    child_env = {
+        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", rdzv_id, tt)
+    child_env |= {
         "TORCHFT_LIGHTHOUSE": lighthouse,
         "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
         "FTSLURM_DEVICE": device,

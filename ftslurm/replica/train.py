@@ -1,4 +1,5 @@
-"""What torchrun runs on every rank: `python -m ftslurm.replica.train <torchtitan args>`.
+"""What torchrun runs on every rank: `python -m ftslurm.replica.train <torchtitan args>` (with
+one rank per node the launcher runs it itself, with torchrun's env: startup.py, cut 1).
 
 Order matters, and is the reason this module exists instead of calling torchtitan directly:
 1. the worker is made to die with torchrun (PR_SET_PDEATHSIG, procs.die_with_parent): torchrun
@@ -7,7 +8,8 @@ Order matters, and is the reason this module exists instead of calling torchtita
 2. sys.argv is made final: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
    sys.argv[1:])` as a default argument when torchtitan is first imported;
 3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
-   import time), see cpu.py;
+   import time), see cpu.py; torchtitan is imported with its import-time torch.compile calls
+   deferred (startup.py, cut 2), and without torchrun the worker hosts the c10d store;
 4. the healing fixes (fixes.py), the parameter checksum (checksum.py) and a restarted
    replica's early first sync (early_sync.py) patch torchtitan / torchft classes before the
    trainer is built;
@@ -54,12 +56,27 @@ def main() -> None:
 
         argv = cpu.fix_argv(argv)
     sys.argv = [sys.argv[0], *argv]
-    if device == "cpu":
-        cpu.prepare()
+    from ftslurm.replica import startup
+
+    lazy = startup.enabled("lazy_compile")
+    with startup.deferred_compile(lazy):
+        if device == "cpu":
+            cpu.prepare()
+        # every torchtitan module the run uses, so all import-time compiles are deferred
+        import torchtitan.train  # noqa: F401
+
+        if fault_tolerant:
+            import torchtitan.experiments.ft.train  # noqa: F401
 
     from ftslurm.replica import checksum, config_error, early_sync, fixes, standby
 
     config_error.install()
+    print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile calls "
+                       "are made on first use"), flush=True)  # fmt: skip
+    if knobs.get(os.environ, "FTSLURM_WORKER_STORE"):
+        port = startup.host_store()
+        print(startup.line("skip_torchrun", True, "one rank: no torchrun, this worker hosts "
+                           f"its c10d store on port {port}"), flush=True)  # fmt: skip
 
     if fault_tolerant:
         for line in fixes.apply():
