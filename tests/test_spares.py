@@ -66,7 +66,13 @@ def test_plan_and_banner_of_a_spare_and_of_a_slot_holder(tmp_path: Path) -> None
                                    "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "2"},
                                   tmp_path)  # fmt: skip
     assert spare.spare and spare.task == 2 and spare.env["FTSLURM_SPARE"] == "1"
-    assert "--rdzv_id=tft_42_task2" in spare.argv
+    # the rendezvous id is the task's, not the slot's (a spare and a holder may share a node):
+    # torchrun's --rdzv_id, or its env when the launcher runs the one rank itself
+    assert spare.env["TORCHELASTIC_RUN_ID"] == "tft_42_task2"
+    with_torchrun = planlib.build_ft_plan(
+        {**_env(tmp_path, 2), "FTSLURM_TASK": "2", "FTSLURM_SPARE": "1", "FTSLURM_REPLICA_ID": "0",
+         "FTSLURM_GROUP_SIZE": "2", "FTSLURM_SKIP_TORCHRUN": "0"}, tmp_path)  # fmt: skip
+    assert "--rdzv_id=tft_42_task2" in with_torchrun.argv
     line = logvocab.banner("2026-11-25 18:00:00", spare, "worker-2")
     assert line == "[2026-11-25 18:00:00]  launching spare (attempt 0) on worker-2 as task 2"
     assert logvocab.parse_line(line.encode()) is None  # not a replica's attempt for the report
