@@ -74,16 +74,27 @@ def open_append(path: str | Path, mode: int = FILE_MODE) -> int:
     return fd
 
 
-def write_atomic(path: str | Path, data: str | bytes, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data` in one rename, so readers never see half a file and a link
-    planted at `path` is replaced (rename does not follow it), never written through."""
-    path = Path(path)
-    raw = data.encode() if isinstance(data, str) else data
+def _fresh_file(path: Path, data: str | bytes, mode: int) -> Path:
+    """`data` in a new file beside `path` (O_EXCL: never an existing name or a link), to be
+    published under `path` by rename or link."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(raw)
+            f.write(data.encode() if isinstance(data, str) else data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def write_atomic(path: str | Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data` in one rename, so readers never see half a file and a link
+    planted at `path` is replaced (rename does not follow it), never written through."""
+    path = Path(path)
+    tmp = _fresh_file(path, data, mode)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -97,12 +108,8 @@ def write_exclusive(path: str | Path, data: str | bytes, mode: int = FILE_MODE) 
     an existing name (also over NFS), so of two racing writers exactly one wins and a reader
     never sees half a file (the claims of ftslurm/replica/slots.py)."""
     path = Path(path)
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+    tmp = _fresh_file(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
         os.link(tmp, path)
         return True
     except FileExistsError:

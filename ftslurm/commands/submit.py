@@ -93,12 +93,7 @@ def export_names(env: Mapping[str, str]) -> list[str]:
 def array_size(options: list[str]) -> int | None:
     """Tasks of a plain `--array=A-B` / `--array=A,B,C` (a `%` limit is ignored); None for
     other forms (steps `A-B:S`) or no --array."""
-    value = None
-    for i, o in enumerate(options):
-        if o.startswith("--array="):
-            value = o.split("=", 1)[1]
-        elif o in ("--array", "-a") and i + 1 < len(options):
-            value = options[i + 1]
+    value = _last_option(options, "--array", "-a")
     if value is None:
         return None
     n = 0
@@ -123,15 +118,21 @@ def _check_spares(options: list[str], spares: int) -> None:
 def _chdir(options: list[str]) -> Path | None:
     """The job's working directory given with --chdir / -D; None: this one (sbatch's
     default)."""
+    found = _last_option(options, "--chdir", "-D")
+    return Path(found).expanduser() if found else None
+
+
+def _last_option(options: list[str], long: str, short: str) -> str | None:
+    """The value of the last `--long=V`, `--long V`, `-s V` or `-sV` among sbatch's options."""
     found = None
     for i, o in enumerate(options):
-        if o.startswith("--chdir="):
+        if o.startswith(long + "="):
             found = o.split("=", 1)[1]
-        elif o in ("--chdir", "-D") and i + 1 < len(options):
+        elif o in (long, short) and i + 1 < len(options):
             found = options[i + 1]
-        elif o.startswith("-D") and len(o) > 2:
+        elif o.startswith(short) and len(o) > 2:
             found = o[2:].lstrip("=")
-    return Path(found).expanduser() if found else None
+    return found
 
 
 # sbatch reads #SBATCH lines only before the first command: a script may be large (a data
