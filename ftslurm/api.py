@@ -458,9 +458,11 @@ def _submit(ex: Any, task: ReplicaTask, count: int) -> list[Any]:
 
 
 def _nproc(plan: planlib.Plan) -> int:
-    """Ranks per node = GPUs per node the plan uses (GPUS_PER_NODE)."""
-    arg = next(a for a in plan.argv if a.startswith("--nproc_per_node="))
-    return int(arg.split("=", 1)[1])
+    """Ranks per node = GPUs per node the plan uses (GPUS_PER_NODE): torchrun's
+    --nproc_per_node; a plan without torchrun (one rank run by the launcher itself,
+    FTSLURM_SKIP_TORCHRUN, or the tiny worker) has one."""
+    given = planlib.flag_values(plan.argv, "--nproc_per_node")
+    return int(given[-1]) if given else 1
 
 
 def _launch(task: ReplicaTask, plan: planlib.Plan, nodes: int, count: int,

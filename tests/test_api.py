@@ -433,3 +433,18 @@ def test_doc_example_is_valid_python():
     assert callable(api.FTArray.states) and callable(api.FTArray.cancel)
     assert "run.replicas[1].log_path" in {ast.unparse(n) for n in ast.walk(tree)}
     assert "log_path" in {f.name for f in fields(api.ReplicaHandle)}
+
+
+def test_ranks_per_node_with_and_without_torchrun(tmp_path):
+    """A CPU replica runs its one rank without torchrun (FTSLURM_SKIP_TORCHRUN): no
+    --nproc_per_node in its argv, and the job still asks Slurm for one rank per node."""
+    from ftslurm.replica import plan as planlib
+
+    env = {"TORCHFT_LIGHTHOUSE": "http://login-0:29510", "SLURM_ARRAY_TASK_ID": "0"}
+    cpu = planlib.preflight_ft({**env, "DEVICE": "cpu"}, tmp_path)
+    assert not planlib.flag_values(cpu.argv, "--nproc_per_node") and api._nproc(cpu) == 1
+    gpu = planlib.preflight_ft({**env, "DEVICE": "cuda"}, tmp_path)
+    assert api._nproc(gpu) == 8
+    via_torchrun = planlib.preflight_ft({**env, "DEVICE": "cpu", "FTSLURM_SKIP_TORCHRUN": "0"},
+                                        tmp_path)  # fmt: skip
+    assert planlib.flag_values(via_torchrun.argv, "--nproc_per_node") == ["1"]
