@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ftslurm import lighthouse, runner  # noqa: E402
+from ftslurm import lighthouse, procs, runner  # noqa: E402
+from ftslurm.failure_plan import is_training_worker  # noqa: E402
 from ftslurm.replica import checksum  # noqa: E402
 from ftslurm.replica import plan as planlib  # noqa: E402
 
@@ -197,12 +198,12 @@ class Launch:
         return found
 
     def worker_pid(self) -> int | None:
-        """The training process: torchrun's child."""
-        for torchrun in children(self.proc.pid):
-            self.pids.add(torchrun)
-            for worker in children(torchrun):
-                self.pids.add(worker)
-                return worker
+        """The training process: torchrun's child, or the launcher's own child when it runs a
+        one-rank replica without torchrun (FTSLURM_SKIP_TORCHRUN)."""
+        for pid in procs.process_tree(self.proc.pid)[1:]:
+            self.pids.add(pid)
+            if is_training_worker(procs.cmdline(pid)):
+                return pid
         return None
 
     def wait(self, timeout: float) -> int | None:
