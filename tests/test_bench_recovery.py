@@ -33,7 +33,9 @@ def test_recovery_measure_reads_the_report(tmp_path, monkeypatch):
         return FIX / "slurm-tft-11"
 
     monkeypatch.setattr(rec, "run_demo", fake_demo)
-    monkeypatch.delenv("FT_SPARES", raising=False)
+    # setenv, not delenv: measure() sets FT_SPARES in os.environ, and only a variable the
+    # monkeypatch recorded is restored (a leaked FT_SPARES=1 turned later demos into spare runs)
+    monkeypatch.setenv("FT_SPARES", "0")
     out = io.StringIO()
     res = rec.measure("slurm", 2, tmp_path, replicas=2, spares=1, out=out)
     assert seen["spares"] == "1" and seen["cfg"].failures == 2
