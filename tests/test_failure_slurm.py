@@ -156,7 +156,7 @@ def test_node_down_wait_recovered(mimic: Mimic):
     took = float(re.search(r"took\s+([\d.]+) s", timeline[2])[1])
     assert 5.0 <= took < 15.0, timeline[2]  # --down-for 5, plus one scontrol call
     assert f"task {mimic.job}_1 RUNNING again on worker-" in timeline[3]
-    assert "launching replica` line" in timeline[4]
+    assert "`launching replica` (or `launching spare`) line" in timeline[4]
     assert "(attempt 1) on worker-" in mimic.text(1)
     evs = mimic.events_list()
     assert [e["action"] for e in evs] == ["node-down", "resume"]
