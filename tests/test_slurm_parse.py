@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import procs
 from ftslurm.errors import UserError
 from ftslurm.runner import Completed
 from ftslurm.slurm import args, client
@@ -31,6 +32,7 @@ from ftslurm.slurm.parse import (
     parse_time_limit,
     split_scontrol_records,
 )
+from ftslurm.wait import wait_for
 from tests.fakeslurm import FakeSlurm, recorded
 
 
@@ -274,6 +276,8 @@ def test_local_controller_is_the_one_its_slurm_conf_names(tmp_path, monkeypatch)
     ctld = subprocess.Popen(["bash", "-c", "exec -a slurmctld sleep 30"])
     try:
         pidfile.write_text(f"{ctld.pid}\n")
+        # bash execs `sleep` under the name slurmctld a moment after Popen returns: wait for it
+        wait_for(lambda: procs.cmdline(ctld.pid)[:1] == ["slurmctld"], 10, 0.01, "exec -a")
         assert client.controller_running(conf)
         monkeypatch.delenv("SLURM_CONF", raising=False)
         assert client.SlurmClient(local_conf=conf).environment()["SLURM_CONF"] == str(conf)
