@@ -11,8 +11,9 @@ from the same `ftslurm report` users get (its JSON). For each failure it prints:
 and the medians, then the run's replica-step goodput beside its step ratio (both from the
 report's summary: `goodput`, `step_ratio`).
 
-`--spares S` passes FT_SPARES=S to the job's environment (warm spares, issue 28; the array
-size is the demo's). `--json` prints, on stdout, `{"spares": S, "full_strength_s": [..],
+`--spares S` runs the demo with S warm spares (FT_SPARES=S, S more array tasks).
+`--heartbeat-timeout-ms N` starts its Lighthouse with that heartbeat timeout.
+`--json` prints, on stdout, `{"spares": S, "full_strength_s": [..],
 "median_full_strength_s": x, "detection_s": [..], "goodput": g, ...}` (one object per
 backend: a list with `--backend both`); the table then goes to stderr.
 
@@ -49,9 +50,10 @@ def _median(xs: list[float]) -> float | None:
 
 
 def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
-            spares: int = 0, out=sys.stdout) -> dict[str, Any]:
-    cfg = DemoConfig(replicas=replicas, failures=failures, backend=backend, outputs=outputs)
-    os.environ["FT_SPARES"] = str(spares)  # the Slurm backend passes its environment on
+            spares: int = 0, out=sys.stdout,
+            heartbeat_timeout_ms: int | None = None) -> dict[str, Any]:
+    cfg = DemoConfig(replicas=replicas, failures=failures, backend=backend, outputs=outputs,
+                     spares=spares, heartbeat_timeout_ms=heartbeat_timeout_ms)  # fmt: skip
     run_dir = run_demo(cfg, say=lambda m: print(f"  {m}", file=sys.stderr))
     rep = build_report(str(run_dir)).to_json()
     failures_ = [f for f in rep["failures"] if f.get("kind") in ("node-down", "kill")]
@@ -67,8 +69,9 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
         "full_strength": [], "heal_required_to_loaded": [],
     }  # fmt: skip
     transport = os.environ.get("FTSLURM_HEAL_TRANSPORT", "default")
+    hb = heartbeat_timeout_ms or "default"
     print(f"\n{backend}: {len(failures_)} failures, {spares} spares (run dir {run_dir}), heal "
-          f"transport {transport}", file=out)  # fmt: skip
+          f"transport {transport}, heartbeat timeout {hb} ms", file=out)  # fmt: skip
     print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit"
           "   failure -> full strength   heal: required -> loaded (share)", file=out)
     for i, f in enumerate(failures_):
@@ -113,7 +116,8 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
         "down_to_running_s": [_r(x) for x in rows["down_to_running"]],
         "running_to_healed_s": [_r(x) for x in rows["running_to_healed"]],
         "heal_required_to_loaded_s": [_r(x) for x in rows["heal_required_to_loaded"]],
-        "heal_transport": transport,
+        "heal_transport": transport, "heartbeat_timeout_ms": heartbeat_timeout_ms,
+        "demo_full_strength_s": [m["full_strength_s"] for m in cfg.measured],
         "goodput": g, "step_ratio": ratio, "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "false_drops": sm["false_drops"], "run_dir": str(run_dir),
@@ -133,8 +137,10 @@ def main() -> None:
     ap.add_argument("--backend", choices=["slurm", "local", "both"], default="both")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--spares", type=int, default=0,
-                    help="FT_SPARES for the job (warm spares; the array size is the demo's)")
+                    help="Warm spares: FT_SPARES, S more array tasks")
     ap.add_argument("--failures", type=int, default=5)
+    ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
+                    help="The Lighthouse's heartbeat timeout [its default]")
     ap.add_argument("--json", action="store_true",
                     help="Print the figures as JSON on stdout (the table goes to stderr).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the run under this outputs dir.")
@@ -146,13 +152,15 @@ def main() -> None:
     results = []
     for b in backends:
         if a.keep:
-            results.append(measure(b, a.failures, a.keep, a.replicas, a.spares, out))
+            results.append(measure(b, a.failures, a.keep, a.replicas, a.spares, out,
+                                      a.heartbeat_timeout_ms))
         else:
             with tempfile.TemporaryDirectory() as d:
-                results.append(measure(b, a.failures, Path(d), a.replicas, a.spares, out))
+                results.append(measure(b, a.failures, Path(d), a.replicas, a.spares, out,
+                                          a.heartbeat_timeout_ms))
     print(
         "\nnotes: 'running' = the launcher's first line of the new attempt (1 s resolution); "
-        "heartbeat timeout = 5 s (torchft default); the heal waits for the next DiLoCo sync.",
+        "heartbeat timeout: torchft's 5 s unless set; the heal waits for the next DiLoCo sync.",
         file=out,
     )
     if a.json:

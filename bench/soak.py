@@ -16,6 +16,17 @@ false quorum drops.
 
 Run: python bench/soak.py --replicas 2 --every 60 --count 20 [--baseline-s 180]
      [--heartbeat-timeout-ms N] (the Lighthouse's; default torchft's 5000)
+
+`--backend slurm` (root) soaks the local Slurm instead, through `ftslurm demo` (the code path
+users run): the FT sbatch array with `--spares S` warm spares, a failure every --every
+seconds cycling through `--modes` (node-down: DOWN --down-for s then RESUME; kill: SIGKILL
+the training worker, the launcher requeues its task; requeue: `scontrol requeue`), always
+on replica slot 1 (slot 0's task is the checksum reference). Every checksum line of every
+other task is compared with task 0's at the same (step, scope); the figures are the
+report's (goodput against the run's own full-strength rate: no separate baseline run).
+`--json` prints them as one object on stdout.
+  python bench/soak.py --backend slurm --spares 1 --every 60 --count 30 \
+      --modes node-down,kill,requeue --heartbeat-timeout-ms 2000 --json
 Not part of the test suite (it takes count x every seconds plus the baseline).
 """
 
@@ -23,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import random
 import re
 import statistics
@@ -31,7 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ftslurm.demo import DemoConfig, LocalBackend
+from ftslurm import logvocab
+from ftslurm.demo import DemoConfig, LocalBackend, run_demo
 from ftslurm.replica import checksum
 from ftslurm.report import build_report
 from ftslurm.wait import wait_for
@@ -158,6 +171,56 @@ def compare_checksums(run_dir: Path, replicas: int) -> tuple[int, list[str]]:
     return compared, bad
 
 
+def compare_all(run_dir: Path, tasks: int) -> tuple[int, list[str]]:
+    """Every checksum line of tasks 1.. vs task 0's at the same (step, scope): with spares a
+    slot's holder changes at each claim, and all replicas agree after an outer sync."""
+    def records(task: int):
+        path = logvocab.replica_log(run_dir.name[4:], task, run_dir)
+        return checksum.parse(path.read_text(errors="replace").splitlines())
+
+    ref: dict[tuple[int, str], str] = {}
+    for r in records(0):
+        ref.setdefault((r.step, r.scope), r.sha256)
+    compared, bad = 0, []
+    for t in range(1, tasks):
+        for r in records(t):
+            if (r.step, r.scope) in ref:
+                compared += 1
+                if ref[(r.step, r.scope)] != r.sha256:
+                    bad.append(f"task {t} step {r.step} {r.scope}")
+    return compared, bad
+
+
+def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
+    """The soak on the local Slurm, through `ftslurm demo`'s story: its figures."""
+    modes = tuple(m for m in a.modes.split(",") if m)
+    cfg = DemoConfig(replicas=a.replicas, failures=a.count, backend="slurm", outputs=out,
+                     down_for=a.down_for, spares=a.spares, modes=modes, every=a.every,
+                     heartbeat_timeout_ms=a.heartbeat_timeout_ms, steps=1_000_000,
+                     steps_between=1, timeout=300)  # fmt: skip
+    t0 = time.monotonic()
+    run_dir = run_demo(cfg, say=_say)
+    wall = time.monotonic() - t0
+    compared, bad = compare_all(run_dir, cfg.tasks)
+    fig = report_figures(run_dir)
+    full = [m["full_strength_s"] for m in cfg.measured]
+    by_mode: dict[str, list[float]] = {}
+    for m in cfg.measured:
+        by_mode.setdefault(str(m["mode"]), []).append(float(m["full_strength_s"]))
+    return {
+        "backend": "slurm", "replicas": a.replicas, "spares": a.spares, "every_s": a.every,
+        "modes": list(modes), "heartbeat_timeout_ms": a.heartbeat_timeout_ms,
+        "failures_injected": a.count, "recovered": len(cfg.measured),
+        "full_strength_s": full,
+        "median_full_strength_s": round(statistics.median(full), 2) if full else None,
+        "median_full_strength_s_by_mode": {k: round(statistics.median(v), 2)
+                                           for k, v in sorted(by_mode.items())},
+        "checksum_comparisons": compared, "checksum_mismatches": len(bad),
+        "mismatches": bad[:20], "wall_s": round(wall, 1), "run_dir": str(run_dir),
+        "report": fig,
+    }  # fmt: skip
+
+
 def baseline_rate(cfg: DemoConfig, seconds: float) -> float:
     b = start(cfg)
     try:
@@ -179,7 +242,17 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="Keep outputs here.")
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
                     help="The Lighthouse's heartbeat timeout (default: torchft's, 5000).")
+    ap.add_argument("--backend", choices=["local", "slurm"], default="local")
+    ap.add_argument("--spares", type=int, default=0, help="Warm spares (--backend slurm).")
+    ap.add_argument("--modes", default="node-down,kill,requeue",
+                    help="Failure modes to cycle through (--backend slurm).")
+    ap.add_argument("--json", action="store_true",
+                    help="--backend slurm: print the figures as JSON on stdout.")
     a = ap.parse_args()
+    if a.backend == "slurm":
+        res = soak_slurm(a, a.keep or Path(tempfile.mkdtemp(prefix="ftslurm-soak-")))
+        print(json.dumps(res, indent=1) if a.json else res)
+        return
     heartbeat_timeout(a.heartbeat_timeout_ms)
     out = a.keep or Path(tempfile.mkdtemp(prefix="ftslurm-soak-"))
     cfg = DemoConfig(replicas=a.replicas, backend="local", down_for=a.down_for, outputs=out,

@@ -58,6 +58,11 @@ class DemoConfig:
     outputs: Path = field(default_factory=paths.outputs_dir)
     timeout: float = 300.0  # for each wait
     spares: int = 0  # warm spares (FT_SPARES): a failed replica's slot is taken by one
+    # failure k uses modes[k % len(modes)] (failure_plan.MODES); () = the backend's own:
+    # node-down on Slurm, a SIGKILL of the process tree on the local backend (its only one)
+    modes: tuple[str, ...] = ()
+    every: float = 0.0  # seconds from one failure to the next at least (0: steps_between only)
+    heartbeat_timeout_ms: int | None = None  # the Lighthouse's; None: its default
     # what the story measured, one dict per failure (bench/spares.py reads it)
     measured: list[dict[str, float | int]] = field(default_factory=list)
 
@@ -86,6 +91,23 @@ class DemoConfig:
             raise UserError("--timeout must be a number of seconds > 0")
         if self.backend == "slurm" and (why := slurm_possible()):
             raise UserError(f"--backend slurm: {why}; use --backend local")
+        from ftslurm.failure_plan import MODES
+
+        if bad := [m for m in self.modes if m not in MODES]:
+            raise UserError(f"unknown failure mode {bad[0]!r}; one of {', '.join(MODES)}")
+        if self.resolved_backend() == "local" and set(self.modes) - {"kill"}:
+            raise UserError("the local backend fails a replica one way, kill; "
+                            "--backend slurm for node-down and requeue")  # fmt: skip
+        if not (math.isfinite(self.every) and self.every >= 0):
+            raise UserError("--every must be a number of seconds >= 0")
+        if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms < 1:
+            raise UserError("--heartbeat-timeout-ms must be at least 1")
+
+    def mode(self, k: int) -> str:
+        """The failure mode of failure k (0-based)."""
+        if not self.modes:
+            return "node-down" if self.resolved_backend() == "slurm" else "kill"
+        return self.modes[k % len(self.modes)]
 
 
 def plan_lines(cfg: DemoConfig) -> list[str]:
@@ -104,19 +126,23 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         else f"{t} x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES={s}, supervised by "
         "ftslurm)"
     )
-    fail = (
-        f"ftslurm simulate-failure --replica 1 --mode node-down --down-for {cfg.down_for:g}"
-        if b == "slurm"
-        else f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
-    )
+    def fail(i: int) -> str:
+        if b != "slurm":
+            return f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
+        down = f" --down-for {cfg.down_for:g}" if cfg.mode(i) == "node-down" else ""
+        return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{down}"
+
+    every = f" (at least {cfg.every:g} s after the previous one's turn)" if cfg.every else ""
     return [
         f"backend: {b}",
         *start,
-        "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)",
+        "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)"
+        + (f" --heartbeat-timeout-ms {cfg.heartbeat_timeout_ms}"
+           if cfg.heartbeat_timeout_ms else ""),
         submit,
         f"wait until all {n} replicas are in one quorum" + (f" and {s} spare(s) wait warm" if s
                                                              else ""),
-        *[f"failure {i + 1}/{k}: {fail}; survivor commits alone; "
+        *[f"failure {i + 1}/{k}{every if i else ''}: {fail(i)}; survivor commits alone; "
           + ("a warm spare claims the slot and heals; the failed task comes back as a spare"
              if s else "heal") for i in range(k)],
         "stop the job, the Lighthouse" + (" and the cluster" if b == "slurm" else ""),
@@ -192,7 +218,8 @@ class Backend:
             old.unlink(missing_ok=True)  # this run's report must not read an older run's quorums
 
         info = lighthouse.start(
-            bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir
+            bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir,
+            heartbeat_timeout_ms=self.cfg.heartbeat_timeout_ms,
         )
         self.lighthouse = info
         self.say(f"Lighthouse running (pid {info.pid}): TORCHFT_LIGHTHOUSE={info.address}")
@@ -243,7 +270,7 @@ class Backend:
     def setup(self) -> None:
         raise NotImplementedError
 
-    def fail(self, replica: int) -> None:
+    def fail(self, replica: int, mode: str) -> None:
         raise NotImplementedError
 
     def restore(self, replica: int) -> None:
@@ -261,6 +288,8 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
         "FTSLURM_OUTPUTS": str(cfg.outputs),
         "FTSLURM_GROUP_SIZE": str(cfg.replicas),
         "FTSLURM_PYTHON": paths.job_python(),
+        # the demo's --spares, not a FT_SPARES left in the shell (the array is sized for it)
+        "FT_SPARES": str(cfg.spares),
     }
 
 
@@ -293,8 +322,6 @@ class SlurmBackend(Backend):
         addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
         env = {**os.environ, **_replica_env(self.cfg, addr)}
         env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
-        if self.cfg.spares:
-            env["FT_SPARES"] = str(self.cfg.spares)
         from ftslurm.resources import device_overrides
 
         runs = paths.torchft_runs_dir(self.cfg.outputs)
@@ -314,9 +341,11 @@ class SlurmBackend(Backend):
             f"(sbatch --array=0-{self.cfg.tasks - 1} {paths.FT_SCRIPT}, DEVICE=cpu{spares})"
         )
 
-    def fail(self, replica: int) -> None:
-        """`ftslurm simulate-failure --replica R --mode node-down --down-for D`, the same code:
-        DOWN, D seconds, RESUME (RESUMEd on every way out), both logged to the event log."""
+    def fail(self, replica: int, mode: str) -> None:
+        """`ftslurm simulate-failure --replica R --mode MODE --down-for D`, the same code:
+        node-down is DOWN, D seconds, RESUME (RESUMEd on every way out); kill SIGKILLs the
+        training worker (the launcher requeues its task); requeue is `scontrol requeue`.
+        Each is logged to the event log."""
         from ftslurm import failure, failure_plan
         from ftslurm.slurm import client
 
@@ -325,8 +354,9 @@ class SlurmBackend(Backend):
             slurm.jobs(), slurm.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
+        kill = failure.kill_selection(target) if mode == "kill" else None
         plan = failure_plan.make_plan(
-            "node-down", target, down_for=self.cfg.down_for, reason="ftslurm demo"
+            mode, target, down_for=self.cfg.down_for, reason="ftslurm demo", kill=kill
         )
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
         failure.execute(plan, say=self.say, events_path=self.events_path)
@@ -406,7 +436,7 @@ class LocalBackend(Backend):
         (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
         return tree
 
-    def fail(self, replica: int) -> None:
+    def fail(self, replica: int, mode: str) -> None:  # noqa: ARG002 (kill: validated)
         tree = self._kill(replica)
         self.record("kill", replica, None, f"SIGKILL to {len(tree)} processes (ftslurm demo)")
         self.say(f"replica {replica} killed: SIGKILL to its {len(tree)} processes")
@@ -460,7 +490,11 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
     say(f"quorum of {n}: replicas {', '.join(str(i) for i in range(n))} train together")
     if cfg.spares:
         _wait_spares(b, cfg, say)
+    turn = None
     for k in range(cfg.failures):
+        if turn is not None:  # --every: no sooner than that after the previous one's turn
+            time.sleep(max(0.0, turn + cfg.every - time.monotonic()))
+        turn = time.monotonic()
         (_one_failure_with_spare if cfg.spares else _one_failure)(b, cfg, k, say)
     base = min(x.last_step for x in b.poll() if x.last_step >= 0)
     wait_for(
@@ -468,6 +502,11 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
         what="a few more steps on every replica",
     )  # fmt: skip
     say(f"every replica is at training step >= {base + 3}: the story is told, stopping")
+
+
+def _how(cfg: DemoConfig, k: int) -> str:
+    """' (kill)' where the modes were chosen (the default story's words stay as they were)."""
+    return f" ({cfg.mode(k)})" if cfg.modes else ""
 
 
 def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
@@ -483,9 +522,10 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     step = survivor.last_step
     log = b.logs[target]
     attempt_before = log.attempt
-    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} down at training step {step}")
+    say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} down at "
+        f"training step {step}")  # fmt: skip
     t_fail = time.monotonic()
-    b.fail(target)
+    b.fail(target, cfg.mode(k))
     wait_for(
         lambda: b.quorum_size() == n - 1 and b.poll()[0].last_step >= step + 2,
         cfg.timeout, interval=0.5, what="the survivors to commit without it",
@@ -512,7 +552,8 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     wait_for(lambda: b.quorum_size() == n and b.poll() and log.commits_in_attempt > 0,
              cfg.timeout, interval=0.1, what="full quorum and a healed commit")  # fmt: skip
     full = time.monotonic() - t_fail
-    cfg.measured.append({"failure": k + 1, "spares": 0, "full_strength_s": round(full, 2)})
+    cfg.measured.append({"failure": k + 1, "spares": 0, "mode": cfg.mode(k),
+                         "full_strength_s": round(full, 2)})  # fmt: skip
     say(f"quorum of {n} again: full strength {full:.1f} s after the failure (the restarted "
         "replica healed and committed with all)")  # fmt: skip
 
@@ -578,10 +619,10 @@ def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> No
         interval=0.5, what=f"{cfg.steps_between} more steps",
     )  # fmt: skip
     step = survivor.last_step
-    say(f"failure {k + 1}/{cfg.failures}: taking replica {target} (array task {task}) down at "
-        f"training step {step}")  # fmt: skip
+    say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} (array task "
+        f"{task}) down at training step {step}")  # fmt: skip
     t_fail = time.monotonic()
-    b.fail(task)
+    b.fail(task, cfg.mode(k))
     new = wait_for(lambda: (h := _holder(b, target))[1] > epoch and h, cfg.timeout,
                    interval=0.1, what=f"a spare to claim slot {target}")  # fmt: skip
     t_claim = time.monotonic()
@@ -597,7 +638,7 @@ def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> No
 
     wait_for(full, cfg.timeout, interval=0.1, what=f"replica {target} to heal and commit")
     t_full = time.monotonic()
-    cfg.measured.append({"failure": k + 1, "spares": cfg.spares,
+    cfg.measured.append({"failure": k + 1, "spares": cfg.spares, "mode": cfg.mode(k),
                          "full_strength_s": round(t_full - t_fail, 2),
                          "claim_s": round(t_claim - t_fail, 2)})  # fmt: skip
     say(f"replica {target} (now task {new[0]}) healed from a peer at torchft step "

@@ -1,11 +1,11 @@
 """bench/recovery.py's figures come from the report: its `measure` on a recorded run (the
-demo replaced by the fixture's run dir), the JSON keys issue 28 names, FT_SPARES passed on."""
+demo replaced by the fixture's run dir), the JSON keys issue 28 names, the spares and the
+heartbeat timeout passed to the demo."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
-import os
 from pathlib import Path
 
 import pytest
@@ -29,16 +29,18 @@ def test_recovery_measure_reads_the_report(tmp_path, monkeypatch):
     seen = {}
 
     def fake_demo(cfg, say):
-        seen["cfg"], seen["spares"] = cfg, os.environ.get("FT_SPARES")
+        seen["cfg"] = cfg
+        cfg.measured.append({"failure": 1, "spares": 1, "mode": "node-down",
+                             "full_strength_s": 9.5})  # fmt: skip
         return FIX / "slurm-tft-11"
 
     monkeypatch.setattr(rec, "run_demo", fake_demo)
-    # setenv, not delenv: measure() sets FT_SPARES in os.environ, and only a variable the
-    # monkeypatch recorded is restored (a leaked FT_SPARES=1 turned later demos into spare runs)
-    monkeypatch.setenv("FT_SPARES", "0")
     out = io.StringIO()
-    res = rec.measure("slurm", 2, tmp_path, replicas=2, spares=1, out=out)
-    assert seen["spares"] == "1" and seen["cfg"].failures == 2
+    res = rec.measure("slurm", 2, tmp_path, replicas=2, spares=1, out=out,
+                      heartbeat_timeout_ms=2000)  # fmt: skip
+    cfg = seen["cfg"]
+    assert (cfg.spares, cfg.tasks, cfg.failures, cfg.heartbeat_timeout_ms) == (1, 3, 2, 2000)
+    assert res["demo_full_strength_s"] == [9.5] and res["heartbeat_timeout_ms"] == 2000
     assert res["spares"] == 1 and res["failures"] == 2
     assert res["full_strength_s"] == [38.653, 49.126]
     assert res["median_full_strength_s"] == pytest.approx((38.653 + 49.126) / 2, abs=1e-3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ftslurm.commands.params import seconds
+from ftslurm.failure_plan import MODES
 
 
 @click.command()
@@ -39,9 +40,27 @@ from ftslurm.commands.params import seconds
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
 @click.option(
-    "--spares", type=int, default=0, show_default=True,
+    "--spares", type=click.IntRange(min=0), default=0, show_default=True, envvar="FT_SPARES",
     help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's slot.",
 )  # fmt: skip
+@click.option(
+    "--mode", "modes", type=click.Choice(MODES), multiple=True,
+    help="How to fail a replica; repeat to cycle (--mode node-down --mode kill --mode requeue). "
+    "kill SIGKILLs the training worker and the launcher requeues its task; requeue is "
+    "`scontrol requeue`. The local backend can only kill.  [default: node-down on Slurm, kill "
+    "on the local backend]",
+)
+@click.option(
+    "--every", type=seconds(), default=0.0, show_default=True,
+    help="Seconds from one failure to the next at least (a soak: -k 30 --every 60); 0: as "
+    "soon as the replicas trained a few steps together.",
+)
+@click.option(
+    "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
+    envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
+    help="The Lighthouse's heartbeat timeout (detection time; see `ftslurm lighthouse start "
+    "--help`)  [default: the Lighthouse's]",
+)
 def demo(
     replicas: int,
     failures: int,
@@ -52,6 +71,9 @@ def demo(
     no_plot: bool,
     dry_run: bool,
     spares: int,
+    modes: tuple[str, ...],
+    every: float,
+    heartbeat_timeout_ms: int | None,
 ) -> None:
     """Run the whole fault-tolerance story on this machine, with real parts.
 
@@ -73,13 +95,15 @@ def demo(
       ftslurm demo                          # 2 replicas, 2 failures, Slurm if root
       ftslurm demo --backend local -k 1     # no Slurm needed
       ftslurm demo --spares 1               # a warm spare takes over
+      ftslurm demo -k 3 --mode kill --mode requeue --mode node-down
       ftslurm demo --dry-run
     """
     from ftslurm.demo import DemoConfig, plan_lines, run_demo
 
     cfg = DemoConfig(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
-        down_for=down_for, timeout=timeout, spares=spares,
+        down_for=down_for, timeout=timeout, spares=spares, modes=modes, every=every,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
     )  # fmt: skip
     cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:
