@@ -1,4 +1,4 @@
-"""early_sync.py: a restarted DiLoCo replica's first quorum after one inner step.
+"""early_sync.py: a restarted DiLoCo replica's first quorum before its first inner step.
 
 The patch is checked here on torchft's real DiLoCo (a stub manager: no quorum is formed); that
 healing with it stays bit-identical is checked by the training tests, which heal restarted
@@ -31,9 +31,14 @@ import torch
 from torchft import local_sgd
 from ftslurm.replica import early_sync
 
-class Manager:  # what DiLoCo's constructor touches
+class Manager:  # what DiLoCo's constructor and its first hook touch
     _use_async_quorum = False
+    quorums = 0
     def register_state_dict_fn(self, *a, **k): pass
+    def allow_state_dict_read(self): pass
+    def disallow_state_dict_read(self): pass
+    def start_quorum(self): Manager.quorums += 1
+    def current_step(self): return 0
 
 def diloco():
     parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
@@ -41,13 +46,25 @@ def diloco():
     outer = [torch.optim.SGD(m.parameters(), lr=0.7) for m in parts]
     return local_sgd.DiLoCo(Manager(), parts, inner, outer, sync_every=6)
 
+def entered(d):
+    with d:
+        return Manager.quorums, d._local_step
+
 assert early_sync.install({"FTSLURM_ATTEMPT": "0"}) is None
 assert diloco()._local_step == 0
+assert entered(diloco()) == (0, 0)  # upstream: no quorum before the first step
 assert "OFF" in early_sync.install({"FTSLURM_ATTEMPT": "1", "FTSLURM_EARLY_FIRST_SYNC": "0"})
 assert diloco()._local_step == 0
 assert "ON" in early_sync.install({"FTSLURM_ATTEMPT": "2"})
 d = diloco()
 assert (d._local_step, d._sync_every) == (2, 3), (d._local_step, d._sync_every)
+synced = []
+for f in d._fragments:
+    f.prepare_sync = lambda: None
+    f.perform_sync = lambda f=f: synced.append(f)
+# entering training: the first quorum and the fragment's sync, before any inner step
+assert entered(d) == (1, 0), entered
+assert len(synced) == 1
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
