@@ -67,7 +67,8 @@
 #                                        heal; 0: upstream's way [1]
 #   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
 #                                        few cores) [0.5]
-#   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica syncs before its first step [1]
+#   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica or spare syncs before any step
+#                                        [1]
 #   FTSLURM_SKIP_TORCHRUN                one rank per node: the launcher runs the training module
 #                                        itself, with torchrun's env (startup.py); 0: torchrun [1]
 #   FTSLURM_LAZY_COMPILE                 torchtitan's import-time torch.compile calls are made on

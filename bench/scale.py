@@ -38,20 +38,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ftslurm import lighthouse, runner  # noqa: E402
+from ftslurm import lighthouse, logvocab, runner  # noqa: E402
 from ftslurm.cluster import local  # noqa: E402
+from ftslurm.logtail import Appended  # noqa: E402
 from ftslurm.wait import WaitTimeout, free_port, wait_for  # noqa: E402
 
 FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
-QUORUM_LINE = "Quorum! Quorum {"
-MEMBER = re.compile(r'replica_id: "torchtitan_ft_(\d+):')
-LH_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})")
+LH_QUORUM = b"Quorum! Quorum {"  # the Lighthouse's line (parsed by logvocab, as the report)
 # what one more replica costs (measured 2026-11-25 by this bench: PSS of the tiny worker
 # 266 MB + its launcher 13 MB, docs/cpu/2026-11-25/scale-*.json)
 GB_PER_REPLICA = 0.28
@@ -178,31 +178,20 @@ class LighthouseLog:
     """Reads the Lighthouse log as it grows: the `Quorum!` lines (one per quorum round)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.rest = b""
+        self.appended = Appended(path)
         self.full: list[tuple[str, float]] = []  # (log time, monotonic seen) of full quorums
         self.sizes: list[tuple[int, float]] = []  # (members, monotonic seen) of every Quorum!
 
     def poll(self, n: int) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data)
-        lines = (self.rest + data).split(b"\n")
-        self.rest = lines.pop()
-        for raw in lines:
-            line = raw.decode(errors="replace")
-            if QUORUM_LINE not in line:
+        for raw in self.appended.lines():
+            if LH_QUORUM not in raw or (q := logvocab.parse_line(raw)) is None:
                 continue
-            members = len(set(MEMBER.findall(line)))
+            members = len({logvocab.split_replica_id(m.replica_id)[1] for m in q.members})
             self.sizes.append((members, time.monotonic()))
             if members == n:
-                m = LH_TIME.match(line)
-                self.full.append((m[1] if m else "", time.monotonic()))
+                stamp = datetime.fromtimestamp(q.time, timezone.utc) if q.time else None
+                self.full.append((stamp.isoformat(timespec="milliseconds")[:23] if stamp
+                                  else "", time.monotonic()))  # fmt: skip
 
     def full_since(self, t: float, n: int) -> tuple[str, float] | None:
         self.poll(n)
@@ -210,8 +199,6 @@ class LighthouseLog:
 
 
 def _lh_seconds(stamp: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(stamp).timestamp()
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ftslurm import logvocab, paths, procs
 from ftslurm.errors import UserError
+from ftslurm.logtail import Appended
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
 from ftslurm.wait import WaitTimeout, free_port, wait_for
 
@@ -155,8 +156,7 @@ class ReplicaLog:
 
     def __init__(self, path: Path):
         self.path = path
-        self.offset = 0
-        self.partial = b""
+        self.appended = Appended(path)
         self.last_step = -1
         self.attempt = -1
         self.healed_step: dict[int, int] = {}  # attempt -> step of its first heal (> 0)
@@ -166,17 +166,7 @@ class ReplicaLog:
         self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
 
     def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        for ev in filter(None, map(logvocab.parse_line, lines)):
+        for ev in filter(None, map(logvocab.parse_line, self.appended.lines())):
             if ev.kind == logvocab.LAUNCH and ev.rank is not None:
                 self.attempt = ev.rank
                 self.commits_in_attempt = 0

@@ -217,8 +217,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_HEAL_TIMEOUT_FLOOR", 6, "a survivor's collectives outlast a peer's heal"),
     Knob("FTSLURM_TINY_STEP_S", "float", "`FTSLURM_PRESET=tiny`: pause per step (paces many "
          "replicas on few cores)", 0.5, minimum=0, scripts=FT),
-    Knob("FTSLURM_EARLY_FIRST_SYNC", "bool", "a restarted DiLoCo replica syncs before its first step",
-         True, scripts=FT),
+    Knob("FTSLURM_EARLY_FIRST_SYNC", "bool",
+         "a restarted DiLoCo replica or spare syncs before any step", True, scripts=FT),
     Knob("FTSLURM_SKIP_TORCHRUN", "bool", "one rank per node: the launcher runs the training "
          "module itself, with torchrun's env (startup.py); 0: torchrun", True, scripts=FT),
     Knob("FTSLURM_LAZY_COMPILE", "bool", "torchtitan's import-time `torch.compile` calls "

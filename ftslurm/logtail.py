@@ -138,6 +138,29 @@ def read_tail(
     return lines, size - pending
 
 
+class Appended:
+    """The complete lines appended to a growing file since the previous call (the demo's and
+    the benches' watchers poll logs this way: each call reads only the new bytes; the
+    unfinished last line waits for its newline). A missing file has no lines yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def lines(self) -> list[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        return lines
+
+
 def _regular(path: Path) -> os.stat_result:
     """`path`'s stat when it is a regular file, else OSError: a FIFO would block the reader
     for ever and a device never ends; a folder says so."""
