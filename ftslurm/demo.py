@@ -30,7 +30,7 @@ from ftslurm import logvocab, paths, procs
 from ftslurm.errors import UserError
 from ftslurm.logtail import Appended
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
-from ftslurm.wait import WaitTimeout, free_port, wait_for
+from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while
 
 Say = Callable[[str], None]
 
@@ -515,15 +515,15 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} down at "
         f"training step {step}")  # fmt: skip
     t_fail = time.monotonic()
-    b.fail(target, cfg.mode(k))
-    wait_for(
-        lambda: b.quorum_size() == n - 1 and b.poll()[0].last_step >= step + 2,
-        cfg.timeout, interval=0.5, what="the survivors to commit without it",
+    [(_, t_alone)] = wait_while(
+        lambda: b.fail(target, cfg.mode(k)),
+        [(lambda: b.quorum_size() == n - 1 and b.poll()[0].last_step >= step + 2,
+          "the survivors to commit without it")], cfg.timeout,
     )  # fmt: skip
     say(
         f"survivors train on without replica {target}: "
         f"training step {step} -> {survivor.last_step} "
-        f"({n - 1}/{n} replicas, {time.monotonic() - t_fail:.1f} s after the failure)"
+        f"({n - 1}/{n} replicas, {t_alone - t_fail:.1f} s after the failure)"
     )
     time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
     b.restore(target)
@@ -612,22 +612,31 @@ def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> No
     say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} (array task "
         f"{task}) down at training step {step}")  # fmt: skip
     t_fail = time.monotonic()
-    b.fail(task, cfg.mode(k))
-    new = wait_for(lambda: (h := _holder(b, target))[1] > epoch and h, cfg.timeout,
-                   interval=0.1, what=f"a spare to claim slot {target}")  # fmt: skip
-    t_claim = time.monotonic()
-    say(f"spare task {new[0]} claimed slot {target} (fencing epoch {new[1]}) "
-        f"{t_claim - t_fail:.1f} s after the failure: it trains as replica {target} from now "
-        "on, with its data shard")  # fmt: skip
-    log = b.logs[new[0]]
+    claim: list[tuple[int, int]] = []
+
+    def claimed() -> tuple[int, int] | None:
+        h = _holder(b, target)
+        if h[1] > epoch:
+            claim.append(h)
+            return h
+        return None
 
     def full() -> bool:
+        log = b.logs[claim[-1][0]]
         b.poll()
         return (log.claim_healed is not None and log.commits_since_claim > 0
                 and b.quorum_size() == n)  # fmt: skip
 
-    wait_for(full, cfg.timeout, interval=0.1, what=f"replica {target} to heal and commit")
-    t_full = time.monotonic()
+    # watched while the failure runs: a node-down blocks for --down-for
+    (new, t_claim), (_, t_full) = wait_while(
+        lambda: b.fail(task, cfg.mode(k)),
+        [(claimed, f"a spare to claim slot {target}"),
+         (full, f"replica {target} to heal and commit")], cfg.timeout,
+    )  # fmt: skip
+    say(f"spare task {new[0]} claimed slot {target} (fencing epoch {new[1]}) "
+        f"{t_claim - t_fail:.1f} s after the failure: it trains as replica {target} from now "
+        "on, with its data shard")  # fmt: skip
+    log = b.logs[new[0]]
     cfg.measured.append({"failure": k + 1, "spares": cfg.spares, "mode": cfg.mode(k),
                          "full_strength_s": round(t_full - t_fail, 2),
                          "claim_s": round(t_claim - t_fail, 2)})  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -35,3 +36,34 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         return s.getsockname()[1]
 
+
+def wait_while(
+    busy: Callable[[], object],
+    conds: list[tuple[Callable[[], T], str]],
+    timeout: float,
+    interval: float = 0.1,
+) -> list[tuple[T, float]]:
+    """Run `busy()` here while another thread waits for each of `conds` in turn (`wait_for`,
+    `timeout` each); return, per condition, its value and the monotonic time it first held.
+
+    Why: a failure that blocks (a node kept DOWN for --down-for) must not hold up the stopwatch
+    of what happens meanwhile: a spare's claim 2 s in was timed at 5 s when it was polled
+    only after the node came back. An exception of `busy` or a WaitTimeout of a wait is raised
+    here."""
+    got: list[tuple[T, float]] = []
+    errors: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            for cond, what in conds:
+                got.append((wait_for(cond, timeout, interval, what), time.monotonic()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            errors.append(e)
+
+    watcher = threading.Thread(target=watch, name="wait_while", daemon=True)
+    watcher.start()
+    busy()
+    watcher.join()
+    if errors:
+        raise errors[0]
+    return got
