@@ -25,6 +25,25 @@ def fix_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+# Flavors added to torchtitan's Llama 3 table on CPU, chosen with FTSLURM_EXTRA_ARGS=
+# '--model.flavor=NAME': the debug model's whole healed state is 74 MB, too small for a heal's
+# transfer to show beside a restart. debugmodel_wide: 107 M parameters, ~2.1 GB healed (model,
+# AdamW's two moments, DiLoCo's outer optimizer and its copy of the synced parameters); with
+# --training.local_batch_size=1 --training.seq_len=64 a step takes ~2 s on one core.
+FLAVORS: dict[str, dict[str, int]] = {
+    "debugmodel_wide": {"dim": 1024, "n_layers": 8, "n_heads": 16, "vocab_size": 2048,
+                        "rope_theta": 500000},
+}  # fmt: skip
+
+
+def add_flavors() -> None:
+    """Register FLAVORS in torchtitan's llama3 table (llama3_ft shares the same dict)."""
+    from torchtitan.models.llama3 import TransformerModelArgs, llama3_args
+
+    for name, kw in FLAVORS.items():
+        llama3_args.setdefault(name, TransformerModelArgs(**kw))
+
+
 def _peak_rss_bytes() -> int:
     # ru_maxrss is KiB on Linux: the step lines' "memory" then shows this replica's peak RSS.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

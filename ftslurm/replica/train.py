@@ -67,6 +67,8 @@ def main() -> None:
 
         if fault_tolerant:
             import torchtitan.experiments.ft.train  # noqa: F401
+        if device == "cpu":
+            cpu.add_flavors()
 
     from ftslurm.replica import checksum, config_error, early_sync, fixes, standby
 
