@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ftslurm import knobs, lighthouse
 from ftslurm.replica import checksum
@@ -78,6 +79,28 @@ def lighthouse_argv(state_dir: Path, port: int) -> list[str]:
 
 def start_lighthouse(state_dir: Path) -> lighthouse.LighthouseInfo:
     return lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0", state_dir=state_dir)
+
+
+class FTTestEnv(NamedTuple):
+    """What a test of `ftslurm` commands against the real FT script sets up first."""
+
+    outputs: Path
+    lh_dir: Path
+    lh: lighthouse.LighthouseInfo
+    events: Path
+    env: dict[str, str]  # for `ftslurm ...` subprocesses: the cluster's, outputs, event log
+
+
+def ft_test_env(tmp_path: Path) -> FTTestEnv:
+    """A Lighthouse of the test's own (stop it with `lighthouse.stop(lh_dir)`), outputs and an
+    event log under `tmp_path`, and the environment `ftslurm` commands run with."""
+    outputs = tmp_path / "outputs"
+    lh_dir = outputs / "lighthouse"
+    lh = start_lighthouse(lh_dir)
+    events = tmp_path / "events.jsonl"
+    env = {**client.current().environment(), "FTSLURM_OUTPUTS": str(outputs),
+           "FTSLURM_EVENTS": str(events)}  # fmt: skip
+    return FTTestEnv(outputs, lh_dir, lh, events, env)
 
 
 def submit_ft(

@@ -14,20 +14,15 @@ import pytest
 from ftslurm import lighthouse
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
-from tests.ftjob import ROOT, cancel, resume_all_nodes, start_lighthouse, submit_ft
+from tests.ftjob import ROOT, cancel, ft_test_env, resume_all_nodes, submit_ft
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
 
 @pytest.mark.timeout(400)
 def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
-    outputs = tmp_path / "outputs"
-    lh_dir = outputs / "lighthouse"
-    lh = start_lighthouse(lh_dir)
+    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
     job = None
-    events = tmp_path / "events.jsonl"
-    env = {**client.current().environment(), "FTSLURM_OUTPUTS": str(outputs),
-           "FTSLURM_EVENTS": str(events)}  # fmt: skip
     try:
         job = submit_ft(outputs, lh, replicas=2, steps=1000)
         logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]

@@ -13,9 +13,8 @@ import pytest
 
 from ftslurm import lighthouse
 from ftslurm.replica import slots
-from ftslurm.slurm import client
 from ftslurm.wait import wait_for
-from tests.ftjob import ROOT, FTRun, cancel, resume_all_nodes, start_lighthouse, submit_ft
+from tests.ftjob import ROOT, FTRun, cancel, ft_test_env, resume_all_nodes, submit_ft
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
@@ -29,13 +28,8 @@ def _ftslurm(env: dict[str, str], *args: str, timeout: float = 120) -> subproces
 def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare(
     slurm_cluster, tmp_path
 ):
-    outputs = tmp_path / "outputs"
-    lh_dir = outputs / "lighthouse"
-    lh = start_lighthouse(lh_dir)
+    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
     job = None
-    events = tmp_path / "events.jsonl"
-    env = {**client.current().environment(), "FTSLURM_OUTPUTS": str(outputs),
-           "FTSLURM_EVENTS": str(events)}  # fmt: skip
     try:
         job = submit_ft(outputs, lh, replicas=3, steps=2000, FT_SPARES=1)
         run = FTRun(job, outputs, lh, lh_dir)
