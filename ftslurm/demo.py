@@ -207,9 +207,10 @@ class Backend:
         for old in (self.lh_dir / "lighthouse.log", self.lh_dir / "lighthouse.log.1"):
             old.unlink(missing_ok=True)  # this run's report must not read an older run's quorums
 
+        hb = self.cfg.heartbeat_timeout_ms
         info = lighthouse.start(
             bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir,
-            heartbeat_timeout_ms=self.cfg.heartbeat_timeout_ms,
+            **({"heartbeat_timeout_ms": hb} if hb is not None else {}),  # None: the default
         )
         self.lighthouse = info
         self.say(f"Lighthouse running (pid {info.pid}): TORCHFT_LIGHTHOUSE={info.address}")
