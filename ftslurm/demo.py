@@ -350,7 +350,9 @@ class SlurmBackend(Backend):
             mode, target, down_for=self.cfg.down_for, reason="ftslurm demo", kill=kill
         )
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
-        failure.execute(plan, say=self.say, events_path=self.events_path)
+        # its log: the events name the slot the task holds (with spares), found beside it
+        failure.execute(plan, say=self.say, events_path=self.events_path,
+                        log_path=self.logs[replica].path)  # fmt: skip
 
     def restore(self, replica: int) -> None:
         what = "array task" if self.cfg.spares else "replica"

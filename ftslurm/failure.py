@@ -246,7 +246,8 @@ class _Execution:
             log_path = logvocab.replica_log(t.job, t.replica)
         self.log_path = log_path
         self.banners_before = logvocab.count_banners(log_path) if log_path else 0
-        self.slot = slot_of(t.job, t.replica)  # a run with warm spares: what the task holds
+        # a run with warm spares: what the task holds (its slots sit beside its logs)
+        self.slot = slot_of(t.job, t.replica, log_path.parent if log_path else None)
 
     def record(self, action: str, detail: str) -> None:
         """Append one event (JSON line) to the event log that `ftslurm report` reads."""
@@ -396,13 +397,14 @@ class _Execution:
         self.out.recovered = True
 
 
-def slot_of(job: object, task: int | None) -> str | None:
-    """What array `task` of a run with warm spares holds ("1", or "spare"); None otherwise."""
+def slot_of(job: object, task: int | None, run_dir: Path | None = None) -> str | None:
+    """What array `task` of a run with warm spares holds ("1", or "spare"); None otherwise.
+    `run_dir`: the run's log folder [the default outputs' `tft-<job>`]."""
     if job is None or task is None:
         return None
     from ftslurm.replica import slots
 
-    held = slots.task_slots(slots.slots_dir(logvocab.run_dir(job)))
+    held = slots.task_slots(slots.slots_dir(run_dir or logvocab.run_dir(job)))
     return None if held is None else held.get(task, "spare")
 
 
