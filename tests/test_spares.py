@@ -165,3 +165,46 @@ def test_demo_plan_with_spares() -> None:
     assert any("a warm spare claims the slot and heals" in x for x in lines)
     with pytest.raises(UserError, match="--spares must be 0 or more"):
         DemoConfig(spares=-1, backend="local").validate()
+
+
+def test_demo_modes_pacing_and_heartbeat_in_the_plan() -> None:
+    cfg = DemoConfig(backend="slurm", failures=3, modes=("kill", "requeue", "node-down"),
+                     every=60, heartbeat_timeout_ms=2000, down_for=5)  # fmt: skip
+    cfg.validate()
+    lines = plan_lines(cfg)
+    assert [cfg.mode(k) for k in range(4)] == ["kill", "requeue", "node-down", "kill"]
+    fails = [x for x in lines if x.startswith("failure ")]
+    assert fails[0].startswith("failure 1/3: ftslurm simulate-failure --replica 1 --mode kill;")
+    assert fails[1].startswith("failure 2/3 (at least 60 s after the previous one's turn): "
+                               "ftslurm simulate-failure --replica 1 --mode requeue;")
+    assert "--mode node-down --down-for 5;" in fails[2]
+    assert any(x.endswith("--heartbeat-timeout-ms 2000") for x in lines)
+    assert DemoConfig(backend="slurm").mode(0) == "node-down"
+    assert DemoConfig(backend="local").mode(0) == "kill"
+    with pytest.raises(UserError, match="unknown failure mode 'reboot'"):
+        DemoConfig(backend="slurm", modes=("reboot",)).validate()
+    with pytest.raises(UserError, match="the local backend fails a replica one way, kill"):
+        DemoConfig(backend="local", modes=("kill", "requeue")).validate()
+    with pytest.raises(UserError, match="--every"):
+        DemoConfig(backend="local", every=-1).validate()
+
+
+def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
+    """FT_SPARES in the shell sizes the demo (it was passed to the replicas while the demo
+    planned none: every replica log said 'array task is unknown'); a mode the local backend
+    cannot do is one line, exit 2."""
+    env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
+    env.update(FT_SPARES="1", FTSLURM_OUTPUTS=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "ftslurm", "demo", "--backend", "local",
+                        "--dry-run"], env=env, capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "3 x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES=1," in r.stdout
+    r = subprocess.run([sys.executable, "-m", "ftslurm", "demo", "--backend", "local",
+                        "--mode", "node-down", "--dry-run"], env=env, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "Error: the local backend fails a replica one way, kill; --backend slurm for "
+        "node-down and requeue"]  # fmt: skip
+    assert not any(tmp_path.iterdir())
