@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import logvocab, paths, procs
+from ftslurm import knobs, logvocab, paths, procs
 from ftslurm.errors import UserError
 from ftslurm.logtail import Appended
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
@@ -281,6 +281,8 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
         "FTSLURM_PYTHON": paths.job_python(),
         # the demo's --spares, not a FT_SPARES left in the shell (the array is sized for it)
         "FT_SPARES": str(cfg.spares),
+        # each failure may restart the same task: the story must not run out of requeues
+        "FT_MAX_REQUEUES": str(max(knobs.get(os.environ, "FT_MAX_REQUEUES"), cfg.failures + 1)),
     }
 
 

@@ -13,7 +13,7 @@ import pytest
 from ftslurm import logvocab
 from ftslurm import status as st
 from ftslurm.commands import submit
-from ftslurm.demo import DemoConfig, plan_lines
+from ftslurm.demo import DemoConfig, _replica_env, plan_lines
 from ftslurm.errors import UserError
 from ftslurm.replica import job, slots
 from ftslurm.replica import plan as planlib
@@ -179,6 +179,8 @@ def test_demo_modes_pacing_and_heartbeat_in_the_plan() -> None:
                                "ftslurm simulate-failure --replica 1 --mode requeue;")
     assert "--mode node-down --down-for 5;" in fails[2]
     assert any(x.endswith("--heartbeat-timeout-ms 2000") for x in lines)
+    assert _replica_env(cfg, "http://x:1")["FT_MAX_REQUEUES"] == "5"  # the knob's default
+    assert _replica_env(DemoConfig(failures=30), "http://x:1")["FT_MAX_REQUEUES"] == "31"
     assert DemoConfig(backend="slurm").mode(0) == "node-down"
     assert DemoConfig(backend="local").mode(0) == "kill"
     with pytest.raises(UserError, match="unknown failure mode 'reboot'"):
