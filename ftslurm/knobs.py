@@ -251,7 +251,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "int",
          "`ftslurm lighthouse start --heartbeat-timeout-ms`: how long a silent replica stays "
          "in the quorum (detection time; too low drops live replicas)", where="cli",
-         minimum=1, default_doc="torchft's, 5000"),
+         minimum=1, default_doc="2000 (torchft's: 5000)"),
     Knob("FTSLURM_KILL_VIA", "choice", "how `ftslurm simulate-failure --mode kill` reaches the "
          "workers: by pid on the local cluster, else `srun` + `pkill`", "auto",
          choices=("auto", "srun", "local"), where="cli"),

@@ -150,9 +150,10 @@ def test_advertised_host():
 def test_config_args_follow_the_cluster_guide():
     args = LighthouseConfig(bind="0.0.0.0:29510").args()
     assert args == ["--bind", "0.0.0.0:29510", "--min_replicas", "1", "--quorum_tick_ms", "100",
-                    "--join_timeout_ms", "10000"]  # fmt: skip
-    args = LighthouseConfig(bind="0.0.0.0:1", heartbeat_timeout_ms=2000).args()
-    assert args[-2:] == ["--heartbeat_timeout_ms", "2000"]
+                    "--join_timeout_ms", "10000", "--heartbeat_timeout_ms", "2000"]  # fmt: skip
+    args = LighthouseConfig(bind="0.0.0.0:1", heartbeat_timeout_ms=3000).args()
+    assert args[-2:] == ["--heartbeat_timeout_ms", "3000"]
+    assert "--heartbeat_timeout_ms" not in LighthouseConfig(heartbeat_timeout_ms=None).args()
     for bad in ({"min_replicas": 0}, {"join_timeout_ms": -1}, {"heartbeat_timeout_ms": 0},
                 {"bind": "a:b"}):  # fmt: skip
         with pytest.raises(UserError):

