@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm.demo import DemoConfig, run_demo
+from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.report import build_report
 
 
@@ -69,13 +70,15 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
         "full_strength": [], "heal_required_to_loaded": [],
     }  # fmt: skip
     transport = os.environ.get("FTSLURM_HEAL_TRANSPORT", "default")
-    hb = heartbeat_timeout_ms or "default"
+    hb = heartbeat_timeout_ms or LighthouseConfig().heartbeat_timeout_ms
     print(f"\n{backend}: {len(failures_)} failures, {spares} spares (run dir {run_dir}), heal "
           f"transport {transport}, heartbeat timeout {hb} ms", file=out)  # fmt: skip
     print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit"
           "   failure -> full strength   heal: required -> loaded (share)", file=out)
     for i, f in enumerate(failures_):
-        nxt = attempts[i] if i < len(attempts) else None
+        # with spares the replacement is a warm spare already running: the next attempt is
+        # the failed task coming back as a spare, not what restored full strength
+        nxt = attempts[i] if i < len(attempts) and not spares else None
         a = f["to_next_commit_s"]
         b = (
             _t(nxt["start_time"]) - _t(f["time"])
@@ -159,8 +162,8 @@ def main() -> None:
                 results.append(measure(b, a.failures, Path(d), a.replicas, a.spares, out,
                                           a.heartbeat_timeout_ms))
     print(
-        "\nnotes: 'running' = the launcher's first line of the new attempt (1 s resolution); "
-        "heartbeat timeout: torchft's 5 s unless set; the heal waits for the next DiLoCo sync.",
+        "\nnotes: 'running' = the launcher's first line of the new attempt (1 s resolution; "
+        "n/a with spares: a warm spare takes over); the heal waits for the next DiLoCo sync.",
         file=out,
     )
     if a.json:
