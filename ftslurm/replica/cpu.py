@@ -27,9 +27,9 @@ def fix_argv(argv: Sequence[str]) -> list[str]:
 
 # Flavors added to torchtitan's Llama 3 table on CPU, chosen with FTSLURM_EXTRA_ARGS=
 # '--model.flavor=NAME': the debug model's whole healed state is 74 MB, too small for a heal's
-# transfer to show beside a restart. debugmodel_wide: 107 M parameters, ~2.1 GB healed (model,
-# AdamW's two moments, DiLoCo's outer optimizer and its copy of the synced parameters); with
-# --training.local_batch_size=1 --training.seq_len=64 a step takes ~2 s on one core.
+# transfer to show beside a restart. debugmodel_wide: 107 M parameters (0.43 GB fp32); a heal
+# carries them with AdamW's two moments and DiLoCo's fragment state, about 5x that (estimated).
+# With --training.local_batch_size=1 --training.seq_len=64 a step takes ~2 s on one core.
 FLAVORS: dict[str, dict[str, int]] = {
     "debugmodel_wide": {"dim": 1024, "n_layers": 8, "n_heads": 16, "vocab_size": 2048,
                         "rope_theta": 500000},
