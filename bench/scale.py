@@ -442,24 +442,20 @@ def _measure_cli(run: Run, out: dict[str, Any]) -> None:
     out["lighthouse_log_bytes"] = run.lh_log.stat().st_size if run.lh_log else 0
 
 
-def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
-    """Every injected failure is in the report, and each failed replica healed afterwards."""
-    lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
-    rep = json.loads(run.ftslurm("report", str(run.run_dir), *lh, "--json", timeout=600).stdout)
+def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) -> dict[str, Any]:
+    """Every injected failure is in the report, and each failed replica healed afterwards.
+    A full quorum is not yet a heal (its process group may still fail to form, and the
+    replica heals at the next one): while a failed replica has not healed, the report is
+    read again, for `heal_wait_s` at most, the job still running."""
+    t0 = time.monotonic()
+    while True:
+        rep, missing_failures, missing_recoveries = _read_report(run)
+        if not missing_recoveries or time.monotonic() - t0 >= heal_wait_s:
+            break
+        time.sleep(3)
     injected = [json.loads(line) for line in run.events.read_text().splitlines() if line.strip()]
     downs = [e for e in injected if e.get("action") == "node-down"]
     failures = [f for f in rep["failures"] if f["kind"] == "node-down"]
-    missing_failures, missing_recoveries = [], []
-    for e in downs:
-        t = _lh_seconds(e["time"])
-        if not any(int(f["replica"]) == int(e["replica"]) and f["time"]
-                   and abs(_lh_seconds(f["time"]) - t) < 2 for f in failures):  # fmt: skip
-            missing_failures.append((e["replica"], e["time"]))
-    for f in failures:
-        healed = [r for r in rep["recoveries"] if r["target_replica"] == f["replica"]
-                  and r["time"] and r["time"] > f["time"]]  # fmt: skip
-        if not healed:
-            missing_recoveries.append(f["replica"])
     to_commit = [x for x in rep["summary"]["failure_to_next_commit_s"] if x is not None]
     injected_commit = [f["to_next_commit_s"] for f in failures if f["to_next_commit_s"] is not None]
     return {
@@ -469,6 +465,7 @@ def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
         "failures_all_kinds": len(rep["failures"]),
         "recoveries_reported": len(rep["recoveries"]),
         "failed_replicas_not_healed": missing_recoveries,
+        "waited_for_heals_s": round(time.monotonic() - t0, 1),
         "missing_failures": missing_failures,
         "failure_to_next_commit_s": {
             "median": round(statistics.median(to_commit), 2) if to_commit else None,
@@ -484,6 +481,26 @@ def check_report(run: Run, t_first_submit: float) -> dict[str, Any]:
         "quorum_changes": rep["summary"]["quorum_changes"],
         "steps_committed": rep["summary"]["steps_committed"],
     }
+
+
+def _read_report(run: Run) -> tuple[dict[str, Any], list, list]:
+    """The report's JSON, the injected node-downs it misses, the failed replicas not healed."""
+    lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
+    rep = json.loads(run.ftslurm("report", str(run.run_dir), *lh, "--json", timeout=600).stdout)
+    injected = [json.loads(line) for line in run.events.read_text().splitlines() if line.strip()]
+    failures = [f for f in rep["failures"] if f["kind"] == "node-down"]
+    missing_failures, missing_recoveries = [], []
+    for e in (e for e in injected if e.get("action") == "node-down"):
+        t = _lh_seconds(e["time"])
+        if not any(int(f["replica"]) == int(e["replica"]) and f["time"]
+                   and abs(_lh_seconds(f["time"]) - t) < 2 for f in failures):  # fmt: skip
+            missing_failures.append((e["replica"], e["time"]))
+    for f in failures:
+        healed = [r for r in rep["recoveries"] if r["target_replica"] == f["replica"]
+                  and r["time"] and r["time"] > f["time"]]  # fmt: skip
+        if not healed:
+            missing_recoveries.append(f["replica"])
+    return rep, missing_failures, missing_recoveries
 
 
 def stop(run: Run) -> None:
@@ -563,7 +580,7 @@ def main() -> None:
         run.job = int(next((a.state / "outputs" / "torchft").glob("tft-*")).name[4:])
         run.lh_log = a.state / "lighthouse" / "lighthouse.log"
         run.env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        print(json.dumps(check_report(run, 0.0), indent=1))
+        print(json.dumps(check_report(run, 0.0, heal_wait_s=0), indent=1))
         return
     # `timeout` / Ctrl-C: unwind through run_scale's finally, which stops everything started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
