@@ -78,9 +78,10 @@ def heartbeat_timeout(ms: int | None) -> None:
     lighthouse.start = functools.partial(plain, heartbeat_timeout_ms=ms)
 
 
-def report_figures(run_dir: Path) -> dict:
-    """The soak's figures from `ftslurm report` (its JSON summary)."""
-    sm = build_report(str(run_dir)).to_json()["summary"]
+def report_figures(run_dir: Path, rep: dict | None = None) -> dict:
+    """The soak's figures from `ftslurm report` (its JSON summary; `rep`: that JSON, when the
+    caller has built it already)."""
+    sm = (rep or build_report(str(run_dir)).to_json())["summary"]
     full = [x for x in sm["time_to_full_strength_s"] if x is not None]
     det = [x for x in sm["detection_s"] if x is not None]
     return {
@@ -151,44 +152,41 @@ def soak(cfg: DemoConfig, every: float, count: int, seed: int) -> dict:
     return {"backend": b, "healed": healed, "wall": wall, "steps": steps, "heal_times": heal_times}
 
 
+def _compare(ref_text: str, others: list[tuple[str, str]]) -> tuple[int, list[str]]:
+    """Checksums of each (label, log text) in `others` vs the reference's at the same (step,
+    scope). Returns (comparisons, mismatches)."""
+    ref: dict[tuple[int, str], str] = {}
+    for r in checksum.parse(ref_text.splitlines()):
+        ref.setdefault((r.step, r.scope), r.sha256)
+    compared, bad = 0, []
+    for label, text in others:
+        for r in checksum.parse(text.splitlines()):
+            if (r.step, r.scope) in ref:
+                compared += 1
+                if ref[(r.step, r.scope)] != r.sha256:
+                    bad.append(f"{label} step {r.step} {r.scope}")
+    return compared, bad
+
+
 def compare_checksums(run_dir: Path, replicas: int) -> tuple[int, list[str]]:
     """For every attempt > 0 of every replica: its checksums vs replica 0's at the same
     (step, scope). Returns (comparisons, mismatches)."""
-    ref: dict[tuple[int, str], str] = {}
-    for seg in attempt_segments(next(run_dir.glob("*_0.out"))):
-        for r in checksum.parse(seg.splitlines()):
-            ref.setdefault((r.step, r.scope), r.sha256)
-    compared, bad = 0, []
-    for i in range(1, replicas):
-        for a, seg in enumerate(attempt_segments(next(run_dir.glob(f"*_{i}.out")))):
-            if a == 0:
-                continue
-            for r in checksum.parse(seg.splitlines()):
-                if (r.step, r.scope) in ref:
-                    compared += 1
-                    if ref[(r.step, r.scope)] != r.sha256:
-                        bad.append(f"replica {i} attempt {a} step {r.step} {r.scope}")
-    return compared, bad
+    others = [
+        (f"replica {i} attempt {a}", seg)
+        for i in range(1, replicas)
+        for a, seg in enumerate(attempt_segments(next(run_dir.glob(f"*_{i}.out"))))
+        if a > 0
+    ]
+    return _compare("".join(attempt_segments(next(run_dir.glob("*_0.out")))), others)
 
 
 def compare_all(run_dir: Path, tasks: int) -> tuple[int, list[str]]:
     """Every checksum line of tasks 1.. vs task 0's at the same (step, scope): with spares a
     slot's holder changes at each claim, and all replicas agree after an outer sync."""
-    def records(task: int):
-        path = logvocab.replica_log(run_dir.name[4:], task, run_dir)
-        return checksum.parse(path.read_text(errors="replace").splitlines())
+    def text(task: int) -> str:
+        return logvocab.replica_log(run_dir.name[4:], task, run_dir).read_text(errors="replace")
 
-    ref: dict[tuple[int, str], str] = {}
-    for r in records(0):
-        ref.setdefault((r.step, r.scope), r.sha256)
-    compared, bad = 0, []
-    for t in range(1, tasks):
-        for r in records(t):
-            if (r.step, r.scope) in ref:
-                compared += 1
-                if ref[(r.step, r.scope)] != r.sha256:
-                    bad.append(f"task {t} step {r.step} {r.scope}")
-    return compared, bad
+    return _compare(text(0), [(f"task {t}", text(t)) for t in range(1, tasks)])
 
 
 def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
@@ -202,9 +200,10 @@ def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
     run_dir = run_demo(cfg, say=_say)
     wall = time.monotonic() - t0
     compared, bad = compare_all(run_dir, cfg.tasks)
-    fig = report_figures(run_dir)
+    rep = build_report(str(run_dir)).to_json()
+    fig = report_figures(run_dir, rep)
     # per injected failure, from the report (log times; the demo's own stopwatch polls)
-    injected = [f for f in build_report(str(run_dir)).to_json()["failures"]
+    injected = [f for f in rep["failures"]
                 if f.get("kind") in ("node-down", "kill", "requeue")]  # fmt: skip
     full = [f["time_to_full_strength_s"] for f in injected]
     by_mode: dict[str, list[float]] = {}
