@@ -460,13 +460,11 @@ def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) ->
     read again, for `heal_wait_s` at most, the job still running."""
     t0 = time.monotonic()
     while True:
-        rep, missing_failures, missing_recoveries = _read_report(run)
+        rep, injected, failures, missing_failures, missing_recoveries = _read_report(run)
         if not missing_recoveries or time.monotonic() - t0 >= heal_wait_s:
             break
         time.sleep(3)
-    injected = [json.loads(line) for line in run.events.read_text().splitlines() if line.strip()]
     downs = [e for e in injected if e.get("action") == "node-down"]
-    failures = [f for f in rep["failures"] if f["kind"] == "node-down"]
     to_commit = [x for x in rep["summary"]["failure_to_next_commit_s"] if x is not None]
     injected_commit = [f["to_next_commit_s"] for f in failures if f["to_next_commit_s"] is not None]
     return {
@@ -494,8 +492,9 @@ def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) ->
     }
 
 
-def _read_report(run: Run) -> tuple[dict[str, Any], list, list]:
-    """The report's JSON, the injected node-downs it misses, the failed replicas not healed."""
+def _read_report(run: Run) -> tuple[dict[str, Any], list, list, list, list]:
+    """The report's JSON, the injected events, the report's node-down failures, the injected
+    node-downs it misses, the failed replicas not healed."""
     lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
     rep = json.loads(run.ftslurm("report", str(run.run_dir), *lh, "--json", timeout=600).stdout)
     injected = [json.loads(line) for line in run.events.read_text().splitlines() if line.strip()]
@@ -511,7 +510,7 @@ def _read_report(run: Run) -> tuple[dict[str, Any], list, list]:
                   and r["time"] and r["time"] > f["time"]]  # fmt: skip
         if not healed:
             missing_recoveries.append(f["replica"])
-    return rep, missing_failures, missing_recoveries
+    return rep, injected, failures, missing_failures, missing_recoveries
 
 
 def stop(run: Run) -> None:
