@@ -137,3 +137,30 @@ def test_descends_from():
         child.kill()
         child.wait(10)
     assert not procs.descends_from(os.getpid(), child.pid)  # gone: no chain to walk
+
+
+# After training, a teardown that aborts (what torch 2.13 sometimes does at exit: "terminate
+# called without an active exception") stands in as an atexit handler that aborts.
+ABORTING_TEARDOWN = textwrap.dedent(
+    """
+    import atexit, logging, os, sys
+    from ftslurm.replica.train import exit_now
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    atexit.register(os.abort)
+    print("Training completed", end="")  # buffered: exit_now must flush it
+    logging.info("Process group destroyed")
+    if sys.argv[1] == "exit_now":
+        exit_now()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["exit_now", "return"])
+def test_a_finished_worker_skips_the_teardown_and_keeps_its_output(how):
+    done = subprocess.run([sys.executable, "-c", ABORTING_TEARDOWN, how], capture_output=True,
+                          text=True, timeout=50, cwd=ROOT)  # fmt: skip
+    assert done.stdout == "Training completed"
+    assert "Process group destroyed" in done.stderr
+    # the same worker through the normal teardown is what torchrun saw as a failed rank
+    assert done.returncode == (0 if how == "exit_now" else -signal.SIGABRT)
