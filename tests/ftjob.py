@@ -140,3 +140,16 @@ def resume_all_nodes() -> None:
 
 def env_without(*names: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in names}
+
+
+FIRST_ERROR_RE = re.compile(r"terminate called|Fatal Python error|Traceback|Error:|FAILED")
+
+
+def failure_excerpt(log: str, tail: int = 1500) -> str:
+    """A failed job's log for an assertion message: the lines around its first error (a rank's
+    abort sits far above torchrun's long summary, which alone filled a 3,000-character tail in
+    CI) and the log's last `tail` characters."""
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if FIRST_ERROR_RE.search(line)), None)
+    head = "" if first is None else "\n".join(lines[max(first - 3, 0) : first + 12])
+    return f"first error:\n{head}\n...\nlast {tail} characters:\n{log[-tail:]}"

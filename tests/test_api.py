@@ -21,7 +21,13 @@ from ftslurm.slurm import args, client
 from ftslurm.wait import free_port, wait_for
 from tests import fakeslurm
 from tests.fakeslurm import FakeSlurm
-from tests.ftjob import ANSI_RE, KNOB_ENV_RE, resume_all_nodes, start_lighthouse
+from tests.ftjob import (
+    ANSI_RE,
+    KNOB_ENV_RE,
+    failure_excerpt,
+    resume_all_nodes,
+    start_lighthouse,
+)
 
 submitit = pytest.importorskip("submitit")
 
@@ -406,7 +412,7 @@ def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path
         )
         final = job.wait(timeout=240)
         log = job.text()
-        assert final == "COMPLETED", log[-3000:]
+        assert final == "COMPLETED", failure_excerpt(log)
         assert log.count("launching classic job") == 1
         assert "Training completed" in log
         assert log.count("dp_replicate=2") == 2  # one rank on each of the two nodes

@@ -9,7 +9,7 @@ import pytest
 
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
-from tests.ftjob import CLASSIC_SCRIPT, ROOT, STEP_RE, cancel
+from tests.ftjob import CLASSIC_SCRIPT, ROOT, STEP_RE, cancel, failure_excerpt
 
 
 @pytest.mark.slurm
@@ -37,7 +37,7 @@ def test_classic_script_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path)
             240, interval=1, what="classic job to finish",
         )  # fmt: skip
         log = (tmp_path / f"classic-{job}.out").read_text(errors="replace")
-        assert final.state == "COMPLETED", log[-3000:]
+        assert final.state == "COMPLETED", failure_excerpt(log)
         assert len(final.node.split(",")) == 2 or "[" in final.node  # two nodes
         assert log.count("launching classic job") == 1
         # the job's --cpus-per-task (1 from `ftslurm submit` on cpu) reaches srun by hand
