@@ -379,9 +379,11 @@ def _goodput_lines(rep: Report, sm: dict[str, Any]) -> list[str]:
             f"  goodput           {_pct(g.goodput)} of replica-steps ({g.committed} committed "
             f"of {g.ideal:.0f} at {g.rate:.3f} steps/s x group {rep.group_size} x "
             f"{duration(g.window_s)}); steps: {_pct(g.step_ratio)}")
+        faster = (" (below 0: replicas stepped faster than the full-strength rate, as a lone "
+                  "survivor does on CPUs it shared)") if (g.lost_other or 0.0) < 0 else ""
         out.append(
             f"    lost: detection {_pct(g.lost_detection)}, degraded {_pct(g.lost_degraded)}, "
-            f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}")
+            f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}{faster}")
     out.append(f"  false quorum drops {sm['false_drops']}")
     return out
 
