@@ -52,10 +52,11 @@ class Target:
             return None
         return f"{self.job}_{self.replica}"
 
-    def describe(self) -> str:
+    def describe(self, noun: str = "replica") -> str:
+        """`noun`: "array task" in a run with warm spares, where task i need not be replica i."""
         if self.replica is None:
             return f"node {self.node}"
-        return f"replica {self.replica} of job {self.job} on {self.node}"
+        return f"{noun} {self.replica} of job {self.job} on {self.node}"
 
 
 def is_ft_array_task(j: JobInfo) -> bool:

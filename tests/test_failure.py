@@ -510,6 +510,28 @@ def test_cli_dry_run_prints_and_runs_nothing(dry_slurm, tmp_path):
     assert not (tmp_path / "ev.jsonl").exists()
 
 
+def test_cli_with_spares_names_the_array_task_and_the_slot_it_holds(dry_slurm, tmp_path,
+                                                                    monkeypatch):
+    """With warm spares, array task 1 may hold slot 0: the narration must not call it
+    replica 1 (the recorded squeue: job 12, task 1 on worker-1)."""
+    from ftslurm.replica import slots
+
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    root = slots.slots_dir(tmp_path / "torchft" / "tft-12")
+    claims = [slots.Claim(0, 0, 0, "worker-0", 1, 1.0), slots.Claim(1, 0, 2, "worker-2", 1, 1.0),
+              slots.Claim(0, 1, 1, "worker-1", 1, 2.0, previous_task=0)]  # fmt: skip
+    for claim in claims:
+        path = slots.claim_path(root, claim.slot, claim.epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(claim.to_json())
+    r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--down-for", "5",
+                                 "--dry-run"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "# target: array task 1 of job 12 on worker-1, mode node-down" in r.output
+    assert "# task 1: holds slot 0 (replica 0): a warm spare takes the slot over" in r.output
+    assert "replica 1" not in r.output
+
+
 def test_cli_job_as_squeue_shows_a_task(dry_slurm, tmp_path):
     """`--job 12_1` (pasted from squeue) is replica 1 of job 12; click's int() read it as
     job 121 (underscores are digit separators to Python) and would hit another job."""

@@ -79,6 +79,7 @@ def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare
                      "--mode", "requeue", "--json", timeout=200)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         assert "# task 1: a warm spare (holds no slot)" in r.stderr
+        assert f"# target: array task 1 of job {job} on worker-" in r.stderr  # not "replica 1"
         assert json.loads(r.stdout.strip().splitlines()[-1])["role"].startswith("a warm spare")
         wait_for(lambda: len(run.steps(0)) > steps_before[0] + 2
                  and len(run.steps(2)) > steps_before[1] + 2, 120, 0.5, "training on")

@@ -37,13 +37,13 @@ def _say_to(as_json: bool):
     return lambda line: click.echo(line, err=as_json)
 
 
-def _print_plan(plan, dry_run: bool, as_json: bool = False) -> None:
+def _print_plan(plan, dry_run: bool, as_json: bool = False, noun: str = "replica") -> None:
     """The plan as text, or with --json: the text on stderr, and for a dry run the plan as
     one JSON object on stdout (stdout then holds only JSON, for scripts)."""
     if as_json and dry_run:
         click.echo(json.dumps({**plan.to_dict(), "dry_run": True}))
         return
-    click.echo(f"# target: {plan.target.describe()}, mode {plan.mode}", err=as_json)
+    click.echo(f"# target: {plan.target.describe(noun)}, mode {plan.mode}", err=as_json)
     for line in plan.lines():
         click.echo(line, err=as_json)
     if dry_run:
@@ -150,8 +150,10 @@ def simulate_failure(
         )
         return
     plan = _resolve(replica, node, job, mode, down_for, reason, force)
-    _print_plan(plan, dry_run, as_json)
     role = _slot_role(plan.target.job, plan.target.replica)
+    # with warm spares, array task i need not be replica i: say task, and the role says which
+    noun = "replica" if role is None else "array task"
+    _print_plan(plan, dry_run, as_json, noun)
     if role is not None:
         _say_to(as_json)(f"# task {plan.target.replica}: {role}")
     if dry_run:
@@ -168,7 +170,7 @@ def simulate_failure(
         ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
         return
     if out.recovered:
-        say(f"replica {plan.target.replica} RUNNING again on {out.new_node} "
+        say(f"{noun} {plan.target.replica} RUNNING again on {out.new_node} "
             f"(restart count {out.restarts})")
         say("timeline (at: since the start; took: since the previous line):")
         for p in out.phases:
