@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -460,22 +460,22 @@ def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) ->
     read again, for `heal_wait_s` at most, the job still running."""
     t0 = time.monotonic()
     while True:
-        rep, injected, failures, missing_failures, missing_recoveries = _read_report(run)
-        if not missing_recoveries or time.monotonic() - t0 >= heal_wait_s:
+        got = _read_report(run)
+        if not got.missing_recoveries or time.monotonic() - t0 >= heal_wait_s:
             break
         time.sleep(3)
-    downs = [e for e in injected if e.get("action") == "node-down"]
+    rep, failures = got.rep, got.failures
     to_commit = [x for x in rep["summary"]["failure_to_next_commit_s"] if x is not None]
     injected_commit = [f["to_next_commit_s"] for f in failures if f["to_next_commit_s"] is not None]
     return {
-        "events_logged": len(injected),
-        "down_events": len(downs),
+        "events_logged": len(got.injected),
+        "down_events": len(got.downs),
         "failures_reported": len(failures),
         "failures_all_kinds": len(rep["failures"]),
         "recoveries_reported": len(rep["recoveries"]),
-        "failed_replicas_not_healed": missing_recoveries,
+        "failed_replicas_not_healed": got.missing_recoveries,
         "waited_for_heals_s": round(time.monotonic() - t0, 1),
-        "missing_failures": missing_failures,
+        "missing_failures": got.missing_failures,
         "failure_to_next_commit_s": {
             "median": round(statistics.median(to_commit), 2) if to_commit else None,
             "max": round(max(to_commit), 2) if to_commit else None,
@@ -492,15 +492,25 @@ def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) ->
     }
 
 
-def _read_report(run: Run) -> tuple[dict[str, Any], list, list, list, list]:
-    """The report's JSON, the injected events, the report's node-down failures, the injected
-    node-downs it misses, the failed replicas not healed."""
+class ReportCheck(NamedTuple):
+    """One reading of the run's report against its injected events (check_report)."""
+
+    rep: dict[str, Any]  # the report's JSON
+    injected: list[dict[str, Any]]  # every injected event
+    downs: list[dict[str, Any]]  # the injected node-downs
+    failures: list[dict[str, Any]]  # the report's node-down failures
+    missing_failures: list[tuple[Any, Any]]  # injected node-downs the report misses
+    missing_recoveries: list[Any]  # failed replicas not healed
+
+
+def _read_report(run: Run) -> ReportCheck:
     lh = ["--lighthouse", str(run.lh_log), "--events", str(run.events)]
     rep = json.loads(run.ftslurm("report", str(run.run_dir), *lh, "--json", timeout=600).stdout)
     injected = [json.loads(line) for line in run.events.read_text().splitlines() if line.strip()]
+    downs = [e for e in injected if e.get("action") == "node-down"]
     failures = [f for f in rep["failures"] if f["kind"] == "node-down"]
     missing_failures, missing_recoveries = [], []
-    for e in (e for e in injected if e.get("action") == "node-down"):
+    for e in downs:
         t = _lh_seconds(e["time"])
         if not any(int(f["replica"]) == int(e["replica"]) and f["time"]
                    and abs(_lh_seconds(f["time"]) - t) < 2 for f in failures):  # fmt: skip
@@ -510,7 +520,7 @@ def _read_report(run: Run) -> tuple[dict[str, Any], list, list, list, list]:
                   and r["time"] and r["time"] > f["time"]]  # fmt: skip
         if not healed:
             missing_recoveries.append(f["replica"])
-    return rep, injected, failures, missing_failures, missing_recoveries
+    return ReportCheck(rep, injected, downs, failures, missing_failures, missing_recoveries)
 
 
 def stop(run: Run) -> None:
