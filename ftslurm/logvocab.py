@@ -232,9 +232,6 @@ _BANNER = re.compile(
 )
 # a warm spare's start (no slot yet): `launching spare (attempt 0) on node-2 as task 2`
 SPARE_BANNER = b"launching spare "
-_SPARE = re.compile(
-    rb"launching spare \(attempt (\d{1,18})\)(?: on (\S+))?(?: as task (\d{1,18}))?"
-)
 STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
 # colour codes and any other CSI / OSC / two-byte escape: none may change what a line says
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -268,12 +265,6 @@ def slot_banner(time_text: str, slot: int, attempt: int, hostname: str, task: in
         f"[{time_text}]  launching replica {slot} (attempt {attempt}) on {hostname} as task "
         f"{task} (slot epoch {epoch}{taken})"
     )
-
-
-def last_spare_banner(data: bytes) -> re.Match[bytes] | None:
-    """The last spare banner in `data`: group 1 the attempt, 2 the node, 3 the task."""
-    found = list(_SPARE.finditer(data))
-    return found[-1] if found else None
 
 
 def last_banner(data: bytes) -> re.Match[bytes] | None:
