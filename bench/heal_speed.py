@@ -34,9 +34,15 @@ speed); while an option or the loopback has fewer than --runs undisturbed runs, 
 runs when there are --runs of them (else every run); every run stays in the JSON, and the
 figures over all runs are there too (all_runs_gbps, all_runs_spread).
 
+CPU placement (--cpus): `any` (the default) leaves both replicas to the scheduler; `two` puts
+each on a CPU of its own (slower here: a pinned replica cannot move off a CPU another process
+takes); `one` puts both on one CPU, so that a run's rate is the inverse of its CPU cost per
+byte. Tried against the spread on 2026-11-26, alternating with `any`: `one` did not hold its
+runs closer (docs/benchmarks-cpu.md, "Spread, again").
+
 Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 8] [--json]
      [--transports http,http-chunked,pg] [--device cpu|cuda] [--warmup 1] [--settle-s 1]
-     [--quiet-wait-s 10] [--extra-rounds 3] [--pin]
+     [--quiet-wait-s 10] [--extra-rounds 3] [--cpus one|two|any]
 Prints a table, or with --json one object: size_bytes, results (per option: medians of
 end_to_end_gbps, staging_s, transfer_s, load_s over the counted runs; spread =
 (max-min)/median of their end-to-end seconds; counted_runs, disturbed_runs, all_runs_gbps,
@@ -139,17 +145,25 @@ class Setup:
 
 def pin(cpu: int | None) -> None:
     """Every thread of this process (and the ones it starts later: gloo's, torch's, the HTTP
-    server's) onto one CPU: the two replicas of a real heal run on two machines."""
+    server's) onto one CPU."""
     if cpu is None:
         return
     for tid in os.listdir("/proc/self/task"):
         os.sched_setaffinity(int(tid), {cpu})
 
 
-def pair_of_cpus(wanted: bool) -> tuple[int, int] | None:
-    """Two CPUs of this process's set, one per replica; None when not wanted or fewer than 2."""
-    cpus = sorted(os.sched_getaffinity(0)) if wanted else []
-    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+PLACEMENTS = ("one", "two", "any")
+
+
+def cpus_for(placement: str) -> tuple[int, int] | None:
+    """(survivor's, joiner's) CPU for --cpus: `one`, both on the first CPU of this process's
+    set; `two`, one each (None with fewer than 2); `any`, None: the scheduler's choice."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "one":
+        return (cpus[0], cpus[0])
+    if placement == "two" and len(cpus) >= 2:
+        return (cpus[0], cpus[1])
+    return None
 
 
 def _quiet() -> None:
@@ -450,13 +464,16 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
     ctx = mp.get_context("spawn")  # a forked child of a process that ran torch ops can hang
     shapes = state_shapes(int(args.size_gb * GB))
     size = sum(4 * _numel(s) for _, s in shapes)
+    cpus = cpus_for(args.cpus)
+    if args.cpus == "one":  # this process too (its store thread, the monitor), as `taskset`
+        pin(cpus[0] if cpus else None)
     store = None
     if any(c.option == "pg" for c in choices):
         from torch.distributed import TCPStore
 
         store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
     setup = Setup(shapes, args.device, choices, store.port if store is not None else 0,
-                  pair_of_cpus(args.pin))  # fmt: skip
+                  cpus)  # fmt: skip
     barrier = ctx.Barrier(2)
     (s_conn, s_child), (j_conn, j_child) = ctx.Pipe(), ctx.Pipe()
     procs = [ctx.Process(target=survivor, args=(s_child, barrier, setup), daemon=True),
@@ -555,7 +572,7 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
     best = max((r["end_to_end_gbps"] for r in results), default=0.0)
     return {"size_bytes": size, "tensors": len(shapes), "device": args.device,
             "runs": args.runs, "warmup_rounds": args.warmup, "results": results,
-            "pinned_cpus": list(setup.cpus) if setup.cpus else None,
+            "cpus": args.cpus, "pinned_cpus": list(setup.cpus) if setup.cpus else None,
             "loopback_gbps": round(loop_gbps, 3),
             "loopback_spread": round(loop_spread, 3),
             "loopback_counted_runs": len(counted_loop),
@@ -619,8 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-rounds", type=int, default=3,
                     help="rounds added, at most, while an option has fewer than --runs runs "
                     "that other load did not disturb [3]")  # fmt: skip
-    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
-                    help="each replica's process on a CPU of its own [off]")  # fmt: skip
+    ap.add_argument("--cpus", choices=PLACEMENTS, default="any",
+                    help="where the two replicas run [any]: `any`, the scheduler's choice; "
+                    "`two`, a CPU each; `one`, both on one CPU (a run's rate is then the "
+                    "inverse of its CPU cost per byte)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     try:

@@ -7,6 +7,7 @@ Runs the real script (two processes, real sockets, torchft's transports), one ru
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +73,8 @@ def test_json_has_every_figure_and_they_add_up() -> None:
         assert cpu["others_s"] >= 0 and cpu["steal_s"] >= 0 and cpu["waited_for_quiet_s"] == 0
         assert isinstance(cpu["busiest_others"], list)
     pg = next(r for r in out["results"] if r["transport"] == "pg")
-    assert out["pinned_cpus"] is None and len(out["loopback_runs_cpu"]) == 1
+    assert out["cpus"] == "any" and out["pinned_cpus"] is None  # the scheduler's choice
+    assert len(out["loopback_runs_cpu"]) == 1
     for r in out["results"]:  # one run, counted whether or not other load disturbed it
         assert r["counted_runs"] == 1 and r["all_runs_gbps"] == r["end_to_end_gbps"]
         assert r["disturbed_runs"] == int(r["runs"][0]["cpu"]["disturbed"])
@@ -154,12 +156,11 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def test_two_cpus_or_none() -> None:
-    assert heal_speed.pair_of_cpus(False) is None
-    import os
-
+def test_cpu_placements() -> None:
     cpus = sorted(os.sched_getaffinity(0))
-    assert heal_speed.pair_of_cpus(True) == ((cpus[0], cpus[1]) if len(cpus) >= 2 else None)
+    assert heal_speed.cpus_for("one") == (cpus[0], cpus[0])
+    assert heal_speed.cpus_for("two") == ((cpus[0], cpus[1]) if len(cpus) >= 2 else None)
+    assert heal_speed.cpus_for("any") is None
 
 
 def _cpu(others: float = 0.0, steal: float = 0.0, waited: float | None = 0.0) -> dict:
