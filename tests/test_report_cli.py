@@ -100,6 +100,17 @@ def test_user_mistakes_are_errors_not_silent(tmp_path):
         assert res.output == "", argv  # nothing printed before the error
 
 
+def test_a_folder_of_unrelated_logs_is_named_in_one_short_line(tmp_path):
+    """`ftslurm report .` in a folder of other programs' logs: the error names three of the
+    files read and counts the rest, instead of listing every one."""
+    for i in range(40):
+        (tmp_path / f"other-{i:02d}.log").write_text("nothing of torchft here\n")
+    res = CliRunner().invoke(report, [str(tmp_path)])
+    assert isinstance(res.exception, UserError)
+    message = str(res.exception)
+    assert message.count(".log") == 3 and " and 37 more (" in message, message
+
+
 def test_a_pipe_is_read_like_a_file(tmp_path):
     """`cat log | ftslurm report /dev/stdin` (and `<(...)`): the report reads each file
     twice; a pipe is spooled to a temporary file first, and that file is removed at exit."""

@@ -56,7 +56,10 @@ def report(
                 raise UserError(f"{option} {f}: {what}")
     rep = build_report(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
     if rep.stats.events == 0:
-        names = ", ".join(Path(f).name for f in rep.stats.files) or "no readable file"
+        read = [Path(f).name for f in rep.stats.files]
+        names = ", ".join(read[:3]) or "no readable file"
+        if len(read) > 3:  # a folder of unrelated logs: one line, not a page
+            names += f" and {len(read) - 3} more"
         raise UserError(
             f"nothing to report: no torchft, torchtitan or ftslurm launcher line in {names} "
             "(the logs of an FT run are outputs/torchft/tft-<job>/ and the Lighthouse's log)"
