@@ -476,20 +476,18 @@ def check_report(run: Run, t_first_submit: float, heal_wait_s: float = 120.0) ->
         "failed_replicas_not_healed": got.missing_recoveries,
         "waited_for_heals_s": round(time.monotonic() - t0, 1),
         "missing_failures": got.missing_failures,
-        "failure_to_next_commit_s": {
-            "median": round(statistics.median(to_commit), 2) if to_commit else None,
-            "max": round(max(to_commit), 2) if to_commit else None,
-            "n": len(to_commit),
-        },
+        "failure_to_next_commit_s": _median_max(to_commit),
         # the injected failures only (the list above also has the report's `left-quorum`)
-        "injected_failure_to_next_commit_s": {
-            "median": round(statistics.median(injected_commit), 2) if injected_commit else None,
-            "max": round(max(injected_commit), 2) if injected_commit else None,
-            "n": len(injected_commit),
-        },
+        "injected_failure_to_next_commit_s": _median_max(injected_commit),
         "quorum_changes": rep["summary"]["quorum_changes"],
         "steps_committed": rep["summary"]["steps_committed"],
     }
+
+
+def _median_max(seconds: list[float]) -> dict[str, Any]:
+    """{median, max, n} of `seconds`, rounded to 10 ms (None for an empty list)."""
+    return {"median": round(statistics.median(seconds), 2) if seconds else None,
+            "max": round(max(seconds), 2) if seconds else None, "n": len(seconds)}  # fmt: skip
 
 
 class ReportCheck(NamedTuple):
