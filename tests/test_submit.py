@@ -293,3 +293,49 @@ def test_short_options_with_an_h_in_their_value_reach_sbatch(tmp_path: Path, fak
     r = _submit(tmp_path / "s", "-h")
     assert r.exit_code == 0 and "Submit SCRIPT with sbatch" in r.output
     assert not fake_sbatch.exists()
+
+
+def test_split_brain_warning_asks_for_a_majority_from_three_replicas():
+    """More than half of the replicas per quorum: two groups cannot both get one."""
+    from ftslurm.commands.submit import split_brain_warning
+
+    url = "http://login-0:29510"
+    assert split_brain_warning(2, 1, url) == ""  # a majority of 2 is both: no failover
+    assert split_brain_warning(3, 2, url) == "" and split_brain_warning(8, 5, url) == ""
+    assert split_brain_warning(None, 1, url) == "" and split_brain_warning(8, None, url) == ""
+    warning = split_brain_warning(8, 4, url)  # half is not enough: 4 and 4
+    assert warning.startswith(f"warning: the Lighthouse at {url} issues a quorum to 4 ")
+    assert warning.endswith("ftslurm lighthouse restart --min-replicas 5")
+    assert split_brain_warning(3, 1, url).endswith("--min-replicas 2")
+
+
+@pytest.mark.timeout(60)
+def test_submit_warns_when_the_managed_lighthouse_lets_a_minority_form_a_quorum(
+    tmp_path: Path, fake_sbatch: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The real managed Lighthouse at --min-replicas 1: an array of 4 replicas (+1 spare) is
+    submitted with a warning naming the fix; 2 replicas, another Lighthouse, or after the
+    restart it names: no warning."""
+    from ftslurm.lighthouse import lifecycle
+    from ftslurm.wait import free_port
+
+    state = tmp_path / "lighthouse"
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state))
+    info = lifecycle.start(bind=f"127.0.0.1:{free_port()}", state_dir=state, min_replicas=1)
+    try:
+        env = {"TORCHFT_LIGHTHOUSE": info.address, "FTSLURM_OUTPUTS": str(tmp_path / "o")}
+        r = _submit(tmp_path / "s", "--spares", "1", "--array=0-4", str(FT), **env)
+        assert r.exit_code == 0, r.output
+        assert f"warning: the Lighthouse at {info.address} issues a quorum to 1 " in r.stderr
+        assert r.stderr.rstrip().endswith("ftslurm lighthouse restart --min-replicas 3")
+        assert json.loads(r.stdout)["job_id"] == 42  # submitted all the same
+        r = _submit(tmp_path / "s", "--array=0-1", str(FT), **env)
+        assert r.exit_code == 0 and "warning" not in r.stderr
+        other = {**env, "TORCHFT_LIGHTHOUSE": "http://elsewhere:29510"}
+        r = _submit(tmp_path / "s", "--array=0-3", str(FT), **other)
+        assert r.exit_code == 0 and "warning" not in r.stderr
+        lifecycle.restart(lifecycle.recorded_config(state, {"min_replicas": 3}), grace=5)
+        r = _submit(tmp_path / "s", "--spares", "1", "--array=0-4", str(FT), **env)
+        assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+    finally:
+        lifecycle.stop(state, grace=2)

@@ -57,7 +57,9 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
             ),
             click.option(
                 "--min-replicas", type=click.IntRange(min=1), default=d(DEFAULTS.min_replicas),
-                show_default=defaults, help="Minimum number of replicas for a quorum.",
+                show_default=defaults, help="Minimum number of replicas for a quorum. With 3 or "
+                "more replicas, more than half of them (5 of 8): two groups that ask apart "
+                "(after a restart) cannot both get a quorum and train apart.",
             ),
             click.option(
                 "--quorum-tick-ms", type=click.IntRange(min=1),

@@ -115,6 +115,47 @@ def _check_spares(options: list[str], spares: int) -> None:
         )
 
 
+def split_brain_warning(replicas: int | None, min_replicas: int | None, address: str) -> str:
+    """The warning for a Lighthouse whose --min-replicas is half an array's replicas or fewer
+    ('' when it is more, or for fewer than 3 replicas, or when unknown).
+
+    Why: the Lighthouse issues a quorum to whoever asks once `min_replicas` have. Replicas
+    that ask apart (after a Lighthouse restart, or a group held up by a requeue) then get two
+    quorums and train apart, and a group that ends at the same step as the other never heals
+    from it: seen on the local Slurm at 8 replicas and min-replicas 1
+    (docs/benchmarks-cpu.md, "Scale"). torchft's advice: min_replicas at least a majority.
+    With 2 replicas a majority is both, which gives up training through a failure, so no
+    warning there."""
+    if replicas is None or min_replicas is None or replicas < 3:
+        return ""
+    majority = replicas // 2 + 1
+    if min_replicas >= majority:
+        return ""
+    return (
+        f"warning: the Lighthouse at {address} issues a quorum to {min_replicas} replica(s) "
+        f"(--min-replicas {min_replicas}) and this array has {replicas}: replicas that ask "
+        "apart, as after a Lighthouse restart, can get two quorums and train apart. For a "
+        f"majority: ftslurm lighthouse restart --min-replicas {majority}"
+    )
+
+
+def _warn_split_brain(options: list[str], spares: int) -> None:
+    """`split_brain_warning` on stderr, for the managed Lighthouse when TORCHFT_LIGHTHOUSE
+    names it (another Lighthouse's options are not known here)."""
+    n = array_size(options)
+    wanted = os.environ.get("TORCHFT_LIGHTHOUSE", "").rstrip("/")
+    if n is None or not wanted:
+        return
+    from ftslurm.lighthouse import lifecycle
+
+    st = lifecycle.status(http_timeout=0.5)
+    if not st.running or (st.address or "").rstrip("/") != wanted:
+        return
+    warning = split_brain_warning(n - spares, (st.config or {}).get("min_replicas"), wanted)
+    if warning:
+        click.echo(warning, err=True)
+
+
 def _chdir(options: list[str]) -> Path | None:
     """The job's working directory given with --chdir / -D; None: this one (sbatch's
     default)."""
@@ -269,7 +310,9 @@ def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[st
     outputs = {"FTSLURM_OUTPUTS": str(paths.outputs_dir()), "FTSLURM_PYTHON": paths.job_python()}
     if spares is not None:
         outputs["FT_SPARES"] = str(spares)
-    _check_spares(options, spares if spares is not None else knobs.get(os.environ, "FT_SPARES"))
+    spare_count = spares if spares is not None else knobs.get(os.environ, "FT_SPARES")
+    _check_spares(options, spare_count)
+    _warn_split_brain(options, spare_count)
     sbatch_options = _with_exports(overrides, options, outputs, script)
     job_id = client.current().sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)
