@@ -119,11 +119,11 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
     """The warning for a Lighthouse whose --min-replicas is half an array's replicas or fewer
     ('' when it is more, or for fewer than 3 replicas, or when unknown).
 
-    Why: the Lighthouse issues a quorum to whoever asks once `min_replicas` have. Replicas
-    that ask apart (after a Lighthouse restart, or a group held up by a requeue) then get two
-    quorums and train apart, and a group that ends at the same step as the other never heals
-    from it: seen on the local Slurm at 8 replicas and min-replicas 1
-    (docs/benchmarks-cpu.md, "Scale"). torchft's advice: min_replicas at least a majority.
+    Why: the Lighthouse issues a quorum to whoever asks once `min_replicas` have, so
+    replicas that ask apart (after a Lighthouse restart) can get two quorums and train apart:
+    on the local Slurm at 8 replicas and min-replicas 1, a requeued replica got a quorum of
+    its own and never healed (docs/benchmarks-cpu.md, "Scale"). torchft's advice: a
+    min_replicas of at least a majority.
     With 2 replicas a majority is both, which gives up training through a failure, so no
     warning there."""
     if replicas is None or min_replicas is None or replicas < 3:
