@@ -113,6 +113,8 @@ class DemoConfig:
 
 def plan_lines(cfg: DemoConfig) -> list[str]:
     """What the demo will do, printed by --dry-run (nothing is started)."""
+    from ftslurm.lighthouse.config import safe_min_replicas
+
     b = cfg.resolved_backend()
     n, k, s, t = cfg.replicas, cfg.failures, cfg.spares, cfg.tasks
     start = (
@@ -134,16 +136,18 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{down}"
 
     every = f" (at least {cfg.every:g} s after the previous one's turn)" if cfg.every else ""
+    survivors = "survivor commits alone" if n == 2 else f"the other {n - 1} commit without it"
     return [
         f"backend: {b}",
         *start,
         "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)"
+        + (f" --min-replicas {safe_min_replicas(n)}" if safe_min_replicas(n) > 1 else "")
         + (f" --heartbeat-timeout-ms {cfg.heartbeat_timeout_ms}"
            if cfg.heartbeat_timeout_ms else ""),
         submit,
         f"wait until all {n} replicas are in one quorum" + (f" and {s} spare(s) wait warm" if s
                                                              else ""),
-        *[f"failure {i + 1}/{k}{every if i else ''}: {fail(i)}; survivor commits alone; "
+        *[f"failure {i + 1}/{k}{every if i else ''}: {fail(i)}; {survivors}; "
           + ("a warm spare claims the slot and heals; the failed task comes back as a spare"
              if s else "heal") for i in range(k)],
         "stop the job, the Lighthouse" + (" and the cluster" if b == "slurm" else ""),
@@ -202,6 +206,7 @@ class Backend:
     # -- lifecycle ---------------------------------------------------------------------
     def start_lighthouse(self, advertise: str, bind_host: str) -> str:
         from ftslurm import lighthouse
+        from ftslurm.lighthouse.config import safe_min_replicas
 
         lighthouse.stop(self.lh_dir)  # a previous demo killed hard
         for old in (self.lh_dir / "lighthouse.log", self.lh_dir / "lighthouse.log.1"):
@@ -210,6 +215,7 @@ class Backend:
         hb = self.cfg.heartbeat_timeout_ms
         info = lighthouse.start(
             bind=f"{bind_host}:{free_port()}", advertise=advertise, state_dir=self.lh_dir,
+            min_replicas=safe_min_replicas(self.cfg.replicas),
             **({"heartbeat_timeout_ms": hb} if hb is not None else {}),  # None: the default
         )
         self.lighthouse = info

@@ -167,6 +167,19 @@ def test_demo_plan_with_spares() -> None:
         DemoConfig(spares=-1, backend="local").validate()
 
 
+def test_demo_lighthouse_needs_a_majority_from_three_replicas() -> None:
+    """The demo's Lighthouse follows the README's advice: --min-replicas above half from 3
+    replicas (3 and 2 spares: 2), the default 1 for 2; the failure line counts survivors."""
+    from ftslurm.lighthouse.config import safe_min_replicas
+
+    assert [safe_min_replicas(n) for n in (1, 2, 3, 4, 5, 8, 64)] == [1, 1, 2, 3, 3, 5, 33]
+    two = plan_lines(DemoConfig(backend="slurm", failures=1))
+    assert "--min-replicas" not in two[2] and "; survivor commits alone; " in two[5], two
+    three = plan_lines(DemoConfig(replicas=3, spares=2, backend="slurm", failures=1))
+    assert three[2].endswith("(its own state dir) --min-replicas 2"), three
+    assert "; the other 2 commit without it; " in three[5], three
+
+
 def test_demo_modes_pacing_and_heartbeat_in_the_plan() -> None:
     cfg = DemoConfig(backend="slurm", failures=3, modes=("kill", "requeue", "node-down"),
                      every=60, heartbeat_timeout_ms=2000, down_for=5)  # fmt: skip

@@ -116,8 +116,8 @@ def _check_spares(options: list[str], spares: int) -> None:
 
 
 def split_brain_warning(replicas: int | None, min_replicas: int | None, address: str) -> str:
-    """The warning for a Lighthouse whose --min-replicas is half an array's replicas or fewer
-    ('' when it is more, or for fewer than 3 replicas, or when unknown).
+    """The warning for a Lighthouse whose --min-replicas is below `safe_min_replicas` (more
+    than half of 3 or more replicas); '' when it is not, or when unknown.
 
     Why: the Lighthouse issues a quorum to whoever asks once `min_replicas` have, so
     replicas that ask apart (after a Lighthouse restart) can get two quorums and train apart:
@@ -126,9 +126,11 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
     min_replicas of at least a majority.
     With 2 replicas a majority is both, which gives up training through a failure, so no
     warning there."""
-    if replicas is None or min_replicas is None or replicas < 3:
+    from ftslurm.lighthouse.config import safe_min_replicas
+
+    if replicas is None or min_replicas is None:
         return ""
-    majority = replicas // 2 + 1
+    majority = safe_min_replicas(replicas)
     if min_replicas >= majority:
         return ""
     return (

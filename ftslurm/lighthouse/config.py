@@ -21,6 +21,14 @@ BINARY_OPTIONS = (
 )  # fmt: skip
 
 
+def safe_min_replicas(replicas: int) -> int:
+    """The --min-replicas for `replicas` replicas: more than half of them from 3 on, so that
+    two groups that ask apart (after a Lighthouse restart) cannot both get a quorum and train
+    apart (torchft's advice against split brain); 1 for 2 or fewer, where a majority is every
+    replica and the survivor could not train through a failure."""
+    return replicas // 2 + 1 if replicas >= 3 else 1
+
+
 @dataclass(frozen=True)
 class LighthouseConfig:
     """The options of a start. The binary's follow the cluster guide:
