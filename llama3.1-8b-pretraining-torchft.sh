@@ -65,6 +65,8 @@
 #                                        upstream's way [1]
 #   FTSLURM_FIX_HEAL_TIMEOUT_FLOOR       fix 6 (fixes.py): a survivor's collectives outlast a peer's
 #                                        heal; 0: upstream's way [1]
+#   FTSLURM_FIX_RENDEZVOUS_NAMESPACE     fix 7 (fixes.py): a restarted Lighthouse's quorums connect;
+#                                        0: upstream's way [1]
 #   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
 #                                        few cores) [0.5]
 #   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica or spare syncs before any step

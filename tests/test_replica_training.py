@@ -435,3 +435,45 @@ def test_replicas_survive_a_lighthouse_restart(make_run) -> None:
     r0.proc.wait(timeout=60)
     wait_for(lambda: not _alive(worker), timeout=30, what="the worker to stop after SIGTERM")
     assert "not requeueing: stopped by a signal from Slurm or the user" in r0.text()
+
+
+def _restart_lighthouse(run: Run, name: str) -> None:
+    """Stop the Run's Lighthouse and start a new one on the same port (its quorum ids begin
+    at 1 again)."""
+    _kill(run.lighthouse.pid, signal.SIGTERM)
+    run.lighthouse.wait(timeout=10)
+    log = run.tmp / name
+    run.lighthouse = runner.spawn(lighthouse_argv(run.tmp, run.port), log_path=log)
+    wait_for(lambda: "listening on" in log.read_text() or run.lighthouse.poll() is not None,
+             timeout=60, what="the restarted Lighthouse to listen")  # fmt: skip
+    assert run.lighthouse.poll() is None, log.read_text()
+
+
+def test_replicas_reconnect_after_a_lighthouse_restart_that_reuses_quorum_ids(make_run) -> None:
+    """Fix 7 (FTSLURM_FIX_RENDEZVOUS_NAMESPACE), with two tiny replicas: replica 1 is killed
+    and comes back, so the Lighthouse issues several quorums; then it restarts and numbers
+    them from 1 again while replica 0, whose store hosts the rendezvous, holds the old
+    quorums' keys. Both replicas commit 5 more steps, no process group fails to connect, and
+    every rendezvous of replica 0 had a name of its own (the gloo failure a reused name gives:
+    tests/test_replica_rendezvous.py)."""
+    run = make_run("per-step", FTSLURM_PRESET="tiny", FTSLURM_TINY_STEP_S="0.2",
+                   PG_TIMEOUT_S="10")  # fmt: skip
+    r0, r1 = run.start(0), run.start(1)
+    wait_for(lambda: len(r0.steps()) >= 3 and len(r1.steps()) >= 3, timeout=120,
+             what="both tiny replicas stepping")  # fmt: skip
+    assert "[ftslurm] fix rendezvous_namespace: ON" in r0.text()
+    r1.stop()
+    r1 = run.start(1, attempt=1)  # a new member id: new quorums
+    wait_for(lambda: len(r1.steps()) >= 3, timeout=120, what="replica 1's second attempt")
+    before = [len(r0.text()), len(r1.text())]
+    steps = [len(r0.steps()), len(r1.steps())]
+    _restart_lighthouse(run, "lighthouse.restarted.log")
+    wait_for(lambda: len(r0.steps()) >= steps[0] + 5 and len(r1.steps()) >= steps[1] + 5,
+             timeout=120, what="5 more steps on both replicas after the restart")  # fmt: skip
+    after = r0.text()[before[0]:] + r1.text()[before[1]:]
+    assert "connectFullMesh failed" not in after
+    assert r0.proc.poll() is None and r1.proc.poll() is None
+    names = re.findall(r"process group rendezvous (torchft/\d+) for quorum (\d+)", r0.text())
+    assert len(names) >= 3 and len({n for n, _ in names}) == len(names), names
+    later = re.findall(r"rendezvous torchft/\d+ for quorum (\d+)", r0.text()[before[0]:])
+    assert "1" in later, names  # the restarted Lighthouse's first quorum, a reused id

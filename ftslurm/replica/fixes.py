@@ -47,13 +47,26 @@ reproduce a bug, or once upstream is fixed).
    state's size per rank / FTSLURM_HEAL_MBPS [500] gives the heal's time; twice that is added
    to the process group's and the Manager's timeouts (transport.HealBudget), logged with the
    numbers.
+7. FTSLURM_FIX_RENDEZVOUS_NAMESPACE (a Lighthouse restart): torchft names a quorum's process
+   group rendezvous by the quorum id alone (`<first member's store>/torchft/<quorum_id>`), and
+   a restarted Lighthouse numbers its quorums from 1 again. The first member (replica 0,
+   which outlived the restart) still holds the old quorum's keys under that id in its store,
+   so the new group's ranks read their peers' old addresses: gloo's connectFullMesh fails
+   (`Connection refused`, or a connect timeout of the process group's timeout) at the new
+   quorums whose ids the old Lighthouse had used. Seen in CI on 2026-11-26
+   (tests/test_scale_slurm.py, 8 replicas, Lighthouse restarted after quorum 4): the new
+   quorums 2 and 3 failed to connect for 75 s and replica 6 did not heal within 120 s. Fix:
+   the rendezvous is named by the quorum id, its max step and its members' ids (each
+   replica's id has a per-process uuid), the same for every member of a quorum and new
+   after a restart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -67,6 +80,7 @@ SWITCHES = {
     "heal_timeout": "FTSLURM_FIX_HEAL_TIMEOUT",
     "ft_checkpoint_retention": "FTSLURM_FIX_FT_CHECKPOINT_RETENTION",
     "heal_timeout_floor": "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR",
+    "rendezvous_namespace": "FTSLURM_FIX_RENDEZVOUS_NAMESPACE",
 }
 
 
@@ -270,6 +284,63 @@ def fix_ft_checkpoint_retention() -> None:
     ft_checkpoints.install()
 
 
+def rendezvous_id(quorum_id: int, max_step: int, replica_ids: Sequence[str]) -> int:
+    """Fix 7: the communicator id a quorum's process group meets under (torchft uses it as the
+    store prefix), in [0, 2**63): every member of a quorum gets the same quorum id, max step
+    and member list from the Lighthouse; after a Lighthouse restart the same quorum id comes
+    with a later step and new replicas' ids."""
+    text = f"{quorum_id}|{max_step}|{','.join(replica_ids)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def rendezvous_line(quorum_id: int, max_step: int, members: int, communicator_id: int) -> str:
+    return (f"[ftslurm] process group rendezvous torchft/{communicator_id} for quorum "
+            f"{quorum_id} (max step {max_step}, {members} members)")  # fmt: skip
+
+
+class _QuorumRecorder:
+    """A Manager's ManagerClient that keeps the last quorum it returned (fix 7): the Manager
+    reconfigures its process group from that quorum, on the same thread, right after."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.last_quorum: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _quorum(self, *args: Any, **kwargs: Any) -> Any:
+        self.last_quorum = self._client._quorum(*args, **kwargs)
+        return self.last_quorum
+
+
+def fix_rendezvous_namespace() -> None:
+    """Fix 7: every Manager built from now on (torchtitan's and the tiny worker's) rendezvous
+    its process group under `rendezvous_id`, not the bare quorum id."""
+    from torchft.manager import Manager
+
+    if getattr(Manager._reconfigure_pg, "_ftslurm", False):
+        return
+    init, reconfigure = Manager.__init__, Manager._reconfigure_pg
+
+    def __init__(self: Manager, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+        init(self, *args, **kwargs)
+        self._client = _QuorumRecorder(self._client)
+
+    def _reconfigure_pg(self: Manager, communicator_id: int, handles: list[str]) -> None:
+        quorum = getattr(self._client, "last_quorum", None)
+        if quorum is not None and quorum.quorum_id == communicator_id:
+            communicator_id = rendezvous_id(quorum.quorum_id, quorum.max_step,
+                                            list(quorum.replica_ids))  # fmt: skip
+            print(rendezvous_line(quorum.quorum_id, quorum.max_step, len(handles),
+                                  communicator_id), flush=True)  # fmt: skip
+        reconfigure(self, communicator_id, handles)
+
+    _reconfigure_pg._ftslurm = True  # type: ignore[attr-defined]
+    Manager.__init__ = __init__  # type: ignore[method-assign]
+    Manager._reconfigure_pg = _reconfigure_pg  # type: ignore[method-assign]
+
+
 FIXES = (
     Fix("async_quorum", "torchft Manager with use_async_quorum=False", fix_async_quorum),
     Fix("optimizer_state", "FT optimizer state_dict() is fresh, not cached at start",
@@ -284,13 +355,18 @@ FIXES = (
         "complete one and the one being written are kept", fix_ft_checkpoint_retention),
     Fix("heal_timeout_floor", "the cross-replica timeouts cover a peer's heal (state size / "
         "FTSLURM_HEAL_MBPS, twice)", fix_heal_timeout_floor),
+    Fix("rendezvous_namespace", "a quorum's process group meets under its id, max step and "
+        "members, not a quorum id a restarted Lighthouse reuses", fix_rendezvous_namespace),
 )
 
 
-def apply(env: Mapping[str, str] | None = None) -> list[str]:
-    """Apply every enabled fix; returns one log line per fix (on or off, and its switch)."""
+def apply(env: Mapping[str, str] | None = None, only: tuple[str, ...] = ()) -> list[str]:
+    """Apply every enabled fix (or those of `only`: the tiny worker has no torchtitan);
+    returns one log line per fix (on or off, and its switch)."""
     lines = []
     for fix in FIXES:
+        if only and fix.name not in only:
+            continue
         if enabled(fix.name, env):
             fix.apply()
             lines.append(

@@ -111,9 +111,11 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
     from torchft import Manager, ProcessGroupGloo
     from torchft.checkpointing.http_transport import HTTPTransport
 
-    from ftslurm.replica import checksum
+    from ftslurm.replica import checksum, fixes
 
     env = os.environ
+    for line in fixes.apply(env, only=("rendezvous_namespace",)):  # before the Manager exists
+        logger.info(line)
     pg_timeout = timedelta(seconds=knobs.get(env, "PG_TIMEOUT_S") or 60)
     heal_timeout = timedelta(seconds=knobs.get(env, "FTSLURM_HEAL_TIMEOUT_S"))
     every = knobs.get(env, "FTSLURM_CHECKSUM_EVERY", "cpu")
