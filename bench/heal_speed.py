@@ -38,7 +38,7 @@ CPU placement (--cpus): `any` (the default) leaves both replicas to the schedule
 each on a CPU of its own (slower here: a pinned replica cannot move off a CPU another process
 takes); `one` puts both on one CPU, so that a run's rate is the inverse of its CPU cost per
 byte. Tried against the spread on 2026-11-26, alternating with `any`: `one` did not hold its
-runs closer (docs/benchmarks-cpu.md, "Spread, again").
+runs closer (docs/benchmarks-cpu.md, "Both replicas on one CPU").
 
 Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 8] [--json]
      [--transports http,http-chunked,pg] [--device cpu|cuda] [--warmup 1] [--settle-s 1]
@@ -465,8 +465,8 @@ def measure(args: argparse.Namespace, choices: list[transport.Choice]) -> dict[s
     shapes = state_shapes(int(args.size_gb * GB))
     size = sum(4 * _numel(s) for _, s in shapes)
     cpus = cpus_for(args.cpus)
-    if args.cpus == "one":  # this process too (its store thread, the monitor), as `taskset`
-        pin(cpus[0] if cpus else None)
+    if args.cpus == "one" and cpus:  # this process too (its store thread, the monitor), as
+        pin(cpus[0])  # `taskset -c` pins a whole command
     store = None
     if any(c.option == "pg" for c in choices):
         from torch.distributed import TCPStore

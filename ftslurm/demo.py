@@ -137,11 +137,12 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
 
     every = f" (at least {cfg.every:g} s after the previous one's turn)" if cfg.every else ""
     survivors = "survivor commits alone" if n == 2 else f"the other {n - 1} commit without it"
+    quorum_of = safe_min_replicas(n)
     return [
         f"backend: {b}",
         *start,
         "ftslurm lighthouse start --bind 0.0.0.0:<free port> (its own state dir)"
-        + (f" --min-replicas {safe_min_replicas(n)}" if safe_min_replicas(n) > 1 else "")
+        + (f" --min-replicas {quorum_of}" if quorum_of > 1 else "")
         + (f" --heartbeat-timeout-ms {cfg.heartbeat_timeout_ms}"
            if cfg.heartbeat_timeout_ms else ""),
         submit,

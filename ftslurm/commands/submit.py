@@ -123,9 +123,7 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
     replicas that ask apart (after a Lighthouse restart) can get two quorums and train apart:
     on the local Slurm at 8 replicas and min-replicas 1, a requeued replica got a quorum of
     its own and never healed (docs/benchmarks-cpu.md, "Scale"). torchft's advice: a
-    min_replicas of at least a majority.
-    With 2 replicas a majority is both, which gives up training through a failure, so no
-    warning there."""
+    min_replicas of at least a majority."""
     from ftslurm.lighthouse.config import safe_min_replicas
 
     if replicas is None or min_replicas is None:
@@ -143,14 +141,14 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
 
 def _warn_split_brain(options: list[str], spares: int) -> None:
     """`split_brain_warning` on stderr, for the managed Lighthouse when TORCHFT_LIGHTHOUSE
-    names it (another Lighthouse's options are not known here)."""
+    names it (another Lighthouse's options are not known here); from its state file."""
     n = array_size(options)
-    wanted = os.environ.get("TORCHFT_LIGHTHOUSE", "").rstrip("/")
-    if n is None or not wanted:
+    if n is None or not knobs.is_set(os.environ, "TORCHFT_LIGHTHOUSE"):
         return
     from ftslurm.lighthouse import lifecycle
 
-    st = lifecycle.status(http_timeout=0.5)
+    wanted = knobs.get(os.environ, "TORCHFT_LIGHTHOUSE").rstrip("/")
+    st = lifecycle.status(probe=False)
     if not st.running or (st.address or "").rstrip("/") != wanted:
         return
     warning = split_brain_warning(n - spares, (st.config or {}).get("min_replicas"), wanted)

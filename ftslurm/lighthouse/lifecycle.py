@@ -354,9 +354,12 @@ def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_
     return outcome
 
 
-def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> LighthouseStatus:
+def status(
+    state_dir: str | Path | None = None, http_timeout: float = 2.0, probe: bool = True
+) -> LighthouseStatus:
     """Running or not (a stale pidfile is detected and removed), uptime, address, and the
-    quorum as the Lighthouse's /status page shows it."""
+    quorum as the Lighthouse's /status page shows it (`probe=False`: the state file only, no
+    HTTP request)."""
     d = _daemon(state_dir)
     found = d.lookup(clean_stale=False)
     if found.stale is not None:
@@ -374,7 +377,7 @@ def status(state_dir: str | Path | None = None, http_timeout: float = 2.0) -> Li
         started_at=s.started_at or None, uptime_s=s.uptime_s if s.started_at else None,
     )  # fmt: skip
     url = s.extra.get("probe_url")
-    if url:
+    if url and probe:
         try:
             code, page = http_get(url, http_timeout)
             st.http_ok = code == 200
