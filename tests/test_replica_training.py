@@ -453,9 +453,11 @@ def test_replicas_reconnect_after_a_lighthouse_restart_that_reuses_quorum_ids(ma
     """Fix 7 (FTSLURM_FIX_RENDEZVOUS_NAMESPACE), with two tiny replicas: replica 1 is killed
     and comes back, so the Lighthouse issues several quorums; then it restarts and numbers
     them from 1 again while replica 0, whose store hosts the rendezvous, holds the old
-    quorums' keys. Both replicas commit 5 more steps, no process group fails to connect, and
-    every rendezvous of replica 0 had a name of its own (the gloo failure a reused name gives:
-    tests/test_replica_rendezvous.py)."""
+    quorums' keys, and replica 1 is killed and comes back once more, so that replica 0 meets
+    again under a quorum id it met under before (2 at least, whichever replica got a first
+    quorum alone). Both replicas commit 5 more steps each time, no process group fails
+    to connect, and every rendezvous of replica 0 had a name of its own (the gloo failure a
+    reused name gives: tests/test_replica_rendezvous.py)."""
     run = make_run("per-step", FTSLURM_PRESET="tiny", FTSLURM_TINY_STEP_S="0.2",
                    PG_TIMEOUT_S="10")  # fmt: skip
     r0, r1 = run.start(0), run.start(1)
@@ -465,15 +467,24 @@ def test_replicas_reconnect_after_a_lighthouse_restart_that_reuses_quorum_ids(ma
     r1.stop()
     r1 = run.start(1, attempt=1)  # a new member id: new quorums
     wait_for(lambda: len(r1.steps()) >= 3, timeout=120, what="replica 1's second attempt")
-    before = [len(r0.text()), len(r1.text())]
+    restart_at = len(r0.text())
+    checked = [(r1, len(r1.text()))]
     steps = [len(r0.steps()), len(r1.steps())]
     _restart_lighthouse(run, "lighthouse.restarted.log")
     wait_for(lambda: len(r0.steps()) >= steps[0] + 5 and len(r1.steps()) >= steps[1] + 5,
              timeout=120, what="5 more steps on both replicas after the restart")  # fmt: skip
-    after = r0.text()[before[0]:] + r1.text()[before[1]:]
+    r1.stop()
+    r1 = run.start(1, attempt=2)  # two more quorums of the restarted Lighthouse
+    checked.append((r1, 0))
+    steps = [len(r0.steps()), 0]
+    wait_for(lambda: len(r0.steps()) >= steps[0] + 5 and len(r1.steps()) >= 5, timeout=120,
+             what="5 more steps on both replicas with replica 1's third attempt")  # fmt: skip
+    after = r0.text()[restart_at:] + "".join(rep.text()[at:] for rep, at in checked)
     assert "connectFullMesh failed" not in after
     assert r0.proc.poll() is None and r1.proc.poll() is None
-    names = re.findall(r"process group rendezvous (torchft/\d+) for quorum (\d+)", r0.text())
-    assert len(names) >= 3 and len({n for n, _ in names}) == len(names), names
-    later = re.findall(r"rendezvous torchft/\d+ for quorum (\d+)", r0.text()[before[0]:])
-    assert "1" in later, names  # the restarted Lighthouse's first quorum, a reused id
+    found = r"process group rendezvous (torchft/\d+) for quorum (\d+)"
+    names = re.findall(found, r0.text())
+    assert len(names) >= 4 and len({n for n, _ in names}) == len(names), names
+    earlier = {q for _, q in re.findall(found, r0.text()[:restart_at])}
+    later = {q for _, q in re.findall(found, r0.text()[restart_at:])}
+    assert earlier & later, names  # quorum ids the restarted Lighthouse reused, new names
