@@ -1,11 +1,14 @@
-"""Fix 7 (FTSLURM_FIX_RENDEZVOUS_NAMESPACE): why a quorum's process group needs a rendezvous
-name of its own, shown with torchft's real gloo process groups on one real TCPStore.
+"""Fix 7 (FTSLURM_FIX_RENDEZVOUS_NAMESPACE): a quorum's process group gets a rendezvous name
+of its own, and those names connect torchft's real gloo process groups on one real TCPStore
+that holds an old group's keys.
 
 torchft meets under `<first member's store>/torchft/<communicator id>`, the id being the
 quorum id upstream. A restarted Lighthouse numbers its quorums from 1 again, and the first
 member's store still holds the keys the old quorum with that id wrote: the new group's ranks
 read their peers' old addresses and gloo's connectFullMesh fails (the CI failure of
-2026-11-26 in tests/test_scale_slurm.py had both of the errors below)."""
+2026-11-26 in tests/test_scale_slurm.py had both errors: `Connection refused` and a connect
+timeout). Whether a rank reads an old key first is a race, so only the fix's side is
+asserted here."""
 
 from __future__ import annotations
 
@@ -31,9 +34,14 @@ def test_rendezvous_id_is_the_same_for_a_quorum_and_new_after_a_restart() -> Non
         "[ftslurm] process group rendezvous torchft/42 for quorum 2 (max step 17, 8 members)")
 
 
+LATE_S = 1.0  # rank 1 reconfigures this much after rank 0, as a member busy with its step
+
+
 def _member(port: int, communicator_id: int, rank: int, ids: list[str], out: mp.Queue) -> None:
-    """One rank: torchft's gloo process group, reconfigured as a Manager does, then one
-    all-reduce; puts "ok" or the error."""
+    """One rank: torchft's gloo process group, reconfigured as a Manager does (rank 1
+    LATE_S later), then one all-reduce; puts "ok" or the error."""
+    import time
+
     import torch
     from torchft.process_group import ProcessGroupGloo, ReconfigureOptions
 
@@ -44,6 +52,7 @@ def _member(port: int, communicator_id: int, rank: int, ids: list[str], out: mp.
     opts.handles = [json.dumps({"id": ids[r], "store": f"localhost:{port}", "global_rank": r})
                     for r in range(len(ids))]  # fmt: skip
     opts.timeout = timedelta(seconds=2)
+    time.sleep(LATE_S * rank)
     try:
         pg.reconfigure(opts).wait()
         t = torch.ones(2)
@@ -55,7 +64,9 @@ def _member(port: int, communicator_id: int, rank: int, ids: list[str], out: mp.
 
 def _group(port: int, communicator_id: int, ids: list[str]) -> list[str]:
     """Two ranks in two fresh processes (a new quorum's members) meet under the id; what
-    each rank got, by rank. The processes exit after: their addresses go dead."""
+    each rank got, by rank. The processes exit after: their addresses go dead. Rank 1 is
+    late, as a member busy with its step: under a reused name rank 0 may then read the key
+    the old group's rank 1 left."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_member, args=(port, communicator_id, r, ids, out))
@@ -68,16 +79,15 @@ def _group(port: int, communicator_id: int, ids: list[str]) -> list[str]:
     return [got[r] for r in range(len(ids))]
 
 
-def test_a_reused_name_reads_the_old_groups_addresses_and_a_new_one_connects() -> None:
+def test_a_restarted_lighthouses_quorum_connects_on_a_store_with_the_old_keys() -> None:
+    """The old Lighthouse's quorum 1 and the restarted one's quorum 1, under rendezvous_id's
+    names, on the same store, rank 1 late: both connect and all-reduce. (Under the bare id 1
+    twice, the second group failed with `connectFullMesh failed` in most runs here and once
+    connected: whether a rank reads the old key first is a race, so that is not asserted.)"""
     from torch.distributed import TCPStore
 
     store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    # upstream: quorum 1 of the old Lighthouse, then quorum 1 of the restarted one
-    assert _group(store.port, 1, ["a-old", "b-old"]) == ["ok", "ok"]
-    reused = _group(store.port, 1, ["a-new", "b-new"])
-    assert all("connectFullMesh failed" in r for r in reused), reused
-    # the fix: the same two quorums under rendezvous_id's names
     old = rendezvous_id(1, 3, ["r0:u1", "r1:u1"])
     new = rendezvous_id(1, 17, ["r0:u1", "r1:u2"])
-    assert _group(store.port, old, ["a-old2", "b-old2"]) == ["ok", "ok"]
-    assert _group(store.port, new, ["a-new2", "b-new2"]) == ["ok", "ok"]
+    assert _group(store.port, old, ["a-old", "b-old"]) == ["ok", "ok"]
+    assert _group(store.port, new, ["a-new", "b-new"]) == ["ok", "ok"]
