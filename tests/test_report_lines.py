@@ -210,12 +210,14 @@ def test_corrupt_gzip_is_counted_not_raised(tmp_path):
     junk.write_bytes(b"not gzip at all")
     st = R.ParseStats()
     assert list(R.iter_file_events(junk, st)) == []
-    assert st.missing == [str(junk)]
+    # there, but not readable as what its name says: unreadable with the reason, not missing
+    assert st.missing == [] and [f for f, _ in st.unreadable] == [str(junk)]
+    assert "gzip" in st.unreadable[0][1].lower()
     # gzip's magic and nothing more (found by the fuzz test): EOFError inside the header
     cut = tmp_path / "tft-3_0.out"
     cut.write_bytes(b"\x1f\x8b\n")
     st = R.ParseStats()
-    assert list(R.iter_file_events(cut, st)) == [] and st.missing == [str(cut)]
+    assert list(R.iter_file_events(cut, st)) == [] and [f for f, _ in st.unreadable] == [str(cut)]
 
 
 def test_torchtitan_heal_excerpt(tmp_path):

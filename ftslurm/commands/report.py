@@ -17,6 +17,9 @@ import click
               help="A simulate-failure event log (JSON lines), if not found by itself.")
 @click.option("--group-size", type=click.IntRange(min=1), default=None,
               help="Replicas in the group (default: the largest quorum / replicas seen).")
+@click.option("--baseline", "baseline", type=click.Path(path_type=str), default=None,
+              help="A failure-free control run (same settings, same machine): goodput is "
+                   "measured against its step rate, not the run's own full-strength one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (docs/report.md).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Also write a PNG timeline (needs matplotlib).")
@@ -25,6 +28,7 @@ def report(
     lighthouse: tuple[str, ...],
     events: tuple[str, ...],
     group_size: int | None,
+    baseline: str | None,
     as_json: bool,
     plot: str | None,
 ) -> None:
@@ -39,6 +43,7 @@ def report(
       ftslurm report outputs/torchft/tft-12 --lighthouse outputs/lighthouse/lighthouse.log
       ftslurm report --json > report.json
       ftslurm report outputs/torchft/tft-12 --plot tft-12.png
+      ftslurm report outputs/torchft/tft-14 --baseline outputs/torchft/tft-13
     """
     from ftslurm.errors import UserError
     from ftslurm.report import build_report
@@ -54,12 +59,19 @@ def report(
             if not f.exists() or f.is_dir():
                 what = "a directory; give the log file" if f.is_dir() else "no such file"
                 raise UserError(f"{option} {f}: {what}")
-    rep = build_report(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
+    if baseline is not None and not Path(baseline).exists():
+        raise UserError(f"--baseline {baseline}: no such file or directory")
+    rep = build_report(*paths, lighthouse=lighthouse, events=events, group_size=group_size,
+                       baseline=baseline)
     if rep.stats.events == 0:
         read = [Path(f).name for f in rep.stats.files]
         names = ", ".join(read[:3]) or "no readable file"
         if len(read) > 3:  # a folder of unrelated logs: one line, not a page
             names += f" and {len(read) - 3} more"
+        if rep.stats.unreadable:
+            f, why = rep.stats.unreadable[0]
+            more = len(rep.stats.unreadable) - 1
+            names += f" ({Path(f).name}: {why}" + (f", and {more} more" if more else "") + ")"
         raise UserError(
             f"nothing to report: no torchft, torchtitan or ftslurm launcher line in {names} "
             "(the logs of an FT run are outputs/torchft/tft-<job>/ and the Lighthouse's log)"

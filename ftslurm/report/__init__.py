@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ftslurm.report.model import Report
+from ftslurm.report.model import Baseline, Report
 from ftslurm.report.render import RenderedReport
 from ftslurm.report.sources import find_run_files
 from ftslurm.report.timeline import build_model
 
-__all__ = ["RenderedReport", "Report", "build_report", "find_run_files"]
+__all__ = ["RenderedReport", "Report", "build_report", "control_baseline", "find_run_files"]
 
 
 def build_report(
@@ -32,8 +32,33 @@ def build_report(
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
     group_size: int | None = None,
+    baseline: str | Path | None = None,
 ) -> RenderedReport:
-    """`timeline.build_model` (same arguments), with `to_text`/`to_json`/`to_plot`/`summary`."""
+    """`timeline.build_model` (same arguments), with `to_text`/`to_json`/`to_plot`/`summary`.
+
+    `baseline`: a failure-free control run (a run directory or log file) of the same settings
+    on the same machine; goodput is then measured against its full-strength rate instead of
+    the run's own (`control_baseline`)."""
+    base = control_baseline(baseline) if baseline is not None else None
     return RenderedReport.of(
-        build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size)
+        build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size,
+                    baseline=base)
     )
+
+
+def control_baseline(run: str | Path) -> Baseline:
+    """The failure-free rate of a control run, measured as a run's own is (goodput.py); a
+    UserError when it had a failure or no full-strength stretch to measure."""
+    from ftslurm.errors import UserError
+
+    ctrl = build_model(run)
+    g = ctrl.goodput
+    if ctrl.failures:
+        raise UserError(f"--baseline {run}: not a failure-free run ({len(ctrl.failures)} "
+                        "failure(s) in its logs); give a run of the same settings without "
+                        "failures")
+    if g is None or g.baseline is None or g.baseline.rate is None:
+        raise UserError(f"--baseline {run}: no full-strength stretch in its logs to measure a "
+                        "step rate on")
+    b = g.baseline
+    return Baseline("control", b.rate, b.seconds, b.stretches, str(run), ctrl.group_size)

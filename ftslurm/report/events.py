@@ -135,8 +135,8 @@ def iter_event_log(path: Path, stats: ParseStats, *, utc_offset: float = 0.0) ->
     """Events of the log in file order, as `INJECTED` events (detail = action)."""
     try:
         fh = open_log(path)
-    except OSError:
-        stats.missing.append(str(path))
+    except OSError as e:
+        stats.cannot_open(path, e)
         return
     stats.files.append(str(path))
     with fh:

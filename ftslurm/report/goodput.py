@@ -6,15 +6,15 @@ replica's committed steps, `Report.steps`) against group size x the steps the ru
 would give at the failure-free rate, and splits what is lost by the failures' phases
 (`Failure.detection_s`, `degraded_s`, `healing_s`).
 
-The failure-free rate comes from the run itself, since nothing else knows its step time:
-steps per second over its full-strength stretches, each measured between two quorum rounds
-so that no failure's lost work is in it (docs/report.md, "Goodput"). Pure: reads the
-model, builds a `model.Goodput`.
+The failure-free rate comes from the run itself unless a control run is given: steps per
+second over its full-strength stretches, each measured between two quorum rounds so that no
+failure's lost work is in it (docs/report.md, "Goodput"). A healed replica's first commit is
+charged to healing, not counted as trained. Pure: reads the model, builds a `model.Goodput`.
 """
 
 from __future__ import annotations
 
-from ftslurm.report.model import Failure, Goodput, Quorum, elapsed
+from ftslurm.report.model import Baseline, Failure, Goodput, Quorum, elapsed
 
 
 def full_strength_stretches(
@@ -53,24 +53,60 @@ def full_strength_stretches(
     return out
 
 
-def measure(
-    quorums: list[Quorum], failures: list[Failure], group: int, committed: int | None,
-    last_time: float | None, max_step: int | None,
-) -> Goodput | None:
-    """The run's goodput (None without a quorum, or without any commit decision in the
-    logs to count). `quorums`: the run's, in time order."""
-    if not quorums or group <= 0 or committed is None:
-        return None
-    start = next((q.time for q in quorums if q.time is not None), None)
-    window = elapsed(start, last_time)
+def self_baseline(quorums: list[Quorum], failures: list[Failure], group: int,
+                  last_time: float | None, max_step: int | None) -> Baseline:
+    """The run's own failure-free rate: steps over seconds of its full-strength stretches."""
     stretches = full_strength_stretches(quorums, failures, group, last_time, max_step)
     secs = sum(s for s, _ in stretches)
     steps = sum(n for _, n in stretches)
     rate = steps / secs if secs > 0 and steps > 0 else None
+    return Baseline("self", rate, secs, len(stretches))
+
+
+def unreadable_commits(committed: int | None, decisions: int | None,
+                       advanced: int | None) -> str | None:
+    """Why the logs' commits cannot be counted, or None when they can.
+
+    Every replica logs one decision (`should_commit=True|False`) per step it takes, so a run
+    that advanced N torchft steps shows about N decisions per replica. Far fewer (under half)
+    means the lines are not in the logs (torchft's INFO lines filtered out, an excerpt), and
+    counting them would report a trained run as 0% goodput.
+    """
+    if committed is None:
+        return "no replica log with a commit decision (`should_commit=`) was read"
+    if advanced is None or advanced < 2:
+        return None
+    have = decisions or 0
+    if committed == 0 or have < advanced / 2:
+        return (f"the replica logs hold {have} commit decision{'' if have == 1 else 's'} "
+                f"({committed} committed) for the {advanced} steps the quorums advanced: "
+                "torchft's `should_commit` lines are missing, so commits cannot be counted")
+    return None
+
+
+def measure(
+    quorums: list[Quorum], failures: list[Failure], group: int, committed: int | None,
+    last_time: float | None, max_step: int | None, *, heal_steps: int = 0,
+    decisions: int | None = None, baseline: Baseline | None = None,
+    device: str | None = None,
+) -> Goodput | None:
+    """The run's goodput (None without a quorum). `quorums`: the run's, in time order;
+    `committed`: commit decisions that committed (None: no replica log had any);
+    `decisions`: the most decisions one replica logged; `heal_steps`: heals whose target
+    committed after them; `baseline`: a control run's rate (default: the run's own)."""
+    if not quorums or group <= 0:
+        return None
+    start = next((q.time for q in quorums if q.time is not None), None)
+    window = elapsed(start, last_time)
+    own = self_baseline(quorums, failures, group, last_time, max_step)
+    base = baseline if baseline is not None else own
+    rate = base.rate
     ideal = group * rate * window if rate is not None and window else None
     first = next(q for q in quorums if q.time is not None) if start is not None else None
     advanced = max_step - first.step if first is not None and max_step is not None else None
-    g = Goodput(rate, window, secs, committed, ideal, advanced)
+    g = Goodput(rate, window, base.seconds, committed or 0, ideal, advanced,
+                heal_steps=min(heal_steps, committed or 0), baseline=base,
+                unreadable=unreadable_commits(committed, decisions, advanced), device=device)
     if not window:
         return g
     end = last_time
@@ -84,7 +120,9 @@ def measure(
         if f.full_quorum_time is not None:
             healed = f.full_strength_time if f.full_strength_time is not None else end
             lost["healing"] += out * (elapsed(f.full_quorum_time, healed) or 0.0)
-    g.lost_detection = lost["detection"] / (group * window)
-    g.lost_degraded = lost["degraded"] / (group * window)
-    g.lost_healing = lost["healing"] / (group * window)
+    if rate:  # each heal's first commit: one replica's step at the failure-free rate
+        lost["healing"] += g.heal_steps / rate
+    g.lost_detection = min(1.0, lost["detection"] / (group * window))
+    g.lost_degraded = min(1.0, lost["degraded"] / (group * window))
+    g.lost_healing = min(1.0, lost["healing"] / (group * window))
     return g

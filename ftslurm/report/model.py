@@ -153,6 +153,9 @@ class Recovery:
     requeue_to_quorum_s: float | None = None
     requeue_time: float | None = None  # injected resume/requeue/restart, else attempt start
     requeue_source: str = ""  # e.g. "injected restart", "launch", "manager-start"
+    # False: a start-up sync (a replica that joined its first quorum a step late and took the
+    # state from a peer), with no failure before it: counted apart from the recoveries
+    after_failure: bool = True
 
 
 @dataclass
@@ -206,17 +209,40 @@ class ReplicaSteps:
 
 
 @dataclass
-class Goodput:
-    """Replica-steps committed against what the run's wall time would give without failures.
+class Baseline:
+    """Where a goodput's failure-free rate (steps/s at full strength) comes from.
 
-    `rate`: the failure-free step rate (steps/s) of the run itself, measured over its
-    full-strength stretches (see docs/report.md); `ideal` = group size x rate x `window_s`.
-    The `lost_*` shares are replica-seconds lost to each phase of the failures over
-    group size x `window_s`; `other` is what is left (1 - goodput - the three), which the
-    model does not place (overlapping failures, slower steps, the rate's own noise).
+    `self`: the run's own full-strength stretches, round to round (`goodput.py`): anything
+    that slows them (a warm spare sharing the cores) raises the run's goodput, so the count
+    and length of the stretches are given with it. `control`: a failure-free run of the same
+    settings on the same machine (`ftslurm report --baseline RUN`), measured the same way.
     """
 
+    source: str  # "self" | "control"
     rate: float | None  # steps per second at full strength
+    seconds: float  # length of the stretches the rate was measured over
+    stretches: int  # how many
+    run: str | None = None  # control: the run it was read from
+    group_size: int | None = None  # control: its group size
+
+
+@dataclass
+class Goodput:
+    """Replica-steps trained against what the run's wall time would give without failures.
+
+    `committed`: commit decisions (`should_commit=True`, per replica and step); `trained`:
+    those less one per heal whose target committed after it (`heal_steps`), since a healed
+    replica's first step trains nothing of its own (torchft zeroes a healing replica's
+    gradients and leaves it out of the participants): that step is charged to healing.
+    `ideal` = group size x the baseline's rate x `window_s`. The `lost_*` shares are
+    replica-seconds lost to each phase of the failures over group size x `window_s`, each
+    within 0..1; `lost_other` is what is left (1 - goodput - the three), never below 0: where
+    the phases add up to more than goodput leaves, `overcount` says by how much (replicas that
+    stepped faster than the baseline rate while degraded: a lone survivor on a shared device).
+    `unreadable`: why commits cannot be counted (then goodput is None, not 0).
+    """
+
+    rate: float | None  # steps per second at full strength (the baseline's)
     window_s: float | None  # first quorum -> end of the run
     full_strength_s: float  # seconds of the stretches the rate was measured over
     committed: int  # replica-steps committed
@@ -225,35 +251,75 @@ class Goodput:
     lost_detection: float = 0.0
     lost_degraded: float = 0.0
     lost_healing: float = 0.0
+    heal_steps: int = 0  # heals whose first commit is charged to healing
+    baseline: Baseline | None = None
+    unreadable: str | None = None
+    device: str | None = None  # what the replica logs say they trained on (cpu, cuda, ...)
+
+    @property
+    def trained(self) -> int:
+        """Replica-steps that trained: commits less the heals' first commits."""
+        return max(0, self.committed - self.heal_steps)
 
     @property
     def ratio(self) -> float | None:
-        """committed / ideal, uncapped: above 1 when degraded steps ran faster than
-        full-strength ones (replicas sharing a loaded CPU), or the rate's noise."""
-        if not self.ideal:
+        """trained / ideal, uncapped: above 1 when degraded steps ran faster than
+        full-strength ones (replicas sharing a loaded device), or the rate's noise."""
+        if not self.ideal or self.unreadable:
             return None
-        return self.committed / self.ideal
+        return self.trained / self.ideal
 
     @property
     def goodput(self) -> float | None:
-        """`ratio` capped to 0..1; None unknown."""
+        """`ratio` within 0..1; None unknown."""
         r = self.ratio
-        return None if r is None else min(1.0, r)
+        return None if r is None else max(0.0, min(1.0, r))
 
     @property
-    def step_ratio(self) -> float | None:
-        """Steps advanced / steps the window would give at `rate`: the older measure, which
-        counts a degraded step as a whole one."""
-        if self.steps is None or not self.rate or not self.window_s:
+    def step_ratio_raw(self) -> float | None:
+        """Steps advanced / steps the window would give at `rate`, uncapped."""
+        if self.steps is None or not self.rate or not self.window_s or self.unreadable:
             return None
         return self.steps / (self.rate * self.window_s)
 
     @property
-    def lost_other(self) -> float | None:
+    def step_ratio(self) -> float | None:
+        """`step_ratio_raw` within 0..1: the older measure, which counts a degraded step as
+        a whole one."""
+        r = self.step_ratio_raw
+        return None if r is None else max(0.0, min(1.0, r))
+
+    @property
+    def _residual(self) -> float | None:
         g = self.goodput
         if g is None:
             return None
         return 1.0 - g - self.lost_detection - self.lost_degraded - self.lost_healing
+
+    @property
+    def lost_other(self) -> float | None:
+        """What the phases do not place (overlapping failures, slower steps, the rate's
+        noise), within 0..1."""
+        r = self._residual
+        return None if r is None else max(0.0, r)
+
+    @property
+    def overcount(self) -> float:
+        """How far the phases add up past what goodput leaves (0 when they do not)."""
+        r = self._residual
+        return 0.0 if r is None else max(0.0, -r)
+
+
+@dataclass
+class LeftOut:
+    """An event of the event log that the report did not take as the run's, and why."""
+
+    time: float | None
+    action: str
+    replica: str | None
+    node: str
+    job: str
+    why: str
 
 
 @dataclass
@@ -279,11 +345,17 @@ class Report:
     clock_back: list[ClockBack] = field(default_factory=list)
     implausible_times: int = 0  # of stats.malformed: times far from the run's (see clock.py)
     goodput: Goodput | None = None  # replica-step goodput (goodput.py), None: no quorum
+    left_out: list[LeftOut] = field(default_factory=list)  # event-log lines not ours
 
     @property
     def false_drops(self) -> int:
         """Replicas dropped from a quorum while their process was alive."""
         return sum(1 for f in self.failures if f.false_drop)
+
+    @property
+    def startup_syncs(self) -> int:
+        """Heals with no failure before them: a replica that joined its first quorum late."""
+        return sum(1 for r in self.recoveries if not r.after_failure)
 
     @property
     def requeues(self) -> int:

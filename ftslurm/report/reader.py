@@ -40,6 +40,7 @@ class ParseStats:
 
     files: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (file, why)
     bytes: int = 0
     lines: int = 0
     events: int = 0
@@ -56,6 +57,15 @@ class ParseStats:
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
     active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
+
+    def cannot_open(self, path: Path, e: OSError) -> None:
+        """A log that could not be opened: missing if it is not there, else unreadable with
+        the reason (permission denied, ...): a user fixes the two differently."""
+        if isinstance(e, FileNotFoundError):
+            self.missing.append(str(path))
+        else:
+            why = e.strerror.lower() if e.strerror else (str(e) or type(e).__name__)
+            self.unreadable.append((str(path), why))
 
 
 def iter_lines(fh, stats: ParseStats) -> Iterator[bytes]:
@@ -501,8 +511,8 @@ def iter_file_events(
     """
     try:
         fh = open_log(path)
-    except OSError:
-        stats.missing.append(str(path))
+    except OSError as e:
+        stats.cannot_open(path, e)
         return
     stats.files.append(str(path))
     scan = _FileScan(stats, label or path.name, utc_offset, lighthouse, quorums)

@@ -16,7 +16,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ftslurm.report.model import Degraded, Failure, Recovery, Report, elapsed, replica_key
+from ftslurm.report.model import (
+    Degraded,
+    Failure,
+    Goodput,
+    Recovery,
+    Report,
+    elapsed,
+    replica_key,
+)
 from ftslurm.textsafe import printable
 
 SCHEMA_VERSION = 1
@@ -114,6 +122,7 @@ def recovery_json(r: Recovery) -> dict[str, Any]:
         "requeue_time": iso(r.requeue_time), "requeue_source": r.requeue_source or None,
         "requeue_to_healed_s": _r(r.requeue_to_healed_s),
         "requeue_to_quorum_s": _r(r.requeue_to_quorum_s),
+        "after_failure": r.after_failure,
     }
 
 
@@ -142,7 +151,8 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "quorum_changes": max(0, len(rep.quorums) - 1),
         "failures": len(rep.failures),
         "requeues": rep.requeues,
-        "recoveries": len(rep.recoveries),
+        "recoveries": len(rep.recoveries) - rep.startup_syncs,
+        "startup_syncs": rep.startup_syncs,
         "commit_failures": len(rep.commit_failures),
         "init_syncs": rep.init_syncs,
         "group_size": rep.group_size,
@@ -150,7 +160,8 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "degraded_s": _r(sum(deg_s)) if deg_s else 0.0,
         "degraded_steps": sum((d.end_step or d.start_step) - d.start_step for d in rep.degraded),
         "failure_to_next_commit_s": [_r(f.to_next_commit_s) for f in rep.failures],
-        "requeue_to_healed_s": [_r(r.requeue_to_healed_s) for r in rep.recoveries],
+        "requeue_to_healed_s": [_r(r.requeue_to_healed_s) for r in rep.recoveries
+                                if r.after_failure],
         "steps_attempted": attempted,
         "steps_committed": committed,
         "steps_by_replica": per,
@@ -163,6 +174,15 @@ def summary_dict(rep: Report) -> dict[str, Any]:
     }
 
 
+def baseline_dict(g: Goodput | None) -> dict[str, Any] | None:
+    """What the failure-free rate was taken from (`summary.goodput_baseline`)."""
+    b = g.baseline if g is not None else None
+    if b is None:
+        return None
+    return {"source": b.source, "rate": _r(b.rate, 5), "stretches": b.stretches,
+            "seconds": _r(b.seconds), "run": b.run, "group_size": b.group_size}
+
+
 def goodput_dict(rep: Report) -> dict[str, Any]:
     """The summary's goodput keys (docs/report.md, "Goodput")."""
     g = rep.goodput
@@ -172,11 +192,19 @@ def goodput_dict(rep: Report) -> dict[str, Any]:
         "false_drops": rep.false_drops,
         "goodput": _r(g.goodput, 4) if g is not None else None,
         "goodput_ratio": _r(g.ratio, 4) if g is not None else None,
+        "goodput_unavailable": g.unreadable if g is not None else "no quorum in the logs",
+        "goodput_baseline": baseline_dict(g),
+        "replica_steps_trained": g.trained if g is not None and not g.unreadable else None,
+        "heal_steps": g.heal_steps if g is not None else 0,
         "step_ratio": _r(g.step_ratio, 4) if g is not None else None,
         "lost": {
             "detection": _r(g.lost_detection, 4), "degraded": _r(g.lost_degraded, 4),
             "healing": _r(g.lost_healing, 4), "other": _r(g.lost_other, 4),
         } if g is not None and g.goodput is not None else None,
+        "lost_overcount": _r(g.overcount, 4) if g is not None and g.goodput is not None else None,
+        "lost_overcount_cause": (faster_cause(g.device) if g is not None and g.overcount > 0
+                                 else None),
+        "device": g.device if g is not None else None,
         "failure_free_step_rate": _r(g.rate, 5) if g is not None else None,
         "full_strength_measured_s": _r(g.full_strength_s) if g is not None else None,
         "goodput_window_s": _r(g.window_s) if g is not None else None,
@@ -225,7 +253,14 @@ def to_json(rep: Report) -> dict[str, Any]:
         ],
         "summary": summary_dict(rep),
         "parse": {
-            "files": len(s.files), "missing": list(s.missing), "bytes": s.bytes,
+            "files": len(s.files), "missing": list(s.missing),
+            "unreadable": [{"file": f, "why": why} for f, why in s.unreadable],
+            "bytes": s.bytes,
+            "events_left_out": [
+                {"time": iso(e.time), "action": e.action, "replica": e.replica,
+                 "node": e.node or None, "job": e.job or None, "why": e.why}
+                for e in rep.left_out
+            ],
             "lines": s.lines, "events": s.events, "skipped": s.skipped,
             "malformed": s.malformed, "overlong": s.overlong, "untimed": s.untimed,
             "crlf": s.crlf, "bad_event_lines": s.bad_events,
@@ -281,10 +316,18 @@ def _text_lines(rep: Report) -> list[str]:
         step = f" at step {f.step}" if f.step is not None else ""
         out.append(f"    replica {idx(f.replica)}{step} ({f.kind}) at {hms(f.time)}")
     out.append(f"  requeues          {rep.requeues}")
-    out.append(f"  recoveries        {len(rep.recoveries)}")
+    out.append(f"  recoveries        {sm['recoveries']}")
     for r in rep.recoveries:
-        out.append(f"    replica {idx(r.source_replica) or '?'} -> replica "
-                   f"{idx(r.target_replica)} at step {r.step} ({hms(r.time)})")
+        if r.after_failure:
+            out.append(f"    replica {idx(r.source_replica) or '?'} -> replica "
+                       f"{idx(r.target_replica)} at step {r.step} ({hms(r.time)})")
+    if rep.startup_syncs:
+        out.append(f"  start-up syncs    {rep.startup_syncs} (no failure before them: a replica "
+                   "that joined its first quorum late took the state from a peer)")
+        for r in rep.recoveries:
+            if not r.after_failure:
+                out.append(f"    replica {idx(r.source_replica) or '?'} -> replica "
+                           f"{idx(r.target_replica)} at step {r.step} ({hms(r.time)})")
     out.append(f"  commit failures   {len(rep.commit_failures)}")
     out.append(f"  degraded          {len(rep.degraded) or 'never'}")
     for d in rep.degraded:
@@ -305,9 +348,9 @@ def _text_lines(rep: Report) -> list[str]:
                 out.append(f"      last seen in a quorum at {hms(f.last_seen_time)}: at most "
                            f"{duration(elapsed(f.last_seen_time, f.next_commit_time))} "
                            "from the failure")
-    if rep.recoveries:
+    if len(rep.recoveries) > rep.startup_syncs:
         out.append("  requeue -> first healed step")
-        for r in rep.recoveries:
+        for r in (r for r in rep.recoveries if r.after_failure):
             label = _SOURCE_WORDS.get(r.requeue_source, r.requeue_source)
             since = (f"{label} at {hms(r.requeue_time)}"
                      if r.requeue_time is not None else "restart time unknown")
@@ -338,6 +381,17 @@ def _text_lines(rep: Report) -> list[str]:
     out.append("Parsed: " + ", ".join(notes))
     for m in s.missing:
         out.append(f"Missing: {m}")
+    for f, why in s.unreadable:
+        out.append(f"Unreadable: {f} ({why})")
+    if rep.left_out:
+        out.append(f"Left out: {len(rep.left_out)} event-log line"
+                   f"{'' if len(rep.left_out) == 1 else 's'}, not this run's:")
+        for e in rep.left_out[:_CLOCK_LINES]:
+            who = f" replica {e.replica}" if e.replica is not None else ""
+            where = f" on {e.node}" if e.node else ""
+            out.append(f"  {hms(e.time)}  {e.action}{who}{where}: {e.why}")
+        if len(rep.left_out) > _CLOCK_LINES:
+            out.append(f"  {len(rep.left_out) - _CLOCK_LINES} more (see --json)")
     for c in rep.clock_back[:_CLOCK_LINES]:
         out.append(
             f"Clock: {c.where} went back {duration(c.back_s)} after {hms(c.time)} "
@@ -372,19 +426,65 @@ def _goodput_lines(rep: Report, sm: dict[str, Any]) -> list[str]:
                 f"{duration(f.degraded_s)} + {duration(f.healing_s)}; full strength at "
                 f"{hms(f.full_strength_time)}){drop}")
     g = rep.goodput
-    if g is None or g.goodput is None:
+    if g is None:
+        out.append("  goodput           n/a (no quorum in the logs)")
+    elif g.unreadable:
+        out.append(f"  goodput           n/a ({g.unreadable})")
+    elif g.goodput is None:
         out.append("  goodput           n/a (no full-strength stretch to measure a rate on)")
     else:
-        out.append(
-            f"  goodput           {_pct(g.goodput)} of replica-steps ({g.committed} committed "
-            f"of {g.ideal:.0f} at {g.rate:.3f} steps/s x group {rep.group_size} x "
-            f"{duration(g.window_s)}); steps: {_pct(g.step_ratio)}")
-        faster = (" (below 0: replicas stepped faster than the full-strength rate, as a lone "
-                  "survivor does on CPUs it shared)") if (g.lost_other or 0.0) < 0 else ""
-        out.append(
-            f"    lost: detection {_pct(g.lost_detection)}, degraded {_pct(g.lost_degraded)}, "
-            f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}{faster}")
+        out += _goodput_figures(g, rep.group_size)
     out.append(f"  false quorum drops {sm['false_drops']}")
+    return out
+
+
+def faster_cause(device: str | None) -> str:
+    """Why replicas can step faster than the failure-free rate while degraded, for the device
+    the logs name: what makes the loss phases add up past what goodput leaves."""
+    if device == "cpu":
+        return ("replicas stepped faster than the full-strength rate, as a lone survivor does "
+                "on CPUs it shared with the failed replica")
+    if device in ("cuda", "gpu", "rocm", "xpu"):
+        return ("replicas stepped faster than the full-strength rate, as a survivor does on a "
+                "GPU it shared with the failed replica, or with fewer peers to all-reduce with")
+    return ("replicas stepped faster than the full-strength rate (a device the replicas shared, "
+            "or fewer peers to all-reduce with; the logs do not name the device)")
+
+
+def _goodput_figures(g: Goodput, group: int) -> list[str]:
+    """The goodput line and what it stands on: trained vs expected, the heals charged, the
+    baseline, the lost shares. Never "N of M" with N > M: a ratio above 1 is said as one."""
+    assert g.rate is not None and g.ideal is not None
+    at = f"{g.rate:.3f} steps/s x group {group} x {duration(g.window_s)}"
+    expected = f"{g.ideal:.1f}" if g.ideal < 100 else f"{g.ideal:.0f}"
+    ratio = g.ratio or 0.0
+    if ratio <= 1.0:
+        head = f"{g.trained} trained of {expected} expected at {at}"
+    else:
+        head = (f"capped: {g.trained} trained, {ratio:.2f}x the {expected} expected at {at}; "
+                "the run stepped faster than its failure-free rate")
+    out = [f"  goodput           {_pct(g.goodput)} of replica-steps ({head}); "
+           f"steps: {_pct(g.step_ratio)}"]
+    if g.heal_steps:
+        out.append(f"    trained = {g.committed} committed - {g.heal_steps} heal step"
+                   f"{'' if g.heal_steps == 1 else 's'} (a healed replica's first commit: its "
+                   "state came from a peer; charged to healing)")
+    b = g.baseline
+    if b is not None and b.source == "control":
+        grp = f", group {b.group_size}" if b.group_size is not None else ""
+        out.append(f"    failure-free rate from the control run {b.run} ({b.stretches} "
+                   f"full-strength stretch{'' if b.stretches == 1 else 'es'}, "
+                   f"{duration(b.seconds)}{grp})")
+    elif b is not None:
+        out.append(f"    failure-free rate from this run's own {b.stretches} full-strength "
+                   f"stretch{'' if b.stretches == 1 else 'es'} ({duration(b.seconds)}); "
+                   "a failure-free control run gives a firmer one: --baseline RUN")
+    out.append(
+        f"    lost: detection {_pct(g.lost_detection)}, degraded {_pct(g.lost_degraded)}, "
+        f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}")
+    if g.overcount > 0:
+        out.append(f"    the phases add up to {_pct(g.overcount)} more than goodput leaves: "
+                   f"{faster_cause(g.device)}")
     return out
 
 

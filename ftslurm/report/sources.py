@@ -3,12 +3,14 @@
 A run is a directory (`outputs/torchft/tft-<job>/`), explicit files, or the newest run. A
 Lighthouse log outlives runs (the managed Lighthouse's is shared by every run, and is often
 copied whole into a run's directory): the timeline keeps the quorums whose members the
-replica logs know (see timeline.py). The global event log keeps only the run's job.
+replica logs know (see timeline.py). The global event log keeps only the run's job
+(and lines of no job, which the timeline places by the run's window).
 """
 
 from __future__ import annotations
 
 import heapq
+import re
 import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,6 +24,7 @@ from ftslurm.logfile import open_log
 from ftslurm.logvocab import Event
 from ftslurm.report import reader as R
 from ftslurm.report.events import iter_event_log
+from ftslurm.report.model import LeftOut
 from ftslurm.report.reader import ParseStats
 from ftslurm.textsafe import printable
 
@@ -229,13 +232,16 @@ def _key(ev: Event) -> float:
     return ev.time if ev.time is not None else 0.0
 
 
-def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> Iterator[Event]:
-    """All events of a run, merged by time (each file is time-ordered on its own)."""
+def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float,
+                    left_out: list[LeftOut] | None = None) -> Iterator[Event]:
+    """All events of a run, merged by time (each file is time-ordered on its own); event-log
+    lines of another job are appended to `left_out`."""
     streams: list[Iterator[Event]] = []
     for p in files.lighthouse_logs:
         streams.append(R.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
-        streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job))
+        streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job,
+                                   left_out if left_out is not None else []))
     have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
     for p in files.replica_logs:
         streams.append(
@@ -244,7 +250,33 @@ def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float) -> It
     return heapq.merge(*streams, key=_key)
 
 
-def _job_filter(events: Iterator[Event], job: str | None) -> Iterator[Event]:
+def _job_filter(events: Iterator[Event], job: str | None,
+                left_out: list[LeftOut]) -> Iterator[Event]:
+    """The lines of the run's job, or of none (placed by the timeline: timeline._Builder)."""
     for ev in events:
         if job is None or not ev.job or ev.job == job:
             yield ev
+        else:
+            left_out.append(LeftOut(ev.time, ev.detail, ev.replica, ev.node, ev.job,
+                                    f"job {ev.job}, not the run's job {job}"))
+
+
+DEVICE_HEAD = 256 << 10  # bytes of a replica log's start searched for its device
+_DEVICE = re.compile(rb"FTSLURM_DEVICE=([A-Za-z]+)|\] - root - INFO - ([A-Z]+) capacity: ")
+
+
+def device_of(replica_logs: Sequence[Path], files: int = 4) -> str | None:
+    """What the replicas trained on, as their logs' start says: the launcher's
+    `FTSLURM_DEVICE=` (its `env:` line) or torchtitan's `CUDA capacity:` / `CPU capacity:`
+    line, lower case (`cpu`, `cuda`); None when no log says. Reads the first DEVICE_HEAD bytes
+    of a few logs: the replicas of one run share the launcher's settings."""
+    for path in list(replica_logs)[:files]:
+        try:
+            with open_log(path) as fh:
+                head = fh.read(DEVICE_HEAD)
+        except (OSError, EOFError, zlib.error):
+            continue
+        m = _DEVICE.search(head)
+        if m:
+            return (m.group(1) or m.group(2)).decode("ascii").lower()
+    return None

@@ -27,6 +27,12 @@ Semantics (shared/notes/torchft-logs.md):
 - Recovery ranks (`peers need recovery from us [1]`, `recover_src_replica_rank=0`) are ranks
   in the quorum, participants ordered by replica id. Step-0 healing is the initial sync.
 - Every rank logs its own lines: commits are deduplicated by (replica, step).
+- The event log is shared by runs: a line of another job is left out (sources.py); one that
+  names no job is the run's only inside its window (its replica logs' first to last line,
+  SLACK_S either side) and, where its launches name nodes, on one of them. Left-out lines are
+  listed with why (`Report.left_out`).
+- A heal with no failure before it is a start-up sync (a replica that joined its first quorum
+  late), counted apart from the recoveries (`Recovery.after_failure`).
 """
 
 from __future__ import annotations
@@ -43,11 +49,13 @@ from ftslurm.report.goodput import measure
 from ftslurm.report.heals import Heals
 from ftslurm.report.model import (
     Attempt,
+    Baseline,
     ClockBack,
     CommitFailure,
     Degraded,
     Entry,
     Failure,
+    LeftOut,
     Quorum,
     Recovery,
     ReplicaSteps,
@@ -57,7 +65,7 @@ from ftslurm.report.model import (
 )
 from ftslurm.report.model import replica_key as _idx
 from ftslurm.report.reader import ParseStats
-from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
+from ftslurm.report.sources import clock_offset, device_of, find_run_files, iter_run_events
 
 # ---------------------------------------------------------------- the state machine
 
@@ -65,9 +73,21 @@ from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 class _Builder:
     """The one-pass state machine; see the module docstring for the rules."""
 
-    def __init__(self, group_size: int | None, job: str | None) -> None:
+    def __init__(self, group_size: int | None, job: str | None,
+                 replica_sources: frozenset[str] = frozenset()) -> None:
         self.forced_group = group_size
         self.job = job
+        # The run's window, for the event-log lines that name no job (see _scope): the
+        # first and last time of its replica logs' lines, and the nodes its launches name.
+        self.replica_sources = replica_sources
+        self.log_first: float | None = None
+        self.log_last: float | None = None
+        self.nodes: set[str] = set()
+        self.held: list[Event] = []  # such lines, until the run's first replica line
+        self.unjobbed: list[tuple[Event, Entry | None]] = []  # such lines taken, their entry
+        self.left_out: list[LeftOut] = []
+        self.baseline: Baseline | None = None
+        self.device: str | None = None
         self.epoch = 0
         self.quorums: list[Quorum] = []
         self.seen_qids: set[tuple[int, int]] = set()
@@ -147,6 +167,60 @@ class _Builder:
 
     # -- events
     def feed(self, ev: Event) -> None:
+        if self.replica_sources and ev.kind == L.INJECTED and not ev.job:
+            if self.log_first is None:  # ours only if the run's first replica line is near
+                self.held.append(ev)
+            else:
+                self._place(ev)
+            return
+        if ev.source in self.replica_sources and ev.time is not None:
+            if self.log_first is None:
+                self.log_first = ev.time
+                self._release(ev.time)
+            self.log_last = ev.time
+        self._take(ev)
+
+    def _release(self, t: float) -> None:
+        """The lines held until the run's first replica line (at `t`): within SLACK_S before
+        it (clocks disagree) they are the run's; earlier ones are left out, and said."""
+        held, self.held = self.held, []
+        for e in held:
+            if e.time is not None and e.time < t - SLACK_S:
+                self._leave(e, "no job, and before the run's first log line")
+            else:
+                self._place(e)
+
+    def _place(self, e: Event) -> None:
+        if e.node and self.nodes and e.node not in self.nodes:
+            self._leave(e, f"no job, and on {e.node}, where no replica of the run was launched")
+            return
+        n = len(self.timeline)
+        self._take(e)
+        self.unjobbed.append((e, self.timeline[n] if len(self.timeline) > n else None))
+
+    def _leave(self, e: Event, why: str) -> None:
+        self.left_out.append(LeftOut(e.time, e.detail, e.replica, e.node, e.job, why))
+
+    def _scope_end(self) -> None:
+        """Lines of no job after the run's last replica line (beyond SLACK_S) are another
+        story's: taken back out (they could only have been pending, listed and stretched the
+        run's window: no quorum of the run comes after its last line)."""
+        for e in self.held:  # no replica line at all came
+            self._place(e)
+        self.held = []
+        if self.log_last is None:
+            return
+        for e, entry in self.unjobbed:
+            if e.time is None or e.time <= self.log_last + SLACK_S:
+                continue
+            self._leave(e, "no job, and after the run's last log line")
+            self.injected_all = [x for x in self.injected_all if x is not e]
+            for acts in (*self.pending_injected.values(), *self.restart_actions.values()):
+                acts[:] = [x for x in acts if x is not e]
+            if entry is not None:
+                self.timeline = [x for x in self.timeline if x is not entry]
+
+    def _take(self, ev: Event) -> None:
         t = ev.time
         if t is not None:
             if self.first_time is None or t < self.first_time:
@@ -368,6 +442,8 @@ class _Builder:
         self.log_prefixes[p] = self.log_prefixes.get(p, 0) + 1
 
     def on_launch(self, ev: Event) -> None:
+        if ev.node:
+            self.nodes.add(ev.node)
         gkey = self._gkey_for_index(ev.replica or "?")
         a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank)
         self.unclaimed[(ev.source, _idx(gkey)[1])] = a
@@ -457,6 +533,7 @@ class _Builder:
             self.last_time = max(lasts)
 
     def finish(self, stats: ParseStats) -> Report:
+        self._scope_end()
         self._run_span(stats)
         stats.malformed += self.malformed
         # heal ranks are ranks among all of a quorum's participants: before they are narrowed
@@ -533,6 +610,9 @@ class _Builder:
         )
         for r in recoveries:
             self._link_attempt(r)
+            # a heal with no failure before it: a replica that joined its first quorum late
+            r.after_failure = any(f.time is None or r.time is None or f.time <= r.time + SLACK_S
+                                  for f in failures)
         steps: dict[str, ReplicaSteps] = {}
         for rid_b, c in stats.commits.items():
             gkey, _ = _idx(rid_b.decode("utf-8", "replace"))
@@ -570,12 +650,15 @@ class _Builder:
         timeline.sort(key=lambda e: (e.time is None, e.time or 0.0, _ORDER.get(e.kind, 9)))
         good = measure(quorums, failures, group,
                        sum(v.committed for v in steps.values()) if steps else None,
-                       self.last_time, self.max_step)
+                       self.last_time, self.max_step,
+                       heal_steps=_heal_steps(recoveries, stats),
+                       decisions=max((v.attempted for v in steps.values()), default=0),
+                       baseline=self.baseline, device=self.device)
         return Report(
             quorums, failures, [c for c in self.commit_failures if mine(c.replica_id)],
             attempts, recoveries, degraded, timeline, steps, group, prefixes, stats,
             self.first_time, self.last_time, self.max_step, self.init_syncs, foreign,
-            clock_back, self.settled.implausible, good,
+            clock_back, self.settled.implausible, good, self.left_out,
         )
 
     def _full_strength(self, f: Failure, our_q: set[int], group: int,
@@ -674,6 +757,23 @@ class _Builder:
         return step
 
 
+def _heal_steps(recoveries: list[Recovery], stats: ParseStats) -> int:
+    """Heals whose target committed a step at or after the step it healed to: each such
+    first commit is a healing step (goodput.py), not a trained one."""
+    by_gkey: dict[str, list[tuple[str, int]]] = {}
+    for rid_b, c in stats.commits.items():
+        if c.committed:
+            rid = rid_b.decode("utf-8", "replace")
+            by_gkey.setdefault(_idx(rid)[0], []).append((rid, c.max_step))
+    n = 0
+    for r in recoveries:
+        ids = by_gkey.get(r.target_replica, [])
+        if r.target_id is not None and any(rid == r.target_id for rid, _ in ids):
+            ids = [(rid, m) for rid, m in ids if rid == r.target_id]
+        n += any(m >= r.step for _, m in ids)
+    return n
+
+
 def _gap(t: float | None, ref: float | None) -> float:
     return 0.0 if t is None or ref is None else abs(t - ref)
 
@@ -753,6 +853,7 @@ def build_model(
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
     group_size: int | None = None,
+    baseline: Baseline | None = None,
 ) -> Report:
     """Read the files of one run (see find_run_files) and build its Report, in one pass.
 
@@ -766,8 +867,10 @@ def build_model(
     files = find_run_files(flat, lighthouse=lighthouse, events=events)
     stats = ParseStats()
     offset = clock_offset(files.lighthouse_logs + files.replica_logs)
-    b = _Builder(group_size, files.job)
-    b.settled = settle(iter_run_events(files, stats, offset), stats)
+    b = _Builder(group_size, files.job, frozenset(p.name for p in files.replica_logs))
+    b.baseline = baseline
+    b.device = device_of(files.replica_logs)
+    b.settled = settle(iter_run_events(files, stats, offset, b.left_out), stats)
     for ev in b.settled.events:
         b.feed(ev)
     stats.events += len(b.settled.events)
