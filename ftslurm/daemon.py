@@ -13,7 +13,13 @@ a pid written to disk. A bare pid is not enough:
 - a daemon may start children that outlive it (a wrapper script that forks the real program
   and exits, or setsid's): it leads a session of its own, and every process it starts
   inherits a tag in its environment (`TAG_ENV`, unique to that start, secret to its user),
-  so stopping it, or a failed start, ends them all, even once it is gone itself.
+  so stopping it, or a failed start, ends them all, even once it is gone itself. A process
+  that cleared its environment and left the session (`setsid env -i ...`) is still found
+  as a descendant (ppid links in /proc) of one found so;
+- a state folder may be copied (a backup, an rsync): the tag names the state dir it was made
+  for, so a copy's state never names the processes of the original;
+- reading the state never signals anything (`lookup(clean_stale=False)`): only a command
+  meant to stop or start a daemon ends what a dead one left running.
 
 Layout of a state directory for daemon `name`: `<name>.pid` (the pid, for humans and tools),
 `<name>.json` (the `DaemonState`: the source of truth), `<name>.log` (its output),
@@ -224,13 +230,16 @@ class Lookup:
     stale: DaemonState | None = None
     # processes a dead daemon had left running (a --binary wrapper's children), ended
     ended: tuple[int, ...] = ()
+    # those processes when the lookup was told not to clean (still running, not signalled)
+    left: tuple[int, ...] = ()
 
 
 # In the environment of every process a Daemon starts, inherited by all it starts in turn:
 # how its processes are recognised once its leader is gone, or when they left its session
 # (/proc/PID/environ: what the kernel keeps). Its value, `<state dir>/<name>#<random>`, is new
 # at each start and kept in the state file (0o600): a file someone else wrote by hand cannot
-# name it, so it cannot make a stop end the processes of another start, or of anyone else.
+# name it, so it cannot make a stop end the processes of another start, or of anyone else;
+# and a copy of the state folder holds the original's path in it, which is not the copy's.
 TAG_ENV = "FTSLURM_DAEMON"
 
 
@@ -322,10 +331,11 @@ class Daemon:
                 p.unlink()
 
     def lookup(self, clean_stale: bool = True) -> Lookup:
-        """The live daemon, if any. A stale pidfile (dead, zombie, reused pid) is removed, and
-        so are files that name no pid at all (cut short, edited by hand: `1e23`), which are
-        stale with pid 0; what a dead daemon left running (its children: they carry its tag)
-        is ended first, so its port is free and nothing of it runs unmanaged."""
+        """The live daemon, if any. With `clean_stale`, a stale pidfile (dead, zombie, reused
+        pid) is removed, and so are files that name no pid at all (cut short, edited by hand:
+        `1e23`), which are stale with pid 0; what a dead daemon left running (its children:
+        they carry its tag) is ended first, so its port is free and nothing of it runs
+        unmanaged. Without it nothing is signalled or removed: what still runs is in `left`."""
         state = self.read_state()
         if state is None:
             if not any(os.path.lexists(p) for p in (self.pidfile, self.statefile)):
@@ -335,11 +345,20 @@ class Daemon:
             return Lookup(None, stale=DaemonState(self.name, 0, None, 0.0, [], self.marker))
         if self.owns(state):
             return Lookup(state)
-        ended: tuple[int, ...] = ()
-        if clean_stale:
-            ended = tuple(self._end(state, grace=1.0)[1])
-            self.clear()
+        if not clean_stale:
+            return Lookup(None, stale=state, left=tuple(self._followers(state, False)))
+        ended = tuple(self._end(state, grace=1.0)[1])
+        self.clear()
         return Lookup(None, stale=state, ended=ended)
+
+    def forget_stale(self) -> Lookup:
+        """`lookup` for a command that only reads (a status): the files of a stale daemon of
+        which nothing runs any more are removed; nothing is ever signalled, and the state of
+        one whose processes still run stays, for a `stop` to end them."""
+        found = self.lookup(clean_stale=False)
+        if found.stale is not None and not found.left:
+            self.clear()
+        return found
 
     def start(
         self,
@@ -362,7 +381,7 @@ class Daemon:
         if log_max_bytes is not None:
             rotate_log(self.logfile, log_max_bytes)
         offset = _regular_size(self.logfile)
-        tag = f"{self.state_dir / self.name}#{secrets.token_hex(8)}"
+        tag = f"{self._tag_prefix()}{secrets.token_hex(8)}"
         proc = runner.spawn(
             cmd, log_path=self.logfile, env=env, extra_env={**(extra_env or {}), TAG_ENV: tag},
             cwd=cwd, detach=True,
@@ -410,15 +429,26 @@ class Daemon:
         self.clear()
         return ended
 
+    def _tag_prefix(self) -> str:
+        """What the tag of every start from this state dir begins with: its real path."""
+        return f"{self.state_dir.resolve() / self.name}#"
+
     def _followers(self, state: DaemonState, leader: bool) -> list[int]:
         """The live processes the daemon started, other than itself: every one carrying the
-        tag of its start (in its session or not: setsid keeps the environment), and while
-        the `leader` is alive (identity checked), every member of its session (it leads one
-        of its own) too."""
-        found = set(procs.pids_with_env(f"{TAG_ENV}={state.tag}")) if state.tag else set()
+        tag of its start (in its session or not: setsid keeps the environment) if the tag
+        is of this state dir (a copied state names the original's), while the `leader` is
+        alive (identity checked) every member of its session (it leads one of its own), and
+        every descendant of these (`setsid env -i` drops both the session and the tag, not
+        the parent link). None started before the daemon: that one is not of it."""
+        roots: set[int] = set()
+        prefix = self._tag_prefix()
+        if state.tag.startswith(prefix) and len(state.tag) > len(prefix):
+            roots.update(procs.pids_with_env(f"{TAG_ENV}={state.tag}"))
         if leader:
-            found.update(procs.session_pids(state.pid))
-        return sorted(p for p in found if p != state.pid and procs.pid_alive(p))
+            roots.add(state.pid)
+            roots.update(procs.session_pids(state.pid))
+        found = procs.descendants(roots) if roots else []
+        return sorted(p for p in found if p != state.pid and _not_older(p, state.start_ticks))
 
     def _end(
         self, state: DaemonState, grace: float, kill_timeout: float = 5.0
@@ -452,7 +482,9 @@ class Daemon:
         _signal(first, signal.SIGTERM)
         if procs.wait_gone(busy, grace):
             return "terminated", sorted(seen)
-        _signal(targets(), signal.SIGKILL)
+        # every one seen, also those no longer found from the leader (it exited first)
+        left = {*targets(), *(p for p, ticks in seen.items() if _present(p, ticks))}
+        _signal(sorted(left), signal.SIGKILL)
         if procs.wait_gone(busy, kill_timeout):
             return "killed", sorted(seen)
         left = [p for p, ticks in seen.items() if _present(p, ticks)]
@@ -460,6 +492,14 @@ class Daemon:
             return "killed", sorted(seen)
         raise RuntimeError(f"pid(s) {left} survived SIGKILL for {kill_timeout:g} s "
                            "(uninterruptible?)")  # fmt: skip
+
+
+def _not_older(pid: int, start_ticks: int | None) -> bool:
+    """`pid` is alive and started no earlier than `start_ticks` (None: unknown, any)."""
+    st = proc_stat(pid)
+    if st is None or st.state in ("Z", "X", "x"):
+        return False
+    return start_ticks is None or st.start_ticks >= start_ticks
 
 
 def _dying(pid: int) -> bool:
@@ -497,6 +537,58 @@ def _well_typed(state: DaemonState) -> bool:
     )
 
 
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    return bool(st.st_mode & 0o022)
+
+
+def unsafe_state_dir(path: Path) -> str | None:
+    """Why this user must not run a daemon from the existing folder `path` (None: it may).
+
+    A daemon's program is written into its state dir and run from there, and its state is
+    trusted as this user's: so the folder must be this user's and no one else may write it
+    (a user who can plant or rename a file in it can have their program run, as root under
+    sudo). As root, the folders above it must be root's too, or sticky like /tmp: whoever
+    owns one could rename the state dir away and put their own in its place."""
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to {_owner(st.st_uid)}, not to you"
+    if _writable_by_others(st):
+        return f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if os.geteuid() == 0:
+        for parent in path.parents:
+            pst = os.stat(parent)
+            if pst.st_uid != 0:
+                return (f"{parent}, a folder above it, belongs to {_owner(pst.st_uid)}, who "
+                        "could put another folder in its place")
+            if _writable_by_others(pst) and not pst.st_mode & stat.S_ISVTX:
+                return (f"{parent}, a folder above it, can be written by other users, who "
+                        "could put another folder in its place")
+    return None
+
+
+def unsafe_program(path: str | Path) -> str | None:
+    """Why the executable `path` must not be run (None: it may): it, or the folder it is in,
+    belongs to a user other than root and this one, or another user can write it (and so
+    replace what runs). Links are followed: the check is of the real file."""
+    real = Path(path).resolve()
+    for item in (real, real.parent):
+        st = item.stat()
+        if st.st_uid not in (0, os.geteuid()):
+            return f"{item} belongs to {_owner(st.st_uid)}"
+        if _writable_by_others(st):
+            return f"other users can write {item}"
+    return None
 
 
 def rotate_log(path: Path, max_bytes: int) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +173,22 @@ def process_tree(pid: int) -> list[int]:
             order.append(p)
         todo.extend(kids.get(p, []))
     return order
+
+
+def descendants(roots: Iterable[int]) -> list[int]:
+    """The live processes among `roots` and all their live descendants, in one pass over
+    /proc. Why: a child that left its parent's session and cleared its environment
+    (`setsid env -i ...`) is still linked to its parent (or, once that died, to the nearest
+    subreaper that adopted it)."""
+    kids = children_map()
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(kids.get(p, []))
+    return sorted(p for p in seen if pid_alive(p))
 
 
 def descends_from(ancestor: int, pid: int) -> bool:

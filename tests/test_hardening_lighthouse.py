@@ -126,13 +126,26 @@ def test_a_failed_start_ends_what_a_wrapper_forked(tmp_path: Path, state_dir: Pa
         kill([int(pids.read_text())] if pids.exists() else [])
 
 
+def outsider(tmp_path: Path, command: str) -> tuple[Path, Path]:
+    """A process outside every tree of the Lighthouse (the test's own child) that runs
+    `command` (`{args}`: the arguments written to the returned file) once that file exists:
+    what a wrapper asks another service to start cannot be found from the daemon (a child
+    that left the session and cleared its environment still can: the process tree).
+    Returns (the arguments file a --binary writes, the outsider's pid file)."""
+    args, pids = tmp_path / "args", tmp_path / "child.pid"
+    runner.spawn(["bash", "-c", f"echo $$ >{pids}; until [ -e {args} ]; do sleep 0.02; done; "
+                  "exec " + command.format(args=f"$(cat {args})")], detach=True)  # fmt: skip
+    wait_for(pids.exists, timeout=10, what="the outsider's pid file")
+    return args, pids
+
+
 def test_a_failed_start_says_which_process_still_holds_the_port(tmp_path: Path, state_dir: Path):
-    """Finding 3: a child that left the session AND cleared its environment cannot be found
-    from the daemon: the error says the port is still held, and by whom, instead of
+    """Finding 3: a process the wrapper had started elsewhere (outside its tree) cannot be
+    found from the daemon: the error says the port is still held, and by whom, instead of
     claiming the Lighthouse was stopped cleanly."""
-    port, pids = free_port(), tmp_path / "child.pid"
-    w = wrapper(tmp_path, f"env -i setsid {HTTP.format(port=port)} >/dev/null 2>&1 & "
-                          f"echo $! >{pids}; sleep 60")  # fmt: skip
+    port = free_port()
+    args, pids = outsider(tmp_path, HTTP.format(port=port) + " >/dev/null 2>&1")
+    w = wrapper(tmp_path, f'echo "$@" >{args}.tmp; mv {args}.tmp {args}; sleep 60')
     try:
         r = cli(state_dir, "start", "--binary", str(w), "--ready-timeout", "2",
                 "--bind", f"127.0.0.1:{port}")  # fmt: skip
@@ -176,12 +189,11 @@ def test_stop_ends_the_lighthouse_a_wrapper_left_behind(tmp_path: Path, state_di
 @needs_torchft
 def test_stop_says_when_the_port_is_still_held(tmp_path: Path, state_dir: Path):
     """Finding 3: `stop` says so, and exits 2, when after ending every process of the
-    Lighthouse its port is still held (a child that left its session and cleared its
-    environment), instead of "Lighthouse stopped."."""
-    port, pids = free_port(), tmp_path / "child.pid"
-    real = Path(launcher.__file__)
-    w = wrapper(tmp_path, f'env -i setsid {sys.executable} {real} "$@" & echo $! >{pids}; '
-                          "sleep 60")  # fmt: skip
+    Lighthouse its port is still held (by a Lighthouse the wrapper had started elsewhere,
+    outside its tree), instead of "Lighthouse stopped."."""
+    port = free_port()
+    args, pids = outsider(tmp_path, f"{sys.executable} {Path(launcher.__file__)} {{args}}")
+    w = wrapper(tmp_path, f'echo "$@" >{args}.tmp; mv {args}.tmp {args}; sleep 60')
     try:
         r = cli(state_dir, "start", "--binary", str(w), "--bind", f"127.0.0.1:{port}")
         assert r.returncode == 0, r.stderr

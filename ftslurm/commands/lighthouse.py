@@ -20,9 +20,10 @@ from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm import stdout_pipe
-from ftslurm.commands.params import FiniteFloat
+from ftslurm.commands.params import FiniteFloat, milliseconds
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
+from ftslurm.textsafe import printable
 
 DEFAULTS = lh.LighthouseConfig  # its fields' defaults are class attributes
 
@@ -72,7 +73,7 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),
             click.option(
-                "--heartbeat-timeout-ms", type=click.IntRange(min=1),
+                "--heartbeat-timeout-ms", type=milliseconds(1),
                 default=d(DEFAULTS.heartbeat_timeout_ms), show_default=defaults,
                 envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
                 help="How long a replica whose heartbeats stopped stays in the quorum: the "
@@ -105,7 +106,7 @@ def _uptime(seconds: float | None) -> str:
 
 
 def _err(msg: str) -> None:
-    click.echo(msg, err=True)
+    click.echo(printable(msg), err=True)  # may quote the state file: shown, not done
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -159,7 +160,7 @@ def start(foreground: bool, **options: Any) -> None:
 
         def announce(info: lh.LighthouseInfo) -> None:
             _err(f"Lighthouse (foreground, pid {info.pid}) on {info.bind}; Ctrl-C stops it")
-            click.echo(info.env_line)
+            click.echo(printable(info.env_line))
 
         lh.exec_foreground(config, announce)
     t0 = time.monotonic()
@@ -177,7 +178,7 @@ def start(foreground: bool, **options: Any) -> None:
     else:
         _err(f"Lighthouse started (pid {info.pid}) on {info.bind}, ready in "
              f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
-    click.echo(info.env_line)
+    click.echo(printable(info.env_line))
 
 
 @lighthouse.command()
@@ -229,47 +230,67 @@ def status(as_json: bool, state_dir: Path | None) -> None:
         sys.exit(3)  # not click.Exit: cli.main (standalone_mode=False) drops its code
 
 
+def _stale_note(st: lh.LighthouseStatus) -> str:
+    """Why the state names no running Lighthouse, as it is (`lh.STALE_WHY`), and what was
+    done: the files removed, or what still runs left for `stop` (a status never signals)."""
+    if st.stale_why is None:
+        return ""
+    why = lh.STALE_WHY[st.stale_why].format(pid=st.stale_pid)
+    if st.left_pids:
+        pids = ", ".join(map(str, st.left_pids))
+        return (f" ({why}: pid(s) {pids}; `ftslurm lighthouse stop --state-dir {st.state_dir}`"
+                " ends them)")
+    if st.stale_removed:
+        return f" (removed a stale pidfile: {why})"
+    return f" (a stale pidfile: {why}; left as it is)"
+
+
 def _print_status(st: lh.LighthouseStatus) -> None:
+    def echo(line: str) -> None:
+        # ids, addresses and texts come from the network and the state file: shown, not done
+        click.echo(printable(line))
+
     if not st.running:
-        extra = f" (removed a stale pidfile: pid {st.stale_pid} is gone or reused)" if (
-            st.stale_pid) else ""
-        click.echo(f"Lighthouse: not running{extra}")
-        click.echo(f"State dir:  {st.state_dir}")
+        echo(f"Lighthouse: not running{_stale_note(st)}")
+        echo(f"State dir:  {st.state_dir}")
         return
-    click.echo(f"Lighthouse: running (pid {st.pid}, up {_uptime(st.uptime_s)})")
-    click.echo(f"Address:    {st.address}   (bind {st.bind})")
+    echo(f"Lighthouse: running (pid {st.pid}, up {_uptime(st.uptime_s)})")
+    if st.damaged:
+        echo(f"Warning:    the state file is damaged ({st.damaged}); shown without those "
+             "fields (`ftslurm lighthouse restart` writes it anew)")
+    echo(f"Address:    {st.address}   (bind {st.bind})")
     cfg = st.config or {}
     opts = " ".join(
         f"{k}={cfg[k]}" for k in ("min_replicas", "quorum_tick_ms", "join_timeout_ms",
                                   "heartbeat_timeout_ms") if cfg.get(k) is not None
     )
     if opts:
-        click.echo(f"Options:    {opts}")
-    click.echo(f"State dir:  {st.state_dir}")
-    click.echo(f"Log:        {st.log_path}")
+        echo(f"Options:    {opts}")
+    echo(f"State dir:  {st.state_dir}")
+    echo(f"Log:        {st.log_path}")
     if not st.http_ok:
-        click.echo(f"HTTP:       not answering ({st.http_error})")
+        echo(f"HTTP:       not answering ({st.http_error})")
         return
     q = st.quorum
     assert q is not None
-    click.echo(f"Quorum id:  {q.quorum_id if q.quorum_id is not None else '?'}")
-    click.echo(f"Next:       {q.next_status or '?'}")
+    echo(f"Quorum id:  {q.quorum_id if q.quorum_id is not None else '?'}")
+    echo(f"Next:       {q.next_status or '?'}")
     if q.previous_quorum_id is not None:
         age = f", age {q.quorum_age_s:.1f} s" if q.quorum_age_s is not None else ""
-        click.echo(f"Last quorum: id {q.previous_quorum_id}, {q.num_participants} "
-                   f"participant(s){age}")
+        echo(f"Last quorum: id {q.previous_quorum_id}, {q.num_participants} "
+             f"participant(s){age}")
         for m in q.members:
             rec = " RECOVERING" if m.recovering else ""
-            click.echo(f"  {m.replica_id}  step {m.step}  manager {m.manager}{rec}")
+            echo(f"  {m.replica_id}  step {m.step}  manager {m.manager}{rec}")
     else:
-        click.echo("Last quorum: none yet")
+        echo("Last quorum: none yet")
     if q.heartbeats:
-        click.echo("Heartbeats:")
+        echo("Heartbeats:")
         for h in q.heartbeats:
             age = f"{h.age_s:.1f} s ago" if h.age_s is not None else "?"
-            click.echo(f"  {h.replica_id}  {age}{'  (old)' if h.old else ''}")
+            echo(f"  {h.replica_id}  {age}{'  (old)' if h.old else ''}")
     else:
-        click.echo("Heartbeats: none")
+        echo("Heartbeats: none")
 
 
 @lighthouse.command()
@@ -292,7 +313,7 @@ def logs(n: int, follow: bool, state_dir: Path | None) -> None:
     if not path.exists():
         raise UserError(f"no Lighthouse log at {path} (never started from this state directory)")
     for line in tail_lines(path, n):
-        click.echo(line)
+        click.echo(printable(line, tabs=True))  # what the Lighthouse logged: shown, not done
     if follow:
         _follow(path)
 
@@ -310,7 +331,7 @@ def _follow(path: Path, interval: float = 0.25) -> None:
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    click.echo(line.decode(errors="replace"))
+                    click.echo(printable(line.decode(errors="replace"), tabs=True))
                 continue
             try:
                 st = os.stat(path)
@@ -357,4 +378,4 @@ def restart(grace: float, state_dir: Path | None, **options: Any) -> None:
     info = lh.restart(lh.recorded_config(state_dir, given), grace)
     _err(f"Lighthouse restarted (pid {info.pid}) on {info.bind} in "
          f"{time.monotonic() - t0:.2f} s; log: {info.log_path}")
-    click.echo(info.env_line)
+    click.echo(printable(info.env_line))

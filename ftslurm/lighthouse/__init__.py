@@ -19,6 +19,7 @@ from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.lighthouse.launcher import torchft_extension
 from ftslurm.lighthouse.lifecycle import (
     DEFAULT_STOP_GRACE_S,
+    STALE_WHY,
     LighthouseInfo,
     LighthouseStatus,
     exec_foreground,
@@ -33,7 +34,7 @@ from ftslurm.lighthouse.ports import PortInUse
 from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
 
 __all__ = [
-    "DEFAULT_STOP_GRACE_S", "LighthouseConfig", "LighthouseInfo", "LighthouseStatus",
+    "DEFAULT_STOP_GRACE_S", "STALE_WHY", "LighthouseConfig", "LighthouseInfo", "LighthouseStatus",
     "PortInUse", "QuorumPage", "answers", "exec_foreground", "http_get", "lighthouse_command",
     "log_path", "parse_status_html", "recorded_config", "restart", "start", "status", "stop",
     "torchft_extension",

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import re
 import socket
@@ -59,6 +58,8 @@ def parse_bind(bind: str | None) -> tuple[str, int]:
         raise UserError(f"--bind {bind!r}: the port must be a number from 0 to 65535")
     if host == "":
         host = unbracket(default_bind_host())
+    elif not valid_host(host):
+        raise UserError(f"--bind {bind!r}: {host!r} is not a host name or IP address")
     return host, int(port_s)
 
 
@@ -85,17 +86,33 @@ _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 
 
+# an IPv6 zone: an interface name (at most 15 characters) or index; nothing a terminal acts on
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+
+
+def valid_host(host: str) -> bool:
+    """`host` is a host name, an IPv4 or an IPv6 address (brackets optional, a zone such as
+    `%eth0` allowed): never a control character, a space or a non-ASCII byte, which the
+    socket calls refuse with a traceback and which would reach the terminal and the job
+    scripts' TORCHFT_LIGHTHOUSE as they are."""
+    if len(host) <= 253 and _HOSTNAME.fullmatch(host):
+        return True
+    addr, _, zone = unbracket(host).partition("%")
+    if "%" in unbracket(host) and not _ZONE.fullmatch(zone):
+        return False
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return not zone or ":" in addr  # a zone only on an IPv6 address
+
+
 def check_advertise(advertise: str | None) -> None:
     """`--advertise` must be a host name, an IPv4 or an IPv6 address (brackets optional):
     it becomes `http://HOST:PORT` in TORCHFT_LIGHTHOUSE, the one line job scripts export, so
     a scheme, a port, spaces or a newline in it would make a broken address or a second
     line. None or "" is the default (see `advertised_host`)."""
-    if not advertise:
-        return
-    if len(advertise) <= 253 and _HOSTNAME.fullmatch(advertise):
-        return
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(unbracket(advertise))
+    if not advertise or valid_host(advertise):
         return
     raise UserError(f"--advertise {advertise!r}: give a host name or IP address only (no "
                     "http://, no port, no spaces); the port comes from --bind")  # fmt: skip

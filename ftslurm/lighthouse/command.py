@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ftslurm import safefile
+from ftslurm import daemon, safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
 
@@ -37,7 +37,8 @@ def lighthouse_command(
     into the state dir (its path in the command line is how `stop` and `status` know the
     process is this dir's Lighthouse; see `Daemon.owns`). `binary` (or FTSLURM_LIGHTHOUSE_BIN),
     an executable such as `torchft_lighthouse`, is run by the launcher as its child; so is
-    the console script on PATH when torchft is not importable from this Python."""
+    the console script on PATH when torchft is not importable from this Python. Either must
+    belong to root or this user, and no other user may write it or its folder."""
     binary = resolve_binary(binary)
     path = None
     if binary:
@@ -52,6 +53,10 @@ def lighthouse_command(
                 "torchft is not installed: `pip install torchft-nightly` (or `pip install "
                 "'ftslurm[cpu]'`), or name the binary with --binary / FTSLURM_LIGHTHOUSE_BIN"
             )
+    unsafe = daemon.unsafe_program(path) if path else None
+    if unsafe:  # root must never run what another user can replace
+        raise UserError(f"refusing to run the Lighthouse binary {binary or path}: {unsafe}; "
+                        "use one only you and root can change")  # fmt: skip
     copy = state_dir / MARKER
     text = Path(launcher.__file__).read_bytes()
     if safefile.read_bytes(copy) != text:  # missing, changed, or a link: (re)written

@@ -20,6 +20,7 @@ most about twice the cap) whose two files hold the newest lines, whole.
 
 import importlib.util
 import os
+import select
 import signal
 import sys
 from pathlib import Path
@@ -98,25 +99,42 @@ def main() -> int | None:
     when it is a `binary` (FTSLURM_LIGHTHOUSE_BINARY: a --binary of `ftslurm lighthouse
     start`): this process, whose command line names its state directory, stays its parent,
     so `stop` and `status` recognise it by what the kernel says (never by a state file).
-    The child dies with this process (PR_SET_PDEATHSIG); signals are passed on to it."""
+    The child dies with this process (PR_SET_PDEATHSIG); signals are passed on to it.
+
+    This process is a child subreaper: a process the binary starts that leaves the session,
+    clears its environment and loses its parent (`(setsid env -i prog &)`) is adopted here,
+    not by init, so `stop` still finds it among this process's descendants; this process
+    runs until no child is left."""
     log = os.environ.pop("FTSLURM_LIGHTHOUSE_LOG", "")
     cap = int(os.environ.pop("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "0") or 0)
     binary = os.environ.pop("FTSLURM_LIGHTHOUSE_BINARY", "")
     capped = bool(log) and cap > 0
     if not capped and not binary:
         return lighthouse()
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER (not inherited by the children)
     r, w = os.pipe() if capped else (-1, -1)
+    # SIGCHLD wakes the loop below (select on this pipe) when the Lighthouse exits
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
         if capped:
             os.close(r)
             os.dup2(w, 1)
             os.dup2(w, 2)
             os.close(w)
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the writer
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the writer
         if os.getppid() != parent:
             os._exit(1)
         sys.exit(run(binary))
@@ -131,29 +149,77 @@ def main() -> int | None:
         signal.signal(sig, forward)
     if capped:
         os.close(w)
-        copy_capped(r, log, cap)
-    status = os.waitpid(pid, 0)[1]
+    status = serve(pid, r, log, cap, wake_r)
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
 
 
-def copy_capped(r: int, log: str, cap: int) -> None:
-    """Copy the child's output from pipe `r` to the log (fd 1) until it closes, renaming the
-    log to .1 at a line end whenever it would pass `cap` bytes."""
-    size = os.fstat(1).st_size
+def reap(pid: int, status: int | None) -> tuple[int | None, bool]:
+    """Reap every child that has exited (the Lighthouse, and processes adopted as a
+    subreaper): (the wait status of `pid` once it was reaped, else `status`; whether any
+    child is left)."""
     while True:
-        data = os.read(r, 1 << 16)
+        try:
+            child, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, False
+        if child == 0:
+            return status, True
+        if child == pid:
+            status = st
+
+
+def drain(fd: int) -> bytes:
+    """What can be read from the non-blocking `fd` now (b"" at its end)."""
+    out = b""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return out
         if not data:
-            break
-        cut = data.rfind(b"\n") + 1
-        if size + len(data) > cap and cut:
-            write_all(data[:cut])
-            rotate(log)
-            write_all(data[cut:])
-            size = len(data) - cut
-        else:
-            write_all(data)
-            size += len(data)
+            return out
+        out += data
+
+
+def serve(pid: int, r: int, log: str, cap: int, wake: int) -> int:
+    """Copy the Lighthouse's output from pipe `r` (-1: none) to the log, and reap children,
+    until the pipe is closed and no child is left: the Lighthouse, or what it started and
+    left behind (adopted here), for as long as any of it runs, this process is there to be
+    found and stopped by its state dir. Returns the Lighthouse's wait status."""
+    size = os.fstat(1).st_size if r >= 0 else 0
+    status: int | None = None
+    while True:
+        status, children = reap(pid, status)
+        if not children:
+            if r >= 0:  # nothing of ours holds the pipe any more: what is left in it
+                os.set_blocking(r, False)
+                copy_capped(drain(r), size, log, cap)
+            return status if status is not None else 0
+        fds = [wake] + ([r] if r >= 0 else [])
+        ready = select.select(fds, [], [])[0]
+        if wake in ready:
+            drain(wake)
+        if r in ready:
+            data = os.read(r, 1 << 16)
+            if data:
+                size = copy_capped(data, size, log, cap)
+            else:  # every writer closed it: only the children's exits are left to wait for
+                os.close(r)
+                r = -1
+
+
+def copy_capped(data: bytes, size: int, log: str, cap: int) -> int:
+    """Append `data`, the Lighthouse's output, to the log (fd 1) of `size` bytes, renaming it
+    to .1 at a line end when it would pass `cap` bytes; the log's new size."""
+    cut = data.rfind(b"\n") + 1
+    if size + len(data) > cap and cut:
+        write_all(data[:cut])
+        rotate(log)
+        write_all(data[cut:])
+        return len(data) - cut
+    write_all(data)
+    return size + len(data)
 
 
 if __name__ == "__main__":

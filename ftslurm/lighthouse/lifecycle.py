@@ -77,7 +77,14 @@ class LighthouseStatus:
     started_at: float | None = None
     uptime_s: float | None = None
     config: dict[str, Any] | None = None
-    stale_pid: int | None = None  # found a dead/reused pid, cleaned
+    # the state names a pid that is not this dir's running Lighthouse: why (`STALE_WHY`'s
+    # keys), whether its files were removed (only when nothing of it runs), and what of it
+    # still runs (a status never signals; `stop` ends them)
+    stale_pid: int | None = None
+    stale_why: str | None = None
+    stale_removed: bool = False
+    left_pids: list[int] = field(default_factory=list)
+    damaged: str | None = None  # what in the state file is not as `start` writes it
     http_ok: bool | None = None
     http_error: str | None = None
     quorum: QuorumPage | None = None
@@ -97,9 +104,19 @@ def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
 
 @contextlib.contextmanager
 def _locked(d: daemon.Daemon) -> Iterator[None]:
-    """The state dir's lock; an unwritable state dir or a stuck holder is a one-line error."""
+    """The state dir's lock, for a command that starts or stops the Lighthouse; an
+    unwritable state dir, one another user can change (`daemon.unsafe_state_dir`: its
+    program runs from there) or a stuck holder is a one-line error."""
     with contextlib.ExitStack() as stack:
         try:
+            safefile.private_dir(d.state_dir)
+            unsafe = daemon.unsafe_state_dir(d.state_dir)
+            if unsafe:
+                raise UserError(
+                    f"refusing the Lighthouse state dir {d.state_dir}: {unsafe}; use a folder "
+                    "only you can change (--state-dir or FTSLURM_LIGHTHOUSE_DIR), or fix it "
+                    "(chown, chmod go-w)"
+                )
             stack.enter_context(d.locked())
         except TimeoutError as e:  # (an OSError too: first)
             raise UserError(f"{e} (another `ftslurm lighthouse` command still running?)") from None
@@ -116,8 +133,52 @@ def log_path(state_dir: str | Path | None = None) -> Path:
     return _daemon(state_dir).logfile
 
 
+# what `start` records in the state file's `extra`, and its types: a state file edited by
+# hand (or by another user) must not crash a command that reads it
+_NONE = type(None)
+_EXTRA_TYPES: dict[str, tuple[type, ...]] = {
+    "address": (str,), "host": (str,), "bind": (str,), "probe_url": (str,),
+    "requested_bind": (str,), "port": (int,), "config": (dict,), "binary": (str, _NONE),
+    "log_max_mb": (int, float), "foreground": (bool,),
+}  # fmt: skip
+_CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "bind": (str, _NONE), "min_replicas": (int,), "quorum_tick_ms": (int,),
+    "join_timeout_ms": (int,), "heartbeat_timeout_ms": (int, _NONE), "advertise": (str, _NONE),
+}  # fmt: skip
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:  # True is an int to isinstance
+        return False
+    return isinstance(value, types)
+
+
+def _checked_extra(extra: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`extra` of a state file with what is not as `start` writes it left out, and what that
+    was (`extra.config is not an object`): a command shows the rest, and says so."""
+    def wrong(name: str, value: Any, types: tuple[type, ...]) -> str:
+        want = " or ".join("null" if t is _NONE else t.__name__ for t in types)
+        return f"{name} is a {type(value).__name__}, not {want}"
+
+    clean, damaged = dict(extra), []
+    for key, types in _EXTRA_TYPES.items():
+        if key in clean and not _typed(clean[key], types):
+            damaged.append(wrong(f"extra.{key}", clean.pop(key), types))
+    if "port" in clean and not 0 <= clean["port"] <= 65535:
+        damaged.append(f"extra.port {clean.pop('port')} is out of range")
+    if "log_max_mb" in clean and not 0 <= clean["log_max_mb"] < float("inf"):
+        damaged.append(f"extra.log_max_mb {clean.pop('log_max_mb')} is out of range")
+    if "config" in clean:
+        config = dict(clean["config"])
+        for key, types in _CONFIG_TYPES.items():
+            if key in config and not _typed(config[key], types):
+                damaged.append(wrong(f"extra.config.{key}", config.pop(key), types))
+        clean["config"] = config
+    return clean, damaged
+
+
 def _info(state: daemon.DaemonState, d: daemon.Daemon, **kw: Any) -> LighthouseInfo:
-    x = state.extra
+    x, _ = _checked_extra(state.extra)
     return LighthouseInfo(
         pid=state.pid, address=x.get("address", ""), host=x.get("host", ""),
         port=int(x.get("port", 0)), bind=x.get("bind", ""), probe_url=x.get("probe_url", ""),
@@ -226,7 +287,9 @@ def _held_by_this_lighthouse(
 
 def _differences(cfg: LighthouseConfig, state: daemon.DaemonState) -> dict[str, str]:
     """Option name (as `start` spells it) -> how the running Lighthouse differs from `cfg`."""
-    running = state.extra.get("config", {})
+    extra, _ = _checked_extra(state.extra)
+    state = replace(state, extra=extra)
+    running = extra.get("config", {})
     host, port = address.parse_bind(cfg.bind)
     notes = {}
     if port not in (0, state.extra.get("port")):
@@ -354,29 +417,63 @@ def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_
     return outcome
 
 
+# why a state names no running Lighthouse of this state dir (`LighthouseStatus.stale_why`)
+STALE_WHY = {
+    "gone": "pid {pid} is gone",
+    "no-pid": "its state files name no pid",
+    "not-ours": "pid {pid} runs but is not this state dir's Lighthouse; the pid was reused, "
+                "or the state was copied from another state dir",
+    "left-running": "pid {pid} is gone, but processes it started still run",
+}  # fmt: skip
+
+
+def _stale(d: daemon.Daemon, found: daemon.Lookup) -> daemon.Lookup:
+    """What a status reports of a stale state, and its files removed when nothing of it
+    runs; never a signal (a status only reads: a copy of a state folder names the processes
+    of another). Processes of it still running (a Lighthouse killed by PR_SET_PDEATHSIG
+    exits a moment after its launcher) get a moment to go."""
+    procs.wait_gone(lambda: bool(d.lookup(clean_stale=False).left), 1.0)
+    if daemon.unsafe_state_dir(d.state_dir):  # not ours to clean (nor to lock)
+        return d.lookup(clean_stale=False)
+    try:
+        with d.locked(timeout=5.0):
+            return d.forget_stale()  # re-checked under the lock
+    except (TimeoutError, OSError):
+        return d.lookup(clean_stale=False)
+
+
 def status(
     state_dir: str | Path | None = None, http_timeout: float = 2.0, probe: bool = True
 ) -> LighthouseStatus:
-    """Running or not (a stale pidfile is detected and removed), uptime, address, and the
-    quorum as the Lighthouse's /status page shows it (`probe=False`: the state file only, no
-    HTTP request)."""
+    """Running or not, uptime, address, and the quorum as the Lighthouse's /status page shows
+    it (`probe=False`: the state file only, no HTTP request). Only reads: nothing is ever
+    signalled; a stale state (its pid gone, or not this dir's Lighthouse) is reported, and
+    its files removed only when nothing of it runs."""
     d = _daemon(state_dir)
     found = d.lookup(clean_stale=False)
     if found.stale is not None:
-        with contextlib.suppress(TimeoutError), d.locked(timeout=5.0):
-            found = d.lookup(clean_stale=True)  # re-checked under the lock
+        found = _stale(d, found)
     st = LighthouseStatus(running=False, state_dir=str(d.state_dir), log_path=str(d.logfile))
     if found.state is None:
-        st.stale_pid = found.stale.pid if found.stale else None
+        if found.stale is not None:
+            pid = found.stale.pid
+            st.stale_pid = pid or None
+            st.left_pids = list(found.left)
+            st.stale_removed = not os.path.lexists(d.pidfile) and not os.path.lexists(
+                d.statefile)
+            st.stale_why = ("no-pid" if not pid else "left-running" if found.left else
+                            "not-ours" if procs.pid_alive(pid) else "gone")  # fmt: skip
         return st
     s = found.state
+    extra, damaged = _checked_extra(s.extra)
     st = replace(
-        st, running=True, pid=s.pid, address=s.extra.get("address"), bind=s.extra.get("bind"),
-        config=s.extra.get("config"),
+        st, running=True, pid=s.pid, address=extra.get("address"), bind=extra.get("bind"),
+        config=extra.get("config"),
         # unknown (0) when only a bare pidfile was left
         started_at=s.started_at or None, uptime_s=s.uptime_s if s.started_at else None,
+        damaged=f"{d.statefile}: {', '.join(damaged)}" if damaged else None,
     )  # fmt: skip
-    url = s.extra.get("probe_url")
+    url = extra.get("probe_url")
     if url and probe:
         try:
             code, page = http_get(url, http_timeout)
@@ -401,10 +498,11 @@ def recorded_config(
     and log cap are the recorded ones (a recorded binary only if `trusted_binary`)."""
     d = _daemon(state_dir)
     prev = d.read_state()
-    extra = prev.extra if prev is not None and prev.extra.get("config") else None
-    if extra is None:
+    extra = _checked_extra(prev.extra)[0] if prev is not None else None
+    if not (extra and extra.get("config")):
         with contextlib.suppress(ValueError):
             extra = json.loads(safefile.read_text(_last_file(d)) or "null")
+        extra = _checked_extra(extra)[0] if isinstance(extra, dict) else None
     options: dict[str, Any] = {}
     if isinstance(extra, dict) and extra.get("config"):
         options = {k: v for k, v in extra["config"].items() if k in BINARY_OPTIONS}
@@ -430,15 +528,13 @@ def trusted_binary(binary: str) -> str:
     if path is None:
         raise UserError(f"the recorded Lighthouse binary {binary!r} is gone: restart with "
                         "--binary NAME, or --binary '' for the default launcher")  # fmt: skip
-    real = Path(path).resolve()
-    for item in (real, real.parent):
-        st = item.stat()
-        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-            raise UserError(
-                f"the recorded Lighthouse binary {real} is not safe to run again ({item} "
-                "belongs to another user or others can write it): restart with --binary "
-                f"{binary} if you trust it, or --binary '' for the default launcher"
-            )
+    unsafe = daemon.unsafe_program(path)
+    if unsafe:
+        raise UserError(
+            f"the recorded Lighthouse binary {Path(path).resolve()} is not safe to run again "
+            f"({unsafe}): restart with --binary {binary} once only you and root can change "
+            "it, or --binary '' for the default launcher"
+        )
     return binary
 
 

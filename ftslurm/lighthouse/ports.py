@@ -52,7 +52,12 @@ def port_free(host: str, port: int) -> bool:
                             "of this machine") from e
         if e.errno == errno.EACCES:
             raise UserError(f"port {port}: permission denied (ports < 1024 need root)") from e
-        raise
+        # EINVAL: an address of another interface than its zone (`[fe80::1%lo]`), ...
+        raise UserError(f"--bind {format_bind(host, port)}: cannot listen there "
+                        f"({e.strerror or e})") from None
+    except (UnicodeError, ValueError, TypeError) as e:  # a host the socket module cannot encode
+        raise UserError(f"--bind {format_bind(host, port)}: {host!r} is not a host name or "
+                        f"IP address ({e})") from None
     return True
 
 
