@@ -64,6 +64,9 @@ class DemoConfig:
     modes: tuple[str, ...] = ()
     every: float = 0.0  # seconds from one failure to the next at least (0: steps_between only)
     heartbeat_timeout_ms: int | None = None  # the Lighthouse's; None: its default
+    # the story lasts at least this long from the full quorum (0: as long as its failures):
+    # a failure-free control run (failures=0) as long as the run it is compared with
+    min_run_s: float = 0.0
     # what the story measured, one dict per failure (bench/spares.py reads it)
     measured: list[dict[str, float | int]] = field(default_factory=list)
 
@@ -99,6 +102,8 @@ class DemoConfig:
         if self.resolved_backend() == "local" and set(self.modes) - {"kill"}:
             raise UserError("the local backend fails a replica one way, kill; "
                             "--backend slurm for node-down and requeue")  # fmt: skip
+        if not (math.isfinite(self.min_run_s) and self.min_run_s >= 0):
+            raise UserError("min_run_s must be a number of seconds >= 0")
         if not (math.isfinite(self.every) and self.every >= 0):
             raise UserError("--every must be a number of seconds >= 0")
         if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms < 1:
@@ -490,6 +495,7 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
     wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.5, what=f"a quorum of {n}")
     b.poll()
     say(f"quorum of {n}: replicas {', '.join(str(i) for i in range(n))} train together")
+    t_quorum = time.monotonic()
     if cfg.spares:
         _wait_spares(b, cfg, say)
     turn = None
@@ -498,6 +504,9 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
             time.sleep(max(0.0, turn + cfg.every - time.monotonic()))
         turn = time.monotonic()
         (_one_failure_with_spare if cfg.spares else _one_failure)(b, cfg, k, say)
+    if (rest := t_quorum + cfg.min_run_s - time.monotonic()) > 0:
+        say(f"training on for {rest:.0f} s more (min_run_s {cfg.min_run_s:g})")
+        time.sleep(rest)
     base = min(x.last_step for x in b.poll() if x.last_step >= 0)
     wait_for(
         lambda: min(x.last_step for x in _holders(b)) >= base + 3, cfg.timeout, interval=0.5,
