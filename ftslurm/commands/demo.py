@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ftslurm.commands.params import seconds
+from ftslurm.commands.params import replicas, seconds
 from ftslurm.failure_plan import MODES
 
 
@@ -40,7 +40,7 @@ from ftslurm.failure_plan import MODES
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
 @click.option(
-    "--spares", type=click.IntRange(min=0), default=0, show_default=True, envvar="FT_SPARES",
+    "--spares", type=replicas(), default=0, show_default=True, envvar="FT_SPARES",
     help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's slot.",
 )  # fmt: skip
 @click.option(

@@ -3,6 +3,11 @@
 click's FloatRange lets `nan` through (every comparison with nan is false) and `inf` when there
 is no maximum: `--down-for nan` printed a plan with `sleep nan`, `--down-for inf` would keep a
 node DOWN for good. Durations and sizes here are finite.
+
+click's IntRange takes whatever int() takes: "٣" (an Arabic-Indic three), "1_0" and
+18446744073709551615 (a u64 the Lighthouse then misreads). `Count` takes ASCII decimal digits
+only, within a maximum, through the knobs' one int parser (an env var a param reads through
+`envvar=` gets the same rules as the flag).
 """
 
 from __future__ import annotations
@@ -29,6 +34,40 @@ class FiniteFloat(click.FloatRange):
 def seconds(min_open: bool = False, max_s: float | None = DAY_S) -> FiniteFloat:
     """Seconds >= 0 (> 0 with `min_open`), at most a day unless `max_s` says otherwise."""
     return FiniteFloat(min=0.0, min_open=min_open, max=max_s)
+
+
+INT64 = 2**63 - 1
+DAY_MS = 86_400_000
+
+
+class Count(click.IntRange):
+    """An IntRange of ASCII decimal digits (knobs.to_int's rules) with a maximum always."""
+
+    def __init__(self, min: int = 0, max: int = INT64) -> None:  # noqa: A002 - click's names
+        super().__init__(min=min, max=max)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ftslurm import knobs
+        from ftslurm.errors import UserError
+
+        if isinstance(value, int) and not isinstance(value, bool):
+            return super().convert(value, param, ctx)
+        try:
+            return knobs.to_int("value", str(value), self.min, self.max)
+        except UserError as e:
+            self.fail(str(e).removeprefix("value=") + ".", param, ctx)
+
+
+def replicas(minimum: int = 0) -> Count:
+    """A count of replicas or spares: at most knobs.MAX_REPLICAS (FT_SPARES's maximum)."""
+    from ftslurm.knobs import MAX_REPLICAS
+
+    return Count(minimum, MAX_REPLICAS)
+
+
+def milliseconds(minimum: int = 0) -> Count:
+    """Milliseconds >= `minimum`, at most a day (a timeout typed in microseconds is a typo)."""
+    return Count(minimum, DAY_MS)
 
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() is true for "²", int() fails
