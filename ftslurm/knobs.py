@@ -35,22 +35,36 @@ SCRIPTS = {"ft": paths.FT_SCRIPT, "classic": paths.CLASSIC_SCRIPT}
 FT, CLASSIC, BOTH = ("ft",), ("classic",), ("ft", "classic")
 
 
+MAX_REPLICAS = 10_000  # replicas (and spares) of one run: more is a typo, not a cluster
+MAX_MS = DAY_S * 1000  # a duration in milliseconds: at most a day, as for seconds
+INT64 = 2**63 - 1  # the largest value any knob is passed on as (Rust's and C's int64)
+# ASCII decimal only: int() also takes "١٢٣" (Arabic-Indic digits), "٢", "1_0" and " +5 "
+_INT = re.compile(r"[+-]?[0-9]{1,4000}")  # int() refuses over 4300 digits
+
+
 def to_int(
     name: str, raw: str, minimum: int | None = None, maximum: int | None = None, too_big: str = ""
 ) -> int:
     """`raw` (the value of variable `name`) as an int within the bounds; the one int parser.
-    `too_big`: what the error says of a value above `maximum` (default: the bound)."""
-    try:
-        value = int(raw.strip())
-    except ValueError:
+    Plain ASCII decimal digits only (no "٣", no "1_0"); without a `maximum` at most INT64, so
+    no value passed on overflows a 64-bit reader. `too_big`: what the error says of a value
+    above `maximum` (default: the bound)."""
+    text = raw.strip()
+    shown = repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"
+    if not _INT.fullmatch(text):
         raise UserError(
-            f"{name}={raw!r} is not an integer: expected a whole number"
+            f"{name}={shown} is not an integer: expected a whole number"
             f"{_range_text(minimum, maximum)}"
         ) from None
+    value = int(text)
     if minimum is not None and value < minimum:
-        raise UserError(f"{name}={value} must be at least {minimum}")
-    if maximum is not None and value > maximum:
-        raise UserError(f"{name}={value} {too_big or f'must be at most {maximum}'}")
+        raise UserError(f"{name}={value if len(text) <= 40 else shown} must be at least {minimum}")
+    high = INT64 if maximum is None else maximum
+    if value > high:
+        raise UserError(f"{name}={value if len(text) <= 40 else shown} "
+                        f"{too_big or f'must be at most {high}'}")  # fmt: skip
+    if value < -INT64:
+        raise UserError(f"{name}={shown} must be at least {-INT64}")
     return value
 
 
@@ -188,7 +202,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FT_MAX_REQUEUES", "int", "self-requeues after a crash (per `SLURM_RESTART_COUNT`)",
          5, minimum=0, scripts=FT),
     Knob("FT_SPARES", "int", "warm spares: of `--array=0-<N-1+S>`, the last S tasks wait "
-         "warm and take a failed replica's slot", 0, minimum=0, scripts=FT),
+         "warm and take a failed replica's slot", 0, minimum=0, maximum=MAX_REPLICAS,
+         scripts=FT),
     _seconds("FTSLURM_SPARE_GRACE_S", "a spare takes a slot whose holder has not "
              "heartbeated this long after claiming it", 300, default=300, scripts=FT),
     Knob("WANDB_API_KEY", "str", "W&B logging (FT: from replica 0 only); never printed",
@@ -252,16 +267,17 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "int",
          "`ftslurm lighthouse start --heartbeat-timeout-ms`: how long a silent replica stays "
          "in the quorum (detection time; too low drops live replicas)", where="cli",
-         minimum=1, default_doc="2000 (torchft's: 5000)"),
+         minimum=1, maximum=MAX_MS, default_doc="2000 (torchft's: 5000)"),
     Knob("FTSLURM_KILL_VIA", "choice", "how `ftslurm simulate-failure --mode kill` reaches the "
          "workers: by pid on the local cluster, else `srun` + `pkill`", "auto",
          choices=("auto", "srun", "local"), where="cli"),
     Knob("HF_TOKEN", "str", "Hugging Face token of `ftslurm assets download`; never printed",
          where="cli", default_doc="unset", secret=True),
     # ---- internal channels (set by Slurm, the launcher or `ftslurm lighthouse start`) ------
-    Knob("FTSLURM_REPLICA_ID", "int", "replica index (else SLURM_ARRAY_TASK_ID)", public=False),
+    Knob("FTSLURM_REPLICA_ID", "int", "replica index (else SLURM_ARRAY_TASK_ID)",
+         maximum=2 * MAX_REPLICAS, public=False),
     Knob("FTSLURM_GROUP_SIZE", "int", "number of replicas (else SLURM_ARRAY_TASK_COUNT)",
-         public=False),
+         maximum=MAX_REPLICAS, public=False),
     Knob("FTSLURM_ATTEMPT", "int", "attempt number (else SLURM_RESTART_COUNT)", 0, minimum=0,
          public=False),
     Knob("FTSLURM_RUN_ID", "str", "names the run folder tft-<id> outside a Slurm job", "local",
@@ -279,11 +295,14 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_SLOTS_DIR", "path", "the run's slot claims (slots.py): set when FT_SPARES "
          "> 0", public=False),
     Knob("FTSLURM_TASK", "int", "the array task of this launcher (the slot may differ)",
-         public=False),
+         maximum=2 * MAX_REPLICAS, public=False),
     Knob("FTSLURM_SLOT_EPOCH", "int", "the fencing epoch of this replica's slot claim",
-         minimum=0, public=False),
+         minimum=0, maximum=10**18 - 1, public=False),
     Knob("FTSLURM_SPARE", "bool", "this worker waits warm for a slot (standby.py)", False,
          public=False),
+    Knob("FTSLURM_ATTEMPT_GUARD", "bool", "a process removes an attempt's temporary folder "
+         "once its launcher is gone, also after a SIGKILL (attempt_guard.py); 0: only a later "
+         "attempt on the host does", True, public=False),
     Knob("FTSLURM_SLOT_FILE", "path", "where local rank 0 tells the other ranks its slot",
          public=False),
     Knob("FTSLURM_FENCED_FILE", "path", "where a fenced worker tells the launcher",
@@ -436,10 +455,18 @@ def main(argv: list[str] | None = None) -> int:
     elif a.shell_comment:
         sys.stdout.write(shell_comment(a.shell_comment))
     else:
-        for path, text in rendered(paths.project_root()).items():
-            if path.read_text() != text:
-                path.write_text(text)
-                print(f"rewrote the knobs of {path}")
+        root = paths.project_root()
+        try:
+            for path, text in rendered(root).items():
+                if path.read_text() != text:
+                    path.write_text(text)
+                    print(f"rewrote the knobs of {path}")
+        except (OSError, UnicodeDecodeError, UserError) as e:
+            # outside a checkout (an installed package, another folder) there is no README
+            why = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else e
+            print(f"Error: cannot rewrite the knob blocks under {root} ({why}); run it in the "
+                  "checkout (or set FTSLURM_PROJECT to it)", file=sys.stderr)  # fmt: skip
+            return 2
     return 0
 
 

@@ -13,7 +13,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ftslurm.errors import UserError
+
 FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
+NAME_MAX = 255  # bytes of one path component (Linux)
+# PATH_MAX (4096) less room for the longest name ftslurm puts under a state folder
+# (`torchft/tft-<job>/slots/slot-<r>/.epoch-<E>.json.<pid>.<hex>.tmp`)
+DIR_MAX = 4096 - 160
 CLASSIC_SCRIPT = "llama3.1-8b-pretraining.sh"
 
 
@@ -28,15 +34,29 @@ def project_root() -> Path:
     return Path.cwd()
 
 
+def _state_dir(name: str) -> Path | None:
+    """The folder variable `name` names, resolved; None when unset. A path no file under it
+    could be opened by (a name over NAME_MAX, the whole near PATH_MAX) is a one-line
+    UserError here, not an OSError traceback from the first command that stats it."""
+    env = os.environ.get(name)
+    if not env:
+        return None
+    raw = os.fsencode(env)
+    if len(raw) > DIR_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        shown = f"{env[:40]!r}... ({len(raw)} bytes)" if len(env) > 40 else repr(env)
+        raise UserError(f"{name}={shown} is too long for a folder ftslurm keeps files in (at "
+                        f"most {NAME_MAX} bytes a name, {DIR_MAX} in all): choose a shorter "
+                        "path")  # fmt: skip
+    return Path(env).resolve()
+
+
 def outputs_dir() -> Path:
-    env = os.environ.get("FTSLURM_OUTPUTS")
-    return Path(env).resolve() if env else project_root() / "outputs"
+    return _state_dir("FTSLURM_OUTPUTS") or project_root() / "outputs"
 
 
 def cluster_dir() -> Path:
     """State of the local Slurm cluster (`ftslurm cluster up`)."""
-    env = os.environ.get("FTSLURM_CLUSTER_DIR")
-    return Path(env).resolve() if env else outputs_dir() / "cluster"
+    return _state_dir("FTSLURM_CLUSTER_DIR") or outputs_dir() / "cluster"
 
 
 def job_python(env: Mapping[str, str] | None = None) -> str:
@@ -48,8 +68,7 @@ def job_python(env: Mapping[str, str] | None = None) -> str:
 
 def lighthouse_dir() -> Path:
     """State of the managed Lighthouse (`ftslurm lighthouse start`)."""
-    env = os.environ.get("FTSLURM_LIGHTHOUSE_DIR")
-    return Path(env).resolve() if env else outputs_dir() / "lighthouse"
+    return _state_dir("FTSLURM_LIGHTHOUSE_DIR") or outputs_dir() / "lighthouse"
 
 
 def torchft_runs_dir(outputs: Path | None = None) -> Path:

@@ -14,6 +14,11 @@ state are private too (0o700). Every state-file write in ftslurm goes through th
   O_EXCL then renamed over the name, so a link planted there is replaced, never followed.
 - `read_text`: a state file read back, None when missing, a link, not a regular file or bigger
   than a state file can be (a link to /dev/zero must not hang or fill memory).
+- `read_checked`: the same for a file whose absence is normal but whose refusal must be said
+  (`cluster.json`): None when missing, `UnsafePath` for a link, a FIFO or a file too big.
+- `real_dir`: a folder ftslurm writes into, refused when its name is a link (a planted
+  `slots -> /etc` must not make root create or replace files there).
+- `open_append` also serves as a lock file's open: it never truncates.
 """
 
 from __future__ import annotations
@@ -36,12 +41,17 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 class UnsafePath(UserError):
     """A state file's name is a link, a FIFO, a device or a file with other hard links."""
 
+    why: str = ""
 
-def _refuse(path: Path, why: str) -> UnsafePath:
-    return UnsafePath(
-        f"refusing to write {path}: {why}; ftslurm never writes through such a name (someone "
-        "may be redirecting its writes): remove it and run the command again"
+
+def _refuse(path: Path, why: str, verb: str = "write") -> UnsafePath:
+    """The one-line refusal; `.why` holds the reason alone (for a caller's own sentence)."""
+    e = UnsafePath(
+        f"refusing to {verb} {path}: {why}; ftslurm never follows such a name (someone may be "
+        "redirecting what it reads or writes): remove it and run the command again"
     )
+    e.why = why
+    return e
 
 
 def _check_regular(fd: int, path: Path) -> None:
@@ -137,6 +147,31 @@ def read_bytes(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     return raw if len(raw) <= limit else None
 
 
+def read_checked(path: str | Path, limit: int = 1 << 20) -> bytes | None:
+    """The content of the regular file `path`; None when there is no such name. A link, a
+    FIFO, a device, a folder, an unreadable file or one bigger than `limit` bytes is an
+    `UnsafePath` (one line): reading one would follow a planted name, hang, or fill memory."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise _refuse(path, why, "read") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _refuse(path, "it is not a regular file", "read")
+        raw = os.read(fd, limit + 1)
+    except OSError as e:
+        raise _refuse(path, e.strerror or str(e), "read") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise _refuse(path, f"it is bigger than {limit} bytes", "read")
+    return raw
+
+
 def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:
     """`read_bytes` decoded as UTF-8; None also when it is not UTF-8."""
     raw = read_bytes(path, limit)
@@ -144,6 +179,28 @@ def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:
         return raw.decode() if raw is not None else None
     except UnicodeDecodeError:
         return None
+
+
+def real_dir(path: str | Path, private: bool = False) -> Path:
+    """`path` as a folder to write into, created when missing (with `private`: 0o700 and its
+    parents, as `private_dir`; else with the default mode, its parent must exist). A name
+    that is a symbolic link or not a folder is an `UnsafePath`: the files written into it
+    would land wherever the link points."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if private:
+            private_dir(path)
+        else:
+            with contextlib.suppress(FileExistsError):
+                path.mkdir()
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(path, "it is a symbolic link", "write into")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, "it is not a folder", "write into")
+    return path
 
 
 def private_dir(path: str | Path) -> Path:

@@ -39,6 +39,7 @@ from ftslurm.wait import WaitTimeout, wait_for
 REQUIRED_BINARIES = ("slurmctld", "slurmd", "sinfo", "sbatch", "scontrol", "squeue", "munged")
 DEBIAN_PACKAGES = ("slurm-wlm", "munge")
 SPEC_FILE = "cluster.json"
+SPEC_LIMIT = 64 * 1024  # a cluster.json is under 1 KiB
 
 Progress = Callable[[str], None]
 
@@ -103,11 +104,15 @@ def load_spec(state_dir: Path | None = None) -> ClusterSpec | None:
     BrokenClusterState when there is one that holds no cluster."""
     path = (state_dir or paths.cluster_dir()) / SPEC_FILE
     try:
-        text = path.read_bytes().decode()
-    except FileNotFoundError:
+        # a state file is small; a link (to /dev/zero), a FIFO (would hang), a folder or an
+        # unreadable file is refused in one line, never followed
+        raw = safefile.read_checked(path, SPEC_LIMIT)
+    except safefile.UnsafePath as e:
+        raise BrokenClusterState(path, e.why) from None
+    if raw is None:
         return None
-    except OSError as e:  # a folder, no permission
-        raise BrokenClusterState(path, e.strerror or type(e).__name__) from None
+    try:
+        text = raw.decode()
     except UnicodeDecodeError:
         raise BrokenClusterState(path, "not UTF-8 text") from None
     try:

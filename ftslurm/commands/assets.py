@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -25,8 +26,14 @@ def assets() -> None:
 @click.option(
     "--token",
     default=None,
-    help="Hugging Face token. Prefer $HF_TOKEN: a token on the command line is visible to every "
-    "user of this machine in `ps` while the download runs. Never printed.",
+    help="Deprecated: a token on the command line is visible to every user of this machine in "
+    "`ps`; ftslurm restarts itself at once without it, but use $HF_TOKEN or --token-file.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=None,
+    help="Read the Hugging Face token from this file (`-`: standard input). Never printed.",
 )
 @click.option(
     "--dest",
@@ -34,26 +41,77 @@ def assets() -> None:
     default=None,
     help="Target folder (default: assets/hf/Llama-3.1-8B of the checkout).",
 )
-def download(token: str | None, dest: Path | None) -> None:
+def download(token: str | None, token_file: Path | None, dest: Path | None) -> None:
     """Download the Llama-3.1-8B tokenizer (gated: accept the licence on huggingface.co).
+    The token: $HF_TOKEN, or --token-file FILE (`-` reads standard input).
 
     \b
-    Example:
+    Examples:
       HF_TOKEN=hf_... ftslurm assets download --dest /shared/assets/hf/Llama-3.1-8B
+      ftslurm assets download --token-file ~/.hf_token
     """
     from ftslurm.replica import assets as lib
     from ftslurm.replica.plan import hf_assets
 
+    if token and token_file:
+        raise click.UsageError("give the token once: --token-file or --token, not both")
     if token:
         click.echo(
-            "warning: --token is visible to every user of this machine in `ps`; "
-            "next time: HF_TOKEN=hf_... ftslurm assets download",
+            "warning: --token is visible to every user of this machine in `ps`; ftslurm "
+            "restarts without it now (the token moves to its environment); next time: "
+            "HF_TOKEN=hf_... ftslurm assets download, or --token-file FILE",
             err=True,
         )
+        _restart_without_token(token)
+    if token_file:
+        token = _read_token(token_file)
     dest = dest or hf_assets(paths.project_root())
     files = lib.download_tokenizer(dest, token or os.environ.get("HF_TOKEN"))
     for f in files:
         click.echo(f"downloaded {f}")
+
+
+TOKEN_MAX = 4096  # a Hugging Face token is under 100 characters
+
+
+def _read_token(path: Path) -> str:
+    """The token in `path` (`-`: standard input), first line, stripped; never echoed."""
+    try:
+        if str(path) == "-":
+            text = sys.stdin.readline(TOKEN_MAX + 1)
+        else:
+            with path.open(encoding="utf-8") as f:
+                text = f.read(TOKEN_MAX + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or type(e).__name__
+        raise click.UsageError(f"--token-file {path}: cannot read it ({why})") from None
+    lines = text.strip().splitlines()
+    if len(text) > TOKEN_MAX or not lines or not lines[0].strip():
+        raise click.UsageError(f"--token-file {path}: expected one line holding the token")
+    return lines[0].strip()
+
+
+def _restart_without_token(token: str) -> None:
+    """Replace this process by the same command without `--token X`, the token in HF_TOKEN
+    instead: /proc/<pid>/cmdline is readable by every user for the whole download, a
+    process's environment only by its owner. Only when `--token X` is on this process's own
+    command line (not when called from Python, where there is nothing in `ps` to hide)."""
+    argv = list(getattr(sys, "orig_argv", []))
+    out, i, found = [], 0, False
+    while i < len(argv):
+        if argv[i] == "--token" and i + 1 < len(argv) and argv[i + 1] == token:
+            found, i = True, i + 2
+            continue
+        if argv[i] == f"--token={token}":
+            found = True
+        else:
+            out.append(argv[i])
+        i += 1
+    if not found:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, out, {**os.environ, "HF_TOKEN": token})
 
 
 @assets.command("make-local")

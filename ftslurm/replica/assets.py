@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ftslurm import safefile
 from ftslurm.errors import UserError
 
 HF_REPO = "meta-llama/Llama-3.1-8B"
@@ -162,11 +163,11 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
     docs = list(stdlib_texts(limit_chars))
     if not docs:
         raise UserError("found no standard-library sources to build a dataset from")
-    tmp = data_dir / "data.jsonl.tmp"
-    with tmp.open("w", encoding="utf-8") as f:
-        for doc in docs:
-            f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
-    tmp.replace(data_dir / "data.jsonl")
+    # every file is written whole under a fresh private name and renamed into place
+    # (safefile.write_atomic): a reader never sees half a file, and a link planted at a fixed
+    # temporary name (`data.jsonl.tmp`) cannot make this overwrite the file it points at
+    safefile.write_atomic(data_dir / "data.jsonl", "".join(
+        json.dumps({"text": doc}, ensure_ascii=False) + "\n" for doc in docs), mode=0o644)
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -178,9 +179,7 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
         show_progress=False,
     )
     tokenizer.train_from_iterator(docs, trainer)
-    # written under a temporary name, then renamed: a reader never sees half a file
-    tokenizer.save(str(tok_dir / "tokenizer.json.tmp"))
-    (tok_dir / "tokenizer.json.tmp").replace(tok_dir / "tokenizer.json")
+    safefile.write_atomic(tok_dir / "tokenizer.json", tokenizer.to_str(pretty=True), mode=0o644)
     config = {
         "bos_token": BOS,
         "eos_token": EOS,
@@ -189,6 +188,7 @@ def make_local(base: Path, limit_chars: int = DATASET_CHARS) -> tuple[Path, Path
         "model_max_length": 1_000_000,
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
-    (tok_dir / "tokenizer_config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-    (tok_dir / "tokenizer_config.json.tmp").replace(tok_dir / "tokenizer_config.json")
+    # written last: its presence says the assets are complete (job._ensure_cpu_assets)
+    safefile.write_atomic(tok_dir / "tokenizer_config.json", json.dumps(config, indent=2) + "\n",
+                          mode=0o644)  # fmt: skip
     return tok_dir, data_dir

@@ -28,9 +28,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths, procs, runner
+from ftslurm import knobs, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
-from ftslurm.replica import config_error, slots, train
+from ftslurm.replica import attempt_guard, config_error, slots, train
 from ftslurm.replica import plan as planlib
 from ftslurm.slurm import client
 
@@ -73,7 +73,10 @@ def _ensure_cpu_assets(root: Path) -> None:
     if present():
         return
     tok.parent.mkdir(parents=True, exist_ok=True)
-    with open(tok.parent / ".build.lock", "w") as lock:
+    # never truncated nor followed: a link planted at the lock's name must not make the
+    # launcher (root, on some clusters) empty the file it points at
+    lock = safefile.open_append(tok.parent / ".build.lock")
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if present():
             return
@@ -81,6 +84,8 @@ def _ensure_cpu_assets(root: Path) -> None:
 
         _say(f"local assets missing under {tok.parent}: building them (ftslurm assets make-local)")
         assets.make_local(tok.parent)
+    finally:
+        os.close(lock)
 
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
@@ -206,7 +211,7 @@ CONFIG_ERROR_EXIT = 2
 FENCED_EXIT = 75
 
 
-ATTEMPT_DIR_PREFIX = "ftslurm-attempt-"
+ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
 # <prefix><host>-<launcher pid>-<tempfile's random part: [a-z0-9_]>
 _ATTEMPT_DIR = re.compile(
     re.escape(ATTEMPT_DIR_PREFIX) + r"(?P<host>.+)-(?P<pid>[0-9]+)-[a-z0-9_]+"
@@ -247,8 +252,22 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
         _say(f"removed {stale}: the temporary folder of an attempt that was killed")
     prefix = attempt_dir_prefix(host, os.getpid())
     with tempfile.TemporaryDirectory(prefix=prefix, dir=tmp_root) as tmp:
+        if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
+            _guard_attempt_dir(Path(tmp))
         note = Path(tmp) / "config-error"
         return _run_torchrun(plan, env, note)
+
+
+def _guard_attempt_dir(folder: Path) -> None:
+    """Start attempt_guard.py for `folder`: it removes the folder once this launcher is gone,
+    also after a SIGKILL that skips TemporaryDirectory's cleanup. Its first process exits
+    as soon as the guard holds a pidfd of this launcher and has forked away (reaped here)."""
+    cmd = [sys.executable, "-m", "ftslurm.replica.attempt_guard", str(os.getpid()), str(folder)]
+    try:
+        runner.spawn(cmd, detach=True).wait(timeout=60)
+    except Exception as e:  # noqa: BLE001 - the guard is a convenience: the attempt runs on
+        _say(f"note: no guard for {folder} ({type(e).__name__}: {e}); a later attempt on "
+             "this host removes it if this one is killed")  # fmt: skip
 
 
 def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:

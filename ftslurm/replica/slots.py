@@ -15,6 +15,16 @@ the same epoch exactly one wins. The holder of epoch E is *fenced* as soon as `e
 exists: it checks that one name before every step (one stat) and stops, so an original that
 comes back late (a hung node, a slow requeue) never trains beside its replacement.
 
+What the files may hold: anyone who can write the run folder can plant names and claims,
+so every read is bounded. A slot is counted only when a valid claim names it (at most
+`MAX_SLOTS`; an empty `slot-999999999/` is nothing), a slot's holder is the end of its chain
+of epochs from 0 (claims are only ever made at current + 1, so a planted
+`epoch-999999999999999999.json` beyond the chain is ignored, never the next claim's name),
+and a claim whose fields are not numbers in range (`"task": Infinity`, `"time": 1e300`, a
+slot or epoch that is not its file's) is ignored with one warning: as the holder it is an
+unknown task (`UNKNOWN_TASK`), so the chain and the next claim's epoch are still right. The
+folders claims are written into are never links (`safefile.real_dir`).
+
 Pure decisions (`startup_slot`, `vacant_slot`) are separated from the file
 operations so they are tested alone.
 """
@@ -22,16 +32,44 @@ operations so they are tested alone.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ftslurm import safefile
+from ftslurm import knobs, safefile
 
 SLOTS = "slots"
 FINISHED = "finished"  # written when a replica finishes its training: spares then exit
-_EPOCH = re.compile(r"^epoch-(\d{1,18})\.json$")
+_EPOCH = re.compile(r"epoch-([0-9]{1,18})\.json")
+_SLOT = re.compile(r"slot-([0-9]{1,9})")
+MAX_SLOTS = knobs.MAX_REPLICAS  # a run's replicas (FTSLURM_GROUP_SIZE's maximum)
+MAX_EPOCH = 10**18 - 1  # 18 digits: every epoch's name matches _EPOCH
+MAX_TASK = knobs.MAX_REPLICAS * 2  # array tasks: the replicas and as many spares
+MAX_PID = 1 << 22  # Linux's pid_max limit
+MAX_TIME = 253402300799.0  # 9999-12-31: time.localtime's range
+MAX_TEXT = 4096  # host, why
+UNKNOWN_TASK = -1  # the holder of a claim that cannot be read
+_warned: set[str] = set()
+
+
+def _warn(what: str) -> None:
+    """One line on stderr per distinct problem and process (a spare polls every 0.25 s)."""
+    from ftslurm.textsafe import printable
+
+    if what not in _warned:
+        _warned.add(what)
+        print(printable(f"warning: {what}"), file=sys.stderr, flush=True)
+
+
+def _bounded_int(value: object, low: int, high: int) -> int:
+    """A JSON integer within [low, high]; ValueError otherwise (floats, bools, strings)."""
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{json.dumps(value)[:40]} is not an integer from {low} to {high}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -54,17 +92,51 @@ class Claim:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    @property
+    def known(self) -> bool:
+        """False for the stand-in of a claim file that could not be read."""
+        return self.task != UNKNOWN_TASK
+
+    @classmethod
+    def parse(cls, text: str) -> Claim:
+        """The claim `text` holds; ValueError saying what is wrong. Numbers must be JSON
+        integers in range (no Infinity, NaN or 1e300: they break every reader), the time a
+        finite Unix time, host and why short strings."""
+
+        def refuse(word: str) -> None:
+            raise ValueError(f"{word} is not a number")
+
+        try:
+            d = json.loads(text, parse_constant=refuse)
+        except RecursionError:
+            raise ValueError("nested too deep") from None
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        try:
+            t = d["time"]
+            if type(t) not in (int, float) or not (math.isfinite(t) and 0 <= t <= MAX_TIME):
+                raise ValueError(f"time {json.dumps(t)[:40]} is not a Unix time")
+            host, why, prev = d.get("host", ""), d.get("why", ""), d.get("previous_task")
+            if not (isinstance(host, str) and isinstance(why, str)):
+                raise ValueError("host and why must be strings")
+            return cls(
+                slot=_bounded_int(d["slot"], 0, MAX_SLOTS - 1),
+                epoch=_bounded_int(d["epoch"], 0, MAX_EPOCH),
+                task=_bounded_int(d["task"], 0, MAX_TASK),
+                host=host[:MAX_TEXT], pid=_bounded_int(d.get("pid", 0), 0, MAX_PID),
+                time=float(t),
+                previous_task=None if prev is None else _bounded_int(prev, 0, MAX_TASK),
+                why=why[:MAX_TEXT],
+            )  # fmt: skip
+        except KeyError as e:
+            raise ValueError(f"no {e.args[0]!r}") from None
+
     @classmethod
     def from_json(cls, text: str) -> Claim | None:
+        """`parse`, None when the text holds no valid claim."""
         try:
-            d = json.loads(text)
-            return cls(
-                slot=int(d["slot"]), epoch=int(d["epoch"]), task=int(d["task"]),
-                host=str(d.get("host", "")), pid=int(d.get("pid", 0)), time=float(d["time"]),
-                previous_task=None if d.get("previous_task") is None else int(d["previous_task"]),
-                why=str(d.get("why", "")),
-            )  # fmt: skip
-        except (ValueError, KeyError, TypeError):
+            return cls.parse(text)
+        except ValueError:
             return None
 
 
@@ -81,30 +153,80 @@ def claim_path(root: Path, slot: int, epoch: int) -> Path:
     return _slot_dir(root, slot) / f"epoch-{epoch}.json"
 
 
-def epochs(root: Path, slot: int) -> list[int]:
-    """The claimed epochs of `slot`, ascending."""
+def _names(folder: Path) -> list[str]:
     try:
-        names = [p.name for p in _slot_dir(root, slot).iterdir()]
+        return os.listdir(folder)
     except OSError:
         return []
-    return sorted(int(m.group(1)) for n in names if (m := _EPOCH.match(n)))
+
+
+def epochs(root: Path, slot: int) -> list[int]:
+    """The claimed epochs of `slot`, ascending: the chain 0, 1, 2, ... as far as it goes.
+    Claims are only made at the current epoch + 1, so a name beyond a gap was planted: it is
+    ignored (with a warning) rather than taken for the holder."""
+    found = {int(m.group(1)) for n in _names(_slot_dir(root, slot)) if (m := _EPOCH.fullmatch(n))}
+    chain = 0
+    while chain in found:
+        chain += 1
+    if len(found) > chain:
+        _warn(f"ignoring {len(found) - chain} claim file(s) of {_slot_dir(root, slot)} beyond "
+              f"its epochs 0..{chain - 1} (claims are made one epoch after another: planted?)")
+    return list(range(chain))
 
 
 def read_claim(root: Path, slot: int, epoch: int) -> Claim | None:
-    text = safefile.read_text(claim_path(root, slot, epoch))
-    return Claim.from_json(text) if text is not None else None
+    """The claim of `epoch`, None when its file cannot be read or holds no valid claim of that
+    slot and epoch (said once as a warning)."""
+    path = claim_path(root, slot, epoch)
+    text = safefile.read_text(path, 64 * 1024)
+    try:
+        if text is None:
+            raise ValueError("not a readable regular file of at most 64 KiB")
+        claim = Claim.parse(text)
+        if (claim.slot, claim.epoch) != (slot, epoch):
+            raise ValueError(f"it names slot {claim.slot} epoch {claim.epoch}")
+    except ValueError as e:
+        _warn(f"ignoring the slot claim {path}: {e}")
+        return None
+    return claim
 
 
 def current(root: Path, slot: int) -> Claim | None:
-    """The slot's newest claim (its holder), or None when it was never claimed."""
+    """The slot's newest claim (its holder), or None when it was never claimed. A newest
+    claim that cannot be read is held by an unknown task (`UNKNOWN_TASK`, time 0)."""
     found = epochs(root, slot)
-    return read_claim(root, slot, found[-1]) if found else None
+    if not found:
+        return None
+    return read_claim(root, slot, found[-1]) or _unknown(slot, found[-1])
+
+
+def _unknown(slot: int, epoch: int) -> Claim:
+    return Claim(slot, epoch, UNKNOWN_TASK, "", 0, 0.0, why="unreadable claim")
+
+
+def _claimed_slots(root: Path) -> list[int]:
+    """The slots with a valid first claim, ascending: an empty or planted `slot-<r>` folder
+    counts for nothing, and no more than `MAX_SLOTS` are looked at."""
+    found = sorted(int(m.group(1)) for n in _names(root) if (m := _SLOT.fullmatch(n)))
+    beyond = [r for r in found if r >= MAX_SLOTS]
+    if beyond:
+        _warn(f"ignoring {len(beyond)} slot folder(s) of {root} beyond a run's {MAX_SLOTS} "
+              "replicas")
+    out = []
+    for r in found[: len(found) - len(beyond)]:
+        if (_slot_dir(root, r) / "epoch-0.json").exists() and read_claim(root, r, 0):
+            out.append(r)
+    return out
 
 
 def history(root: Path, group_size: int) -> list[Claim]:
-    """Every claim of slots 0..group_size-1, oldest first: who held what, and each takeover."""
+    """Every valid claim of slots 0..group_size-1, oldest first: who held what, and each
+    takeover. Only the slots that have claim folders are read (a group size from a file that
+    lies costs nothing)."""
     out = []
-    for slot in range(group_size):
+    for slot in _claimed_slots(root):
+        if slot >= group_size:
+            break
         for e in epochs(root, slot):
             if (c := read_claim(root, slot, e)) is not None:
                 out.append(c)
@@ -112,12 +234,10 @@ def history(root: Path, group_size: int) -> list[Claim]:
 
 
 def slot_count(root: Path) -> int:
-    """How many slots have claims (`slot-<r>` folders): the group size as the claims show it."""
-    try:
-        found = [int(p.name[5:]) for p in root.iterdir() if re.fullmatch(r"slot-\d{1,9}", p.name)]
-    except OSError:
-        return 0
-    return max(found) + 1 if found else 0
+    """How many slots have claims: the group size as the claims show it (the highest slot
+    with a valid first claim, + 1; at most `MAX_SLOTS`)."""
+    found = _claimed_slots(root)
+    return found[-1] + 1 if found else 0
 
 
 def task_slots(root: Path) -> dict[int, str] | None:
@@ -128,29 +248,33 @@ def task_slots(root: Path) -> dict[int, str] | None:
         return None
     out = {c.task: "spare" for c in history(root, n)}
     for slot, c in holders(root, n).items():
-        if c is not None:
+        if c is not None and c.known:
             out[c.task] = str(slot)
     return out
 
 
 def claim_lines(claims: list[Claim]) -> list[str]:
     """One line per claim for a person (`ftslurm status`, `ftslurm logs`): who took which
-    slot when, and from whom."""
+    slot when, and from whom; terminal-safe (the host comes from a file anyone in the run
+    folder could write)."""
     import time
+
+    from ftslurm.textsafe import printable
 
     out = []
     for c in claims:
         when = time.strftime("%H:%M:%S", time.localtime(c.time))
         taken = c.previous_task not in (None, c.task)
         frm = f", taken from task {c.previous_task}" if taken else ""
-        out.append(f"claim: slot {c.slot} epoch {c.epoch} by task {c.task} on {c.host} at "
-                   f"{when}{frm}")  # fmt: skip
+        who = f"task {c.task}" if c.known else "an unknown task (unreadable claim)"
+        out.append(printable(f"claim: slot {c.slot} epoch {c.epoch} by {who} on {c.host} at "
+                             f"{when}{frm}"))  # fmt: skip
     return out
 
 
 def holders(root: Path, group_size: int) -> dict[int, Claim | None]:
-    """slot -> its current claim (None: never claimed)."""
-    return {slot: current(root, slot) for slot in range(group_size)}
+    """slot -> its current claim (None: never claimed) for the slots 0..group_size-1."""
+    return {slot: current(root, slot) for slot in range(min(group_size, MAX_SLOTS))}
 
 
 def try_claim(
@@ -160,8 +284,7 @@ def try_claim(
     """Claim `epoch` of `slot` (the current epoch + 1, or 0 for a first claim); the claim, or
     None when another process claimed that epoch first."""
     claim = Claim(slot, epoch, task, host, pid, now, previous_task, why)
-    safefile.private_dir(root)
-    _slot_dir(root, slot).mkdir(exist_ok=True)
+    safefile.real_dir(_slot_dir(safefile.real_dir(root, private=True), slot))
     won = safefile.write_exclusive(claim_path(root, slot, epoch), claim.to_json())
     return claim if won else None
 
@@ -172,15 +295,12 @@ def fenced_by(root: Path, claim: Claim) -> Claim | None:
     nxt = claim_path(root, claim.slot, claim.epoch + 1)
     if not nxt.exists():
         return None
-    return read_claim(root, claim.slot, claim.epoch + 1) or Claim(
-        claim.slot, claim.epoch + 1, -1, "", 0, 0.0, why="unreadable claim"
-    )
+    return read_claim(root, claim.slot, claim.epoch + 1) or _unknown(claim.slot, claim.epoch + 1)
 
 
 def mark_finished(root: Path, slot: int) -> None:
     """A replica finished its training: spares have nothing left to replace."""
-    safefile.private_dir(root)
-    safefile.write_atomic(root / FINISHED, f"{slot}\n")
+    safefile.write_atomic(safefile.real_dir(root, private=True) / FINISHED, f"{slot}\n")
 
 
 def finished(root: Path) -> bool:
@@ -215,7 +335,8 @@ def record_member(root: Path, claim_slot: int, epoch: int, member_id: str) -> No
     """The holder of `epoch` says which torchft replica id it runs as
     (`torchtitan_ft_<slot>:<uuid>`): a spare then judges that process's heartbeat, not an
     earlier holder's that the Lighthouse still lists."""
-    safefile.write_atomic(_slot_dir(root, claim_slot) / f"epoch-{epoch}.member", member_id)
+    folder = safefile.real_dir(_slot_dir(safefile.real_dir(root, private=True), claim_slot))
+    safefile.write_atomic(folder / f"epoch-{epoch}.member", member_id)
 
 
 def member_of(root: Path, claim_slot: int, epoch: int) -> str | None:

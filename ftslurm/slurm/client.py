@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import paths, procs
+from ftslurm import paths, procs, safefile
 from ftslurm.errors import UserError
 from ftslurm.runner import CommandError, Completed, run
 from ftslurm.slurm import args, parse
@@ -30,10 +30,8 @@ def controller_running(conf: Path) -> bool:
     """The slurmctld that `conf` configures runs (the pid in its SlurmctldPidFile is alive). A
     stopped local cluster leaves its slurm.conf behind: on a login node with its own Slurm,
     that file must not replace the system's configuration."""
-    try:
-        pidfile = parse.conf_value(conf.read_text(), "SlurmctldPidFile")
-    except OSError:
-        return False
+    text = safefile.read_text(conf)  # never through a link, a FIFO or /dev/zero
+    pidfile = parse.conf_value(text, "SlurmctldPidFile") if text else None
     pid = procs.read_pidfile(Path(pidfile)) if pidfile else None
     return pid is not None and procs.pid_alive(pid) and "slurmctld" in procs.proc_cmdline(pid)
 

@@ -1,0 +1,85 @@
+"""`python -m ftslurm.replica.attempt_guard <launcher pid> <folder>`: remove an attempt's
+temporary folder as soon as its launcher is gone, however it ended.
+
+Why a process of its own: the launcher removes its folder when it returns, but SIGKILL (the
+local demo's teardown and its injected failures, an OOM kill) ends it without any cleanup, so
+every killed attempt left one `ftslurm-attempt-*` folder until a later attempt happened to
+start on the same host (job.remove_stale_attempt_dirs, still the fallback for a node that
+went down with its guard).
+
+How: the guard opens a pidfd of the launcher while the launcher waits for it (so the pid is
+the launcher's, never a reused one), then forks away and the launcher's child exits: the
+guard is no descendant of the launcher, and a kill of the launcher's process tree does not
+reach it. It ignores the signals a cancel sends to the whole job (the launcher cleans up
+itself then), waits until the pidfd says the launcher exited, removes the folder (only a
+real folder of this user whose name is an attempt folder's) and exits. It holds no file of
+the job open: its output goes nowhere.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+PREFIX = "ftslurm-attempt-"  # job.ATTEMPT_DIR_PREFIX (job.py imports torch-free modules only)
+
+
+def _wait_exit(pid: int, pidfd: int | None) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the process has exited
+        return
+    while True:  # no pidfd (a kernel before 5.3): poll; a reused pid only delays the cleanup
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        time.sleep(0.5)
+
+
+def remove(folder: Path) -> bool:
+    """Remove `folder` when it is a real folder of this user named like an attempt folder."""
+    if not folder.name.startswith(PREFIX):
+        return False
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[0].isascii() or not argv[0].isdigit():
+        print("usage: python -m ftslurm.replica.attempt_guard <launcher pid> <folder>",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    pid, folder = int(argv[0]), Path(argv[1])
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        remove(folder)  # the launcher is already gone
+        return 0
+    except (AttributeError, OSError):
+        pidfd = None
+    if os.fork() > 0:  # the launcher reaps this child; the guard lives on, re-parented
+        os._exit(0)
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _wait_exit(pid, pidfd)
+    remove(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
