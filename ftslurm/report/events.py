@@ -19,6 +19,8 @@ Actions:
 - `node-down`  a node taken DOWN (`scontrol update State=DOWN`): the replica on it dies.
 - `kill`       a replica's processes killed (signal), the job stays.
 - `requeue`    `scontrol requeue <job>_<task>`: the replica dies and its task is requeued.
+- `hang`       a replica's processes stopped (alive, not stepping): the quorum drops it.
+- `freeze-node` every process of a node stopped: its replica stops, the node looks up.
 - `resume`     a node set back to RESUME: a requeued replica can start again.
 - `restart`    a replica started again by hand or by the tool (not by Slurm).
 FAILURE_ACTIONS end a replica's attempt; RESTART_ACTIONS start the wait for its next one.
@@ -41,7 +43,7 @@ from ftslurm.logvocab import INJECTED, MAX_DIGITS, Event
 from ftslurm.report.reader import ParseStats, iter_lines
 
 SCHEMA_VERSION = 1
-FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue"})
+FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue", "hang", "freeze-node"})
 RESTART_ACTIONS = frozenset({"resume", "restart", "requeue"})
 ACTIONS = FAILURE_ACTIONS | RESTART_ACTIONS
 

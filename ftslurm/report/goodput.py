@@ -72,11 +72,10 @@ def unreadable_commits(committed: int | None, decisions: int | None,
     means the lines are not in the logs (torchft's INFO lines filtered out, an excerpt), and
     counting them would report a trained run as 0% goodput.
     """
-    if committed is None:
-        return "no replica log with a commit decision (`should_commit=`) was read"
     if advanced is None or advanced < 2:
-        return None
-    have = decisions or 0
+        return ("no replica log with a commit decision (`should_commit=`) was read"
+                if committed is None else None)
+    have, committed = decisions or 0, committed or 0
     if committed == 0 or have < advanced / 2:
         return (f"the replica logs hold {have} commit decision{'' if have == 1 else 's'} "
                 f"({committed} committed) for the {advanced} steps the quorums advanced: "
