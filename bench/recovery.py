@@ -1,4 +1,5 @@
-"""Recovery timings per failure, on the local Slurm and/or the local backend.
+"""Recovery timings per failure, on the local Slurm and/or the local backend; goodput against a
+failure-free control run.
 
 Runs `ftslurm demo` with --failures N (the same code path users run) and reads the figures
 from the same `ftslurm report` users get (its JSON). For each failure it prints:
@@ -9,21 +10,43 @@ from the same `ftslurm report` users get (its JSON). For each failure it prints:
   heal: the joiner's `healing required` -> `Loaded state dict.` (quorum reply, the
         transfer FTSLURM_HEAL_TRANSPORT selects, the load), and its share of running -> healed
 and the medians, then the run's replica-step goodput beside its step ratio (both from the
-report's summary: `goodput`, `step_ratio`).
+report's summary: `goodput`, `step_ratio`; a heal's first commit counts as healing).
 
-`--spares S` runs the demo with S warm spares (FT_SPARES=S, S more array tasks).
-`--heartbeat-timeout-ms N` starts its Lighthouse with that heartbeat timeout.
-`--json` prints, on stdout, `{"spares": S, "full_strength_s": [..],
-"median_full_strength_s": x, "detection_s": [..], "goodput": g, ...}` (one object per
-backend: a list with `--backend both`); the table then goes to stderr.
+`--spares S` runs the demo with S warm spares (FT_SPARES=S, S more array tasks); a comma list
+(`--spares 0,1`) runs one arm per count. `--heartbeat-timeout-ms N` starts its Lighthouse with
+that heartbeat timeout. `--mode kill,hang,freeze-node` runs every arm once per failure mode
+(DemoConfig.failure_mode; without --mode, the demo's own: node-down on Slurm) and prints the
+figures per mode.
+
+`--control` adds a failure-free control arm (the same replicas, no spares, failures=0, run at
+least as long as the failure arms: DemoConfig.min_run_s) and measures every failure run's
+goodput against the control of its repeat: committed replica-steps (less one per heal) / the
+control's replica-steps in the same wall time (`ftslurm report --baseline CONTROL`: group size
+x the control's failure-free rate x the run's window). Not against the run's own full-strength
+rate, which anything that slows the full-strength stretches (a warm spare sharing the cores)
+raises. `--repeats R` runs R rounds, the arms' order rotating each round (round 1: the failure
+arms, then the control, whose length it needs), and gives per arm the median and the spread
+(min, max).
+
+`--json` prints, on stdout, one object: for a single run (no --control, --repeats 1, one spare
+count, at most one mode) `{"spares": S, "full_strength_s": [..], "median_full_strength_s": x,
+"detection_s": [..], "goodput": g, ...}` (a list with `--backend both`); otherwise
+`{"arms": {"control": {..}, "spares1": {"goodput": {"median": m, "spread": [lo, hi],
+"values": [..]}, ..}}, "modes": {"kill": {"median_detection_s": .., "median_full_strength_s":
+..}}, "order": [..]}`. The table goes to stderr.
 
 Run (root for the Slurm backend):
   python bench/recovery.py --backend slurm --replicas 2 --spares 0 --failures 5 --json
+  python bench/recovery.py --backend slurm --replicas 2 --spares 1 --failures 5 --control \
+      --repeats 3 --json
+  python bench/recovery.py --backend slurm --spares 0,1 --failures 5 --control --repeats 3 \
+      --mode node-down,kill --json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -34,8 +57,10 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm.demo import DemoConfig, run_demo
+from ftslurm.failure_plan import MODES
 from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.report import build_report
+from ftslurm.report.events import FAILURE_ACTIONS
 
 
 def _t(iso: str | None) -> float | None:
@@ -50,19 +75,51 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def demo_config(backend: str, failures: int, outputs: Path, replicas: int = 2,
+                spares: int = 0, heartbeat_timeout_ms: int | None = None,
+                mode: str | None = None, min_run_s: float = 0.0) -> DemoConfig:
+    """The demo's settings for one run. `mode`: the failure mode (None: the demo's own). The
+    demo takes it as `failure_mode`; a demo without that field yet takes the modes it knows
+    as `modes` (failure_plan.MODES), and refuses the others here, before anything starts."""
+    kw: dict[str, Any] = {}
+    if mode is not None:
+        names = {f.name for f in dataclasses.fields(DemoConfig)}
+        if "failure_mode" in names:
+            kw["failure_mode"] = mode
+        elif mode in MODES:
+            kw["modes"] = (mode,)
+        else:
+            raise SystemExit(f"--mode {mode}: this ftslurm's demo has no such failure mode "
+                             f"(DemoConfig has no failure_mode; it knows {', '.join(MODES)})")
+    if min_run_s:
+        kw["min_run_s"] = min_run_s
+    return DemoConfig(replicas=replicas, failures=failures, backend=backend, outputs=outputs,
+                      spares=spares, heartbeat_timeout_ms=heartbeat_timeout_ms, **kw)
+
+
 def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
             spares: int = 0, out=sys.stdout,
-            heartbeat_timeout_ms: int | None = None) -> dict[str, Any]:
-    cfg = DemoConfig(replicas=replicas, failures=failures, backend=backend, outputs=outputs,
-                     spares=spares, heartbeat_timeout_ms=heartbeat_timeout_ms)  # fmt: skip
+            heartbeat_timeout_ms: int | None = None, mode: str | None = None,
+            baseline: Path | None = None) -> dict[str, Any]:
+    """One demo run and its figures (`figures`)."""
+    cfg = demo_config(backend, failures, outputs, replicas, spares, heartbeat_timeout_ms, mode)
     run_dir = run_demo(cfg, say=lambda m: print(f"  {m}", file=sys.stderr))
-    rep = build_report(str(run_dir)).to_json()
-    failures_ = [f for f in rep["failures"] if f.get("kind") in ("node-down", "kill")]
+    return figures(run_dir, cfg, out, baseline=baseline, mode=mode)
+
+
+def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | None = None,
+            mode: str | None = None) -> dict[str, Any]:
+    """A run's figures, from its report (with `baseline`: goodput against that control run)."""
+    backend, spares = cfg.resolved_backend(), cfg.spares
+    heartbeat_timeout_ms = cfg.heartbeat_timeout_ms
+    rep = build_report(str(run_dir), baseline=baseline).to_json()
+    failures_ = [f for f in rep["failures"] if f.get("kind") in FAILURE_ACTIONS]
     attempts = sorted(
         (a for a in rep["attempts"] if a["attempt"] > 0), key=lambda a: _t(a["start_time"])
     )
     heals = sorted(
-        (r for r in rep["recoveries"] if r["time"] and r["healed_time"]),
+        (r for r in rep["recoveries"] if r["time"] and r["healed_time"]
+         and r.get("after_failure", True)),
         key=lambda r: _t(r["time"]),
     )
     rows: dict[str, list[float]] = {
@@ -71,8 +128,9 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
     }  # fmt: skip
     transport = os.environ.get("FTSLURM_HEAL_TRANSPORT", "default")
     hb = heartbeat_timeout_ms or LighthouseConfig().heartbeat_timeout_ms
-    print(f"\n{backend}: {len(failures_)} failures, {spares} spares (run dir {run_dir}), heal "
-          f"transport {transport}, heartbeat timeout {hb} ms", file=out)  # fmt: skip
+    how = f", mode {mode}" if mode else ""
+    print(f"\n{backend}: {len(failures_)} failures{how}, {spares} spares (run dir {run_dir}), "
+          f"heal transport {transport}, heartbeat timeout {hb} ms", file=out)  # fmt: skip
     print("  #  failure -> survivor commit   DOWN -> running again   running -> healed commit"
           "   failure -> full strength   heal: required -> loaded (share)", file=out)
     for i, f in enumerate(failures_):
@@ -107,10 +165,13 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
     )
     sm = rep["summary"]
     g, ratio = sm["goodput"], sm["step_ratio"]
-    print(f"  goodput (replica-steps) {_pct(g)}, step ratio {_pct(ratio)}, lost {sm['lost']}, "
-          f"false quorum drops {sm['false_drops']}", file=out)
+    base = sm.get("goodput_baseline") or {}
+    against = (f"against the control {base.get('run')}" if base.get("source") == "control"
+               else "against its own full-strength rate")
+    print(f"  goodput (replica-steps) {_pct(g)} {against}, step ratio {_pct(ratio)}, "
+          f"lost {sm['lost']}, false quorum drops {sm['false_drops']}", file=out)
     return {
-        "backend": backend, "replicas": replicas, "spares": spares,
+        "backend": backend, "replicas": cfg.replicas, "spares": spares, "mode": mode,
         "failures": len(failures_),
         "full_strength_s": rows["full_strength"],
         "median_full_strength_s": _r(med["full_strength"]),
@@ -121,10 +182,137 @@ def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
         "heal_required_to_loaded_s": [_r(x) for x in rows["heal_required_to_loaded"]],
         "heal_transport": transport, "heartbeat_timeout_ms": heartbeat_timeout_ms,
         "demo_full_strength_s": [m["full_strength_s"] for m in cfg.measured],
-        "goodput": g, "step_ratio": ratio, "lost": sm["lost"],
+        "goodput": g, "goodput_ratio": sm["goodput_ratio"], "goodput_baseline": base or None,
+        "replica_steps_trained": sm["replica_steps_trained"], "heal_steps": sm["heal_steps"],
+        "goodput_window_s": sm["goodput_window_s"], "step_ratio": ratio, "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
+        "startup_syncs": sm.get("startup_syncs", 0),
         "false_drops": sm["false_drops"], "run_dir": str(run_dir),
     }  # fmt: skip
+
+
+def spread(xs: list[float | None]) -> dict[str, Any]:
+    """Median and (min, max) of the known values; the values as measured."""
+    known = [x for x in xs if x is not None]
+    return {"median": _r4(statistics.median(known)) if known else None,
+            "spread": [_r4(min(known)), _r4(max(known))] if known else None,
+            "values": [_r4(x) for x in xs], "n": len(known)}
+
+
+def _r4(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def arm_name(spares: int, mode: str | None) -> str:
+    return f"spares{spares}" + (f"-{mode}" if mode else "")
+
+
+def schedule(arms: list[str], repeats: int, control: bool) -> list[list[str]]:
+    """The arms' order in each round: rotated by one each round, so that no arm always runs
+    first or last (a cold cache, a machine that warms up); the control is last in round 1,
+    since it runs as long as the failure arms ran, and takes its turn in the rotation after."""
+    names = arms + (["control"] if control else [])
+    return [names[r % len(names):] + names[: r % len(names)] for r in range(repeats)]
+
+
+def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
+            run=run_demo) -> dict[str, Any]:
+    """The control experiment: per round, every (spares, mode) arm and the control, in
+    `schedule`'s order; each failure run's goodput against its round's control. `run`: the
+    demo (a test passes recorded runs)."""
+    spares_list = a.spares_list
+    modes: list[str | None] = list(a.modes) or [None]
+    arms = [(s, m) for s in spares_list for m in modes]
+    names = {arm_name(s, m): (s, m) for s, m in arms}
+    rounds = schedule(list(names), a.repeats, a.control)
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    controls: list[dict[str, Any]] = []
+    longest = 0.0  # the longest failure run's window so far: the control's length
+    for r, order in enumerate(rounds):
+        done: list[tuple[str, Path, DemoConfig]] = []
+        ctrl_dir: Path | None = None
+        for name in order:
+            d = outputs / f"round{r + 1}-{name}"
+            d.mkdir(parents=True, exist_ok=True)
+            if name == "control":
+                cfg = demo_config(a.backend, 0, d, a.replicas, 0, a.heartbeat_timeout_ms,
+                                  min_run_s=longest)
+                print(f"\nround {r + 1}: control (failure-free, {longest:.0f} s at least)",
+                      file=out)
+                ctrl_dir = run(cfg, say=lambda m: print(f"  {m}", file=sys.stderr))
+                sm = build_report(str(ctrl_dir)).to_json()["summary"]
+                controls.append({
+                    "round": r + 1, "run_dir": str(ctrl_dir), "failures": sm["failures"],
+                    "failure_free_step_rate": sm["failure_free_step_rate"],
+                    "goodput_window_s": sm["goodput_window_s"],
+                    "steps_committed": sm["steps_committed"],
+                })
+                print(f"  control: {sm['steps_committed']} replica-steps committed in "
+                      f"{sm['goodput_window_s']} s, {sm['failure_free_step_rate']} steps/s",
+                      file=out)
+                continue
+            s, m = names[name]
+            print(f"\nround {r + 1}: {name}", file=out)
+            cfg = demo_config(a.backend, a.failures, d, a.replicas, s, a.heartbeat_timeout_ms, m)
+            run_dir = run(cfg, say=lambda msg: print(f"  {msg}", file=sys.stderr))
+            done.append((name, run_dir, cfg))
+            w = build_report(str(run_dir)).to_json()["summary"]["goodput_window_s"] or 0.0
+            longest = max(longest, w)
+        for name, run_dir, cfg in done:
+            fig = figures(run_dir, cfg, out, baseline=ctrl_dir, mode=names[name][1])
+            fig["round"] = r + 1
+            runs[name].append(fig)
+    arms_out: dict[str, Any] = {}
+    if a.control:
+        arms_out["control"] = {
+            "failure_free_step_rate": spread([c["failure_free_step_rate"] for c in controls]),
+            "runs": controls,
+        }
+    for name, rs in runs.items():
+        failed = [x for x in rs if x["failures"]]
+        arms_out[name] = {
+            "spares": names[name][0], "mode": names[name][1],
+            "goodput": spread([x["goodput"] for x in rs]),
+            "goodput_ratio": spread([x["goodput_ratio"] for x in rs]),
+            "goodput_against": "control" if a.control else "self",
+            "median_full_strength_s": _median([v for x in rs for v in x["full_strength_s"]]),
+            "median_detection_s": _median([v for x in rs for v in x["detection_s"]]),
+            "failures": [x["failures"] for x in rs],
+            # what the issue asks of a spare: below 1.0 whenever a failure happened
+            "goodput_below_1_when_failed": all((x["goodput"] or 0.0) < 1.0 for x in failed),
+            "runs": rs,
+        }
+    by_mode: dict[str, Any] = {}
+    for m in modes:
+        rs = [x for name, xs in runs.items() if names[name][1] == m for x in xs]
+        full = [v for x in rs for v in x["full_strength_s"]]
+        det = [v for x in rs for v in x["detection_s"]]
+        by_mode[m or "default"] = {
+            "median_detection_s": _r(_median(det)),
+            "median_full_strength_s": _r(_median(full)),
+            "detection_s": det, "full_strength_s": full,
+            "failures": sum(x["failures"] for x in rs), "runs": len(rs),
+            "goodput": spread([x["goodput"] for x in rs]),
+        }
+    _summary(arms_out, out)
+    return {"backend": a.backend, "replicas": a.replicas, "failures": a.failures,
+            "repeats": a.repeats, "spares": spares_list, "control": a.control,
+            "order": rounds, "arms": arms_out, "modes": by_mode}
+
+
+def _summary(arms: dict[str, Any], out) -> None:
+    print("\nper arm: goodput median (min .. max) over the rounds; time to full strength", file=out)
+    for name, arm in arms.items():
+        if name == "control":
+            r = arm["failure_free_step_rate"]
+            print(f"  control   failure-free rate {r['median']} steps/s ({r['spread']})",
+                  file=out)
+            continue
+        g = arm["goodput"]
+        lo, hi = g["spread"] or (None, None)
+        print(f"  {name:9} goodput {_pct(g['median'])} ({_pct(lo)} .. {_pct(hi)}) against "
+              f"{arm['goodput_against']}; median to full strength "
+              f"{_fmt(arm['median_full_strength_s'])}", file=out)
 
 
 def _r(x: float | None) -> float | None:
@@ -139,28 +327,52 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=["slurm", "local", "both"], default="both")
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--spares", type=int, default=0,
-                    help="Warm spares: FT_SPARES, S more array tasks")
+    ap.add_argument("--spares", default="0",
+                    help="Warm spares: FT_SPARES, S more array tasks; a comma list (0,1) runs "
+                         "one arm per count")
     ap.add_argument("--failures", type=int, default=5)
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
                     help="The Lighthouse's heartbeat timeout [its default]")
+    ap.add_argument("--mode", default="",
+                    help="Failure modes, a comma list (kill,hang,freeze-node): every arm runs "
+                         "once per mode [the demo's own]")
+    ap.add_argument("--control", action="store_true",
+                    help="Add a failure-free control arm; goodput against it")
+    ap.add_argument("--repeats", type=int, default=1, help="Rounds of all arms [1]")
     ap.add_argument("--json", action="store_true",
                     help="Print the figures as JSON on stdout (the table goes to stderr).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the run under this outputs dir.")
     a = ap.parse_args()
-    if a.spares < 0 or a.replicas < 2 or a.failures < 0:
-        ap.error("--spares >= 0, --replicas >= 2 and --failures >= 0")
+    try:
+        a.spares_list = [int(x) for x in a.spares.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--spares {a.spares}: a count or a comma list of counts (0,1)")
+    a.modes = [m.strip() for m in a.mode.split(",") if m.strip()]
+    if (not a.spares_list or min(a.spares_list) < 0 or a.replicas < 2 or a.failures < 0
+            or a.repeats < 1):
+        ap.error("--spares >= 0, --replicas >= 2, --failures >= 0 and --repeats >= 1")
+    if (a.control or a.repeats > 1 or len(a.spares_list) > 1 or len(a.modes) > 1):
+        if a.backend == "both":
+            ap.error("--control, --repeats, several --spares or --mode: one --backend")
+        if a.control and a.failures == 0:
+            ap.error("--control compares failure runs with a failure-free one: --failures >= 1")
+        with tempfile.TemporaryDirectory() as d:
+            res = compare(a, a.keep or Path(d))
+        if a.json:
+            print(json.dumps(res, indent=1))
+        return
     out = sys.stderr if a.json else sys.stdout
     backends = ["slurm", "local"] if a.backend == "both" else [a.backend]
+    mode = a.modes[0] if a.modes else None
     results = []
     for b in backends:
         if a.keep:
-            results.append(measure(b, a.failures, a.keep, a.replicas, a.spares, out,
-                                      a.heartbeat_timeout_ms))
+            results.append(measure(b, a.failures, a.keep, a.replicas, a.spares_list[0], out,
+                                   a.heartbeat_timeout_ms, mode))
         else:
             with tempfile.TemporaryDirectory() as d:
-                results.append(measure(b, a.failures, Path(d), a.replicas, a.spares, out,
-                                          a.heartbeat_timeout_ms))
+                results.append(measure(b, a.failures, Path(d), a.replicas, a.spares_list[0],
+                                       out, a.heartbeat_timeout_ms, mode))
     print(
         "\nnotes: 'running' = the launcher's first line of the new attempt (1 s resolution; "
         "n/a with spares: a warm spare takes over); the heal waits for the next DiLoCo sync.",

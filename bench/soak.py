@@ -27,6 +27,14 @@ report's (goodput against the run's own full-strength rate: no separate baseline
 `--json` prints them as one object on stdout.
   python bench/soak.py --backend slurm --spares 1 --every 60 --count 30 \
       --modes node-down,kill,requeue --heartbeat-timeout-ms 2000 --json
+`--spares 0,1` soaks one arm per spare count; `--control` adds a failure-free control arm (the
+same replicas, no spares, failures=0, as long as the longest soak so far: DemoConfig.min_run_s)
+and gives every soak's goodput against the control of its round (`ftslurm report --baseline`:
+trained replica-steps / the control's replica-steps in the same wall time), not against the
+soak's own full-strength rate; `--repeats R` runs R rounds, the arms' order rotating each
+round (the control last in round 1). Per arm: goodput median and spread (min, max).
+  python bench/soak.py --backend slurm --spares 0,1 --every 60 --count 10 --control \
+      --repeats 3 --heartbeat-timeout-ms 2000 --json
 Not part of the test suite (it takes count x every seconds plus the baseline).
 """
 
@@ -78,14 +86,19 @@ def heartbeat_timeout(ms: int | None) -> None:
     lighthouse.start = functools.partial(plain, heartbeat_timeout_ms=ms)
 
 
-def report_figures(run_dir: Path, rep: dict | None = None) -> dict:
+def report_figures(run_dir: Path, rep: dict | None = None,
+                   baseline: Path | None = None) -> dict:
     """The soak's figures from `ftslurm report` (its JSON summary; `rep`: that JSON, when the
-    caller has built it already)."""
-    sm = (rep or build_report(str(run_dir)).to_json())["summary"]
+    caller has built it already; `baseline`: a control run to measure goodput against)."""
+    sm = (rep or build_report(str(run_dir), baseline=baseline).to_json())["summary"]
     full = [x for x in sm["time_to_full_strength_s"] if x is not None]
     det = [x for x in sm["detection_s"] if x is not None]
     return {
-        "goodput": sm["goodput"], "step_ratio": sm["step_ratio"], "lost": sm["lost"],
+        "goodput": sm["goodput"], "goodput_ratio": sm["goodput_ratio"],
+        "goodput_baseline": sm["goodput_baseline"], "heal_steps": sm["heal_steps"],
+        "replica_steps_trained": sm["replica_steps_trained"],
+        "goodput_window_s": sm["goodput_window_s"],
+        "step_ratio": sm["step_ratio"], "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "failures": sm["failures"], "false_drops": sm["false_drops"],
         "median_full_strength_s": round(statistics.median(full), 3) if full else None,
@@ -186,18 +199,24 @@ def compare_all(run_dir: Path, tasks: int) -> tuple[int, list[str]]:
     def text(task: int) -> str:
         return logvocab.replica_log(run_dir.name[4:], task, run_dir).read_text(errors="replace")
 
-    return _compare(text(0), [(f"task {t}", text(t)) for t in range(1, tasks)])
+    def started(task: int) -> bool:  # a spare Slurm never started has no log
+        return logvocab.replica_log(run_dir.name[4:], task, run_dir).is_file()
+
+    return _compare(text(0), [(f"task {t}", text(t)) for t in range(1, tasks) if started(t)])
 
 
-def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
-    """The soak on the local Slurm, through `ftslurm demo`'s story: its figures."""
+def soak_slurm(a: argparse.Namespace, out: Path, spares: int | None = None,
+               run=run_demo) -> dict:
+    """The soak on the local Slurm, through `ftslurm demo`'s story: its figures (`spares`:
+    this arm's, default --spares; `run`: the demo, a test passes recorded runs)."""
+    spares = a.spares if spares is None else spares
     modes = tuple(m for m in a.modes.split(",") if m)
     cfg = DemoConfig(replicas=a.replicas, failures=a.count, backend="slurm", outputs=out,
-                     down_for=a.down_for, spares=a.spares, modes=modes, every=a.every,
+                     down_for=a.down_for, spares=spares, modes=modes, every=a.every,
                      heartbeat_timeout_ms=a.heartbeat_timeout_ms, steps=1_000_000,
                      steps_between=1, timeout=300)  # fmt: skip
     t0 = time.monotonic()
-    run_dir = run_demo(cfg, say=_say)
+    run_dir = run(cfg, say=_say)
     wall = time.monotonic() - t0
     compared, bad = compare_all(run_dir, cfg.tasks)
     rep = build_report(str(run_dir)).to_json()
@@ -211,7 +230,7 @@ def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
         if f["time_to_full_strength_s"] is not None:
             by_mode.setdefault(f["kind"], []).append(f["time_to_full_strength_s"])
     return {
-        "backend": "slurm", "replicas": a.replicas, "spares": a.spares, "every_s": a.every,
+        "backend": "slurm", "replicas": a.replicas, "spares": spares, "every_s": a.every,
         "modes": list(modes), "heartbeat_timeout_ms": a.heartbeat_timeout_ms,
         "failures_injected": a.count, "recovered": len(cfg.measured),
         "full_strength_s": full, "demo_full_strength_s": [m["full_strength_s"]
@@ -224,6 +243,70 @@ def soak_slurm(a: argparse.Namespace, out: Path) -> dict:
         "mismatches": bad[:20], "wall_s": round(wall, 1), "run_dir": str(run_dir),
         "report": fig,
     }  # fmt: skip
+
+
+def control_arms(a: argparse.Namespace, out: Path, run=run_demo) -> dict:
+    """Soaks alternated with a failure-free control (see the module docstring): per round,
+    every spare count's soak and the control in a rotating order; each soak's goodput against
+    its round's control. `run`: the demo (a test passes recorded runs)."""
+    spare_counts = [int(x) for x in str(a.spares).split(",") if x.strip()]
+    arms = [f"spares{n}" for n in spare_counts] + (["control"] if a.control else [])
+    order = [arms[r % len(arms):] + arms[: r % len(arms)] for r in range(a.repeats)]
+    soaks: dict[str, list[dict]] = {f"spares{n}": [] for n in spare_counts}
+    controls: list[dict] = []
+    longest = 0.0
+    for r, names in enumerate(order):
+        ctrl: Path | None = None
+        done: list[dict] = []
+        for name in names:
+            d = out / f"round{r + 1}-{name}"
+            d.mkdir(parents=True, exist_ok=True)
+            if name == "control":
+                cfg = DemoConfig(replicas=a.replicas, failures=0, backend="slurm", outputs=d,
+                                 heartbeat_timeout_ms=a.heartbeat_timeout_ms, steps=1_000_000,
+                                 timeout=300, min_run_s=longest)  # fmt: skip
+                _say(f"round {r + 1}: control, failure-free, {longest:.0f} s at least")
+                ctrl = run(cfg, say=_say)
+                sm = build_report(str(ctrl)).to_json()["summary"]
+                controls.append({"round": r + 1, "run_dir": str(ctrl),
+                                 "failures": sm["failures"],
+                                 "failure_free_step_rate": sm["failure_free_step_rate"],
+                                 "goodput_window_s": sm["goodput_window_s"],
+                                 "steps_committed": sm["steps_committed"]})  # fmt: skip
+                continue
+            _say(f"round {r + 1}: {name}")
+            res = soak_slurm(a, d, int(name.removeprefix("spares")), run=run)
+            res["round"] = r + 1
+            done.append(res)
+            soaks[name].append(res)
+            longest = max(longest, res["report"]["goodput_window_s"] or 0.0)
+        for res in done:
+            if ctrl is not None:
+                res["report_self"] = res["report"]
+                res["report"] = report_figures(Path(res["run_dir"]), baseline=ctrl)
+    arms_out: dict = {}
+    if a.control:
+        rates = [c["failure_free_step_rate"] for c in controls]
+        arms_out["control"] = {"failure_free_step_rate": _spread(rates), "runs": controls}
+    for name, rs in soaks.items():
+        arms_out[name] = {
+            "goodput": _spread([x["report"]["goodput"] for x in rs]),
+            "goodput_against": "control" if a.control else "self",
+            "median_full_strength_s": _spread([x["median_full_strength_s"] for x in rs]),
+            "checksum_mismatches": sum(x["checksum_mismatches"] for x in rs),
+            "runs": rs,
+        }
+    return {"backend": "slurm", "replicas": a.replicas, "count": a.count, "every_s": a.every,
+            "repeats": a.repeats, "control": a.control, "order": order, "arms": arms_out}
+
+
+def _spread(xs: list[float | None]) -> dict:
+    """Median and (min, max) of the known values; the values as measured."""
+    known = [x for x in xs if x is not None]
+    r = lambda x: None if x is None else round(x, 4)  # noqa: E731
+    return {"median": r(statistics.median(known)) if known else None,
+            "spread": [r(min(known)), r(max(known))] if known else None,
+            "values": [r(x) for x in xs], "n": len(known)}
 
 
 def baseline_rate(cfg: DemoConfig, seconds: float) -> float:
@@ -248,12 +331,30 @@ def main() -> None:
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
                     help="The Lighthouse's heartbeat timeout (default: torchft's, 5000).")
     ap.add_argument("--backend", choices=["local", "slurm"], default="local")
-    ap.add_argument("--spares", type=int, default=0, help="Warm spares (--backend slurm).")
+    ap.add_argument("--spares", default="0",
+                    help="Warm spares (--backend slurm); a comma list (0,1): one arm each.")
+    ap.add_argument("--control", action="store_true",
+                    help="--backend slurm: add a failure-free control arm; goodput against it.")
+    ap.add_argument("--repeats", type=int, default=1, help="Rounds of all arms [1].")
     ap.add_argument("--modes", default="node-down,kill,requeue",
                     help="Failure modes to cycle through (--backend slurm).")
     ap.add_argument("--json", action="store_true",
                     help="--backend slurm: print the figures as JSON on stdout.")
     a = ap.parse_args()
+    try:
+        counts = [int(x) for x in a.spares.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--spares {a.spares}: a count or a comma list of counts (0,1)")
+    if not counts or min(counts) < 0 or a.repeats < 1:
+        ap.error("--spares >= 0 and --repeats >= 1")
+    if a.backend == "local" and (a.control or a.repeats > 1 or len(counts) > 1):
+        ap.error("--control, --repeats and several --spares: --backend slurm (the local soak "
+                 "measures its failure-free rate in a run of its own: --baseline-s)")
+    if a.backend == "slurm" and (a.control or a.repeats > 1 or len(counts) > 1):
+        res = control_arms(a, a.keep or Path(tempfile.mkdtemp(prefix="ftslurm-soak-")))
+        print(json.dumps(res, indent=1) if a.json else res)
+        return
+    a.spares = counts[0]
     if a.backend == "slurm":
         res = soak_slurm(a, a.keep or Path(tempfile.mkdtemp(prefix="ftslurm-soak-")))
         print(json.dumps(res, indent=1) if a.json else res)
