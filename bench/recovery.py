@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm.demo import DemoConfig, run_demo
+from ftslurm.errors import UserError
 from ftslurm.failure_plan import MODES
 from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.report import build_report
@@ -112,7 +113,11 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
     """A run's figures, from its report (with `baseline`: goodput against that control run)."""
     backend, spares = cfg.resolved_backend(), cfg.spares
     heartbeat_timeout_ms = cfg.heartbeat_timeout_ms
-    rep = build_report(str(run_dir), baseline=baseline).to_json()
+    try:
+        rep = build_report(str(run_dir), baseline=baseline).to_json()
+        refused = None
+    except UserError as e:  # a control with a failure (a false drop under load): said, kept
+        rep, refused = build_report(str(run_dir)).to_json(), str(e)
     failures_ = [f for f in rep["failures"] if f.get("kind") in FAILURE_ACTIONS]
     attempts = sorted(
         (a for a in rep["attempts"] if a["attempt"] > 0), key=lambda a: _t(a["start_time"])
@@ -165,6 +170,9 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
     )
     sm = rep["summary"]
     g, ratio = sm["goodput"], sm["step_ratio"]
+    if refused:  # no goodput against a control that is not one; the run's own kept apart
+        print(f"  control refused: {refused}", file=out)
+        g, ratio = None, None
     base = sm.get("goodput_baseline") or {}
     against = (f"against the control {base.get('run')}" if base.get("source") == "control"
                else "against its own full-strength rate")
@@ -182,7 +190,9 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
         "heal_required_to_loaded_s": [_r(x) for x in rows["heal_required_to_loaded"]],
         "heal_transport": transport, "heartbeat_timeout_ms": heartbeat_timeout_ms,
         "demo_full_strength_s": [m["full_strength_s"] for m in cfg.measured],
-        "goodput": g, "goodput_ratio": sm["goodput_ratio"], "goodput_baseline": base or None,
+        "goodput": g, "goodput_ratio": None if refused else sm["goodput_ratio"],
+        "goodput_baseline": base or None, "goodput_self": sm["goodput"] if refused else None,
+        "control_refused": refused,
         "replica_steps_trained": sm["replica_steps_trained"], "heal_steps": sm["heal_steps"],
         "goodput_window_s": sm["goodput_window_s"], "step_ratio": ratio, "lost": sm["lost"],
         "failure_free_step_rate": sm["failure_free_step_rate"],
