@@ -338,10 +338,13 @@ def test_advertise_with_escapes_is_refused(tmp_path: Path, advertise: str):
     """Finding 8: `--advertise $'::1%\\e]0;PWN\\a'` passed (Python reads anything after `%`
     as an IPv6 zone) and was echoed raw on stdout in TORCHFT_LIGHTHOUSE=..."""
     d = tmp_path / "lh"
-    line = one_error_line(cli(d, "start", "--bind", "127.0.0.1:0", "--advertise", advertise))
-    assert line.startswith("Error: --advertise "), line
-    no_escapes(line)
-    assert not (d / "lighthouse.json").exists()
+    try:
+        line = one_error_line(cli(d, "start", "--bind", "127.0.0.1:0", "--advertise", advertise))
+        assert line.startswith("Error: --advertise "), line
+        no_escapes(line)
+        assert not (d / "lighthouse.json").exists()
+    finally:
+        stop_all(d)
 
 
 @pytest.mark.parametrize("advertise", ["fe80::1%eth0", "[fe80::1%2]", "login-0", "10.0.0.1"])
@@ -358,12 +361,15 @@ def test_bad_bind_hosts_are_one_line(tmp_path: Path, bind: bytes):
     """Finding 9: `--bind $'\\xff:0'` raised TypeError, `--bind '[fe80::1%lo]:0'` OSError:
     tracebacks instead of one line."""
     d = tmp_path / "lh"
-    r = subprocess.run([sys.executable, "-m", "ftslurm", "lighthouse", "start", "--bind", bind,
-                        "--state-dir", str(d)], capture_output=True, text=True, timeout=60,
-                       errors="replace")  # fmt: skip
-    line = one_error_line(r)
-    assert line.startswith("Error: --bind "), line
-    no_escapes(line)
+    try:
+        r = subprocess.run([sys.executable, "-m", "ftslurm", "lighthouse", "start", "--bind",
+                            bind, "--state-dir", str(d)], capture_output=True, text=True,
+                           timeout=60, errors="replace")  # fmt: skip
+        line = one_error_line(r)
+        assert line.startswith("Error: --bind "), line
+        no_escapes(line)
+    finally:
+        stop_all(d)
 
 
 @needs_torchft
@@ -415,11 +421,11 @@ def test_stop_ends_a_child_that_left_the_session_and_its_environment(tmp_path: P
         child = int(pids.read_text())
         assert procs.pid_alive(child) and os.getsid(child) == child
         t0 = time.monotonic()
-        r = cli(d, "stop")
+        r = cli(d, "stop", "--grace", "30")
         took = time.monotonic() - t0
         assert (r.returncode, r.stderr) == (0, "Lighthouse stopped.\n")
         assert not procs.pid_alive(child)
-        assert took < 5, f"stop took {took:.1f} s: the 10 s grace was waited"
+        assert took < 15, f"stop took {took:.1f} s: the 30 s grace was waited"
     finally:
         stop_all(d)
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
@@ -433,7 +439,7 @@ def test_stop_of_a_lighthouse_that_exits_at_once_takes_no_grace(original: Path):
     t0 = time.monotonic()
     r = cli(original, "stop", "--grace", "30")
     assert (r.returncode, r.stderr) == (0, "Lighthouse stopped.\n")
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 15
 
 
 def test_a_copied_tag_names_no_process(tmp_path: Path):
@@ -480,3 +486,25 @@ def test_read_only_lookup_never_signals(tmp_path: Path):
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+
+
+def test_a_status_just_before_a_foreground_exec_keeps_its_state(tmp_path: Path, monkeypatch):
+    """Finding 1 (found on the way): `start --foreground` writes the state, then execs the
+    Lighthouse; a status in between (this pid's command line still `ftslurm ...`) took the
+    state for a stale one and removed it, leaving the Lighthouse unmanaged (`stop`: "not
+    running"). The exec now happens under the state dir's lock."""
+    d = tmp_path / "lh"
+    seen: list[lh.LighthouseStatus] = []
+
+    class Execd(Exception):
+        pass
+
+    def execve(*_args: object) -> None:  # the moment before the exec: a status comes in
+        seen.append(lh.status(d, probe=False))
+        raise Execd
+
+    monkeypatch.setattr(os, "execve", execve)
+    with pytest.raises(Execd):
+        lh.exec_foreground(lh.LighthouseConfig(bind="127.0.0.1:0", state_dir=d))
+    assert not seen[0].running  # not yet the Lighthouse
+    assert (d / "lighthouse.json").exists() and (d / "lighthouse.pid").exists()

@@ -605,7 +605,12 @@ def exec_foreground(
         d.write_state(state)
         if announce is not None:
             announce(_info(state, d))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    env = dict(os.environ, RUST_BACKTRACE=os.environ.get("RUST_BACKTRACE", "1"), **launcher_env)
-    os.execve(cmd[0], cmd, env)  # not a subprocess: this process becomes the Lighthouse
+        sys.stdout.flush()
+        sys.stderr.flush()
+        env = dict(os.environ, RUST_BACKTRACE=os.environ.get("RUST_BACKTRACE", "1"),
+                   **launcher_env)  # fmt: skip
+        # not a subprocess: this process becomes the Lighthouse. Under the lock (its file is
+        # closed on exec, which releases it): until then this pid's command line is not the
+        # Lighthouse's, and a `status` that took the state for a stale one would remove it
+        os.execve(cmd[0], cmd, env)
+    raise AssertionError("unreachable: execve returned")
