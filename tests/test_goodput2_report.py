@@ -106,6 +106,11 @@ def test_no_share_leaves_0_1(run):
     if sm["lost"] is not None:  # what is lost and what is kept add up, the excess said apart
         total = sm["goodput"] + sum(sm["lost"].values())
         assert total - sm["lost_overcount"] == pytest.approx(1.0, abs=2e-3)
+    # detection + degraded + healing = failure -> full strength (the phases do not overlap)
+    for f in rep.to_json()["failures"]:
+        parts = (f["detection_s"], f["degraded_s"], f["healing_s"])
+        if None not in parts and f["time_to_full_strength_s"] is not None:
+            assert sum(parts) == pytest.approx(f["time_to_full_strength_s"], abs=2e-3)
     text = rep.to_text()
     for n, m in _OF.findall(text):
         assert int(n) <= float(m), (n, m)

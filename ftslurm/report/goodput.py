@@ -115,7 +115,7 @@ def measure(
         lost["detection"] += group * (f.detection_s or 0.0)
         # a failure the logs end before healing: degraded / healing until the end of the run
         quorum_back = f.full_quorum_time if f.full_quorum_time is not None else end
-        lost["degraded"] += out * (elapsed(f.next_commit_time, quorum_back) or 0.0)
+        lost["degraded"] += out * (elapsed(f.detected_end, quorum_back) or 0.0)
         if f.full_quorum_time is not None:
             healed = f.full_strength_time if f.full_strength_time is not None else end
             lost["healing"] += out * (elapsed(f.full_quorum_time, healed) or 0.0)

@@ -87,14 +87,26 @@ class Failure:
         return elapsed(self.time, self.next_commit_time)
 
     @property
+    def detected_end(self) -> float | None:
+        """Where detection ends: the survivors' next commit, or the quorum back at the group
+        size if that came first (a warm spare in the quorum before the survivors committed
+        again): the three phases then do not overlap, and add up to the time to full
+        strength."""
+        ends = [t for t in (self.next_commit_time, self.full_quorum_time) if t is not None]
+        if self.next_commit_time is None:
+            return None
+        return min(ends)
+
+    @property
     def detection_s(self) -> float | None:
-        """Failure -> survivors' next commit: what the heartbeat timeout costs."""
-        return self.to_next_commit_s
+        """Failure -> survivors' next commit (or the group whole again, if sooner): what the
+        heartbeat timeout costs."""
+        return elapsed(self.time, self.detected_end)
 
     @property
     def degraded_s(self) -> float | None:
-        """Survivors' next commit -> the quorum is back at the group size."""
-        return elapsed(self.next_commit_time, self.full_quorum_time)
+        """End of detection -> the quorum is back at the group size."""
+        return elapsed(self.detected_end, self.full_quorum_time)
 
     @property
     def healing_s(self) -> float | None:
