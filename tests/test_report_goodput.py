@@ -91,8 +91,8 @@ def test_tft_11_two_node_downs_time_to_full_strength_and_goodput():
     assert sm["device"] == "cpu"
     assert ("    lost: detection 8.3%, degraded 31.1%, healing 8.7%, other 0.0%\n"
             "    the phases add up to 13.8% more than goodput leaves: replicas stepped faster "
-            "than the full-strength rate, as a lone survivor does on CPUs it shared with the "
-            "failed replica\n") in text
+            "than the full-strength rate, as survivors do on CPUs they shared with the failed "
+            "replica\n") in text
     assert "  false quorum drops 0" in text
 
 

@@ -442,11 +442,11 @@ def faster_cause(device: str | None) -> str:
     """Why replicas can step faster than the failure-free rate while degraded, for the device
     the logs name: what makes the loss phases add up past what goodput leaves."""
     if device == "cpu":
-        return ("replicas stepped faster than the full-strength rate, as a lone survivor does "
-                "on CPUs it shared with the failed replica")
+        return ("replicas stepped faster than the full-strength rate, as survivors do on CPUs "
+                "they shared with the failed replica")
     if device in ("cuda", "gpu", "rocm", "xpu"):
-        return ("replicas stepped faster than the full-strength rate, as a survivor does on a "
-                "GPU it shared with the failed replica, or with fewer peers to all-reduce with")
+        return ("replicas stepped faster than the full-strength rate, as survivors do on a GPU "
+                "they shared with the failed replica, or with fewer peers to all-reduce with")
     return ("replicas stepped faster than the full-strength rate (a device the replicas shared, "
             "or fewer peers to all-reduce with; the logs do not name the device)")
 
@@ -463,8 +463,9 @@ def _goodput_figures(g: Goodput, group: int) -> list[str]:
     else:
         head = (f"capped: {g.trained} trained, {ratio:.2f}x the {expected} expected at {at}; "
                 "the run stepped faster than its failure-free rate")
+    capped = " (capped)" if (g.step_ratio_raw or 0.0) > 1.0 else ""
     out = [f"  goodput           {_pct(g.goodput)} of replica-steps ({head}); "
-           f"steps: {_pct(g.step_ratio)}"]
+           f"steps: {_pct(g.step_ratio)}{capped}"]
     if g.heal_steps:
         out.append(f"    trained = {g.committed} committed - {g.heal_steps} heal step"
                    f"{'' if g.heal_steps == 1 else 's'} (a healed replica's first commit: its "
