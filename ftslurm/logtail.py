@@ -42,6 +42,7 @@ LINE_MAX = 1 << 20  # a longer line is shown cut, with a marker: memory is lines
 KEEP_MAX = 1 << 20  # the bytes a tail search keeps; past it, the tail is read a second time
 _TIME_HEAD = 64  # bytes of a context line kept: its time is at its start
 _READ = 1 << 20
+_FORWARD = 8 << 10  # a tail being printed is read in blocks this small (see `_forward`)
 
 
 @dataclass
@@ -69,6 +70,16 @@ class CutLines:
         self._add(last)
         return out
 
+    def each(self, data: bytes) -> Iterator[tuple[bytes, int]]:
+        """`feed` one line at a time: a block of blank lines is thousands of lines, and a
+        merge of many logs holds one block per log; consume it whole before the next."""
+        at = 0
+        while (nl := data.find(b"\n", at)) >= 0:
+            self._add(memoryview(data)[at:nl])
+            yield self.flush()
+            at = nl + 1
+        self._add(memoryview(data)[at:])
+
     def flush(self) -> tuple[bytes, int]:
         """The unfinished line (possibly empty), and start a new one."""
         line = (bytes(self.head), self.cut)
@@ -80,7 +91,7 @@ class CutLines:
         """Bytes of the unfinished line, those cut included."""
         return len(self.head) + self.cut
 
-    def _add(self, piece: bytes) -> None:
+    def _add(self, piece: bytes | memoryview) -> None:
         room = max(0, self.max_line - len(self.head))
         if room:
             self.head += memoryview(piece)[:room]  # no copy of a long piece
@@ -136,6 +147,157 @@ def read_tail(
         tail.feed(blocks)
     lines, pending = tail.finish(partial)
     return lines, size - pending
+
+
+TAIL_MAX = 100_000  # lines of one log `logs -n` shows at most: past that, read the file itself
+_LOOKAHEAD = 200  # leading untimed lines held while looking for a time to order them by
+_LOOKAHEAD_BYTES = 1 << 20
+
+
+@dataclass
+class Tail:
+    """The last `n` complete lines of a log, located but not yet read: `entries()` reads them
+    one block at a time as they are consumed, so a tail of any length costs one block (and one
+    cut line) of memory, not its lines; the file is opened again for each block, so merging
+    thousands of logs holds none of them open. `end`: where following resumes. Up to `context`
+    lines before the tail are read only for the time of the last timed one (`before`), which
+    orders the tail's first, untimed lines. Build one with `find_tail`."""
+
+    path: Path
+    context_at: int  # where the context starts: a byte offset; an archive's: a line number
+    first: int  # where the tail starts, the same way
+    end: int
+    archive: bool = False
+    before: float | None = None
+
+    def entries(self, label: str, on_key: Callable[[float], None] = lambda k: None
+                ) -> Iterator[Entry]:  # fmt: skip
+        """The tail's lines as entries with non-decreasing keys (see `keyed`); `on_key` is
+        told each key as it goes (the follower's last key). Raises OSError when the file
+        cannot be read any more."""
+        lines = self._archive_lines() if self.archive else self._plain_lines()
+        held: list[str] = []  # untimed first lines, until a time is found to give them
+        size, seq = 0, 0
+        last: float | None = None
+        for line in lines:
+            if not seq and not held:
+                last = self.before  # known once the context before the first line is read
+            t = line_time(line)
+            if last is None and t is None and len(held) < _LOOKAHEAD and size < _LOOKAHEAD_BYTES:
+                held.append(line)
+                size += len(line)
+                continue
+            if last is None:
+                last = t if t is not None else 0.0
+            for h in held:
+                yield Entry(last, label, seq, h)
+                seq += 1
+            held = []
+            if t is not None and t > last:
+                last = t
+            on_key(last)
+            yield Entry(last, label, seq, line)
+            seq += 1
+        for h in held:  # no timed line at all
+            on_key(last or 0.0)
+            yield Entry(last or 0.0, label, seq, h)
+            seq += 1
+
+    def _time_of(self, head: bytes) -> None:
+        t = line_time(_text(head[:_TIME_HEAD]))
+        if t is not None:
+            self.before = t
+
+    def _plain_lines(self) -> Iterator[str]:
+        for head, _ in _forward(self.path, self.context_at, self.first):
+            self._time_of(head)
+        for line in _forward(self.path, self.first, self.end):
+            yield _text(*line)
+
+    def _archive_lines(self) -> Iterator[str]:
+        """An archive read from its start (it cannot be read backwards); its last line counts
+        without a newline, as nothing writes to an archive; a cut one ends where it could be
+        read, less its unfinished line."""
+        lines = CutLines()
+        i = 0
+        with open_log(self.path) as fh:
+            read = getattr(fh, "read1", fh.read)
+            while True:
+                try:
+                    data = read(_FORWARD)
+                except (EOFError, zlib.error, OSError):
+                    return
+                done = lines.each(data) if data else iter([lines.flush()] if lines.pending else [])
+                for line in done:
+                    if i >= self.first:
+                        yield _text(*line)
+                    elif i >= self.context_at:
+                        self._time_of(line[0])
+                    i += 1
+                if not data:
+                    return
+
+
+def find_tail(path: Path, n: int, *, context: int = 0, block: int = BLOCK) -> Tail:
+    """Where the last `n` complete lines of `path` (and `context` lines before them) are,
+    found by counting newlines backwards from the end, one block in memory (an archive:
+    counted from its start). Raises OSError when it is not a readable regular file."""
+    _regular(path)
+    if is_gzip(path):
+        total = 0
+        with open_log(path) as fh:
+            read = getattr(fh, "read1", fh.read)
+            last = b"\n"
+            try:
+                while data := read(_READ):
+                    total += data.count(b"\n")
+                    last = data[-1:]
+            except (EOFError, zlib.error, OSError):
+                last = b"\n"  # a cut archive: its unfinished line is not shown
+        total += last != b"\n"
+        first = max(0, total - n)
+        return Tail(path, max(0, first - context), first, path.stat().st_size, archive=True)
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        end = _line_start(fh, size, 0, block)  # after the last newline
+        first = _line_start(fh, end, n, block)
+        return Tail(path, _line_start(fh, first, context, block), first, end)
+
+
+def _line_start(fh: BinaryIO, end: int, k: int, block: int) -> int:
+    """The offset where the last `k` lines before `end` begin (`end`: 0 or just after a
+    newline; k=0: after the last newline before `end`, where a line being written starts)."""
+    # the newline at end-1 ends the last line: the k-th newline before it starts the k lines
+    pos, need = (end - 1, k) if k else (end, 1)
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        fh.seek(pos)
+        chunk = fh.read(step)
+        count = chunk.count(b"\n")
+        if count >= need:
+            at = len(chunk)
+            for _ in range(need):
+                at = chunk.rfind(b"\n", 0, at)
+            return pos + at + 1
+        need -= count
+    return 0
+
+
+def _forward(path: Path, start: int, end: int) -> Iterator[tuple[bytes, int]]:
+    """The lines of [start, end) (`end` just after a newline), cut to LINE_MAX, read in
+    small blocks, the file opened again for each (see `Tail`): a merge holds one block per
+    log, so 10,000 logs hold 80 MiB at most."""
+    lines = CutLines()
+    pos = start
+    while pos < end:
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            data = fh.read(min(_FORWARD, end - pos))
+        if not data:  # truncated meanwhile: what is left is gone
+            return
+        pos += len(data)
+        yield from lines.each(data)
 
 
 class Appended:
@@ -295,24 +457,34 @@ class Follower:
     failed: set[Path] = field(default_factory=set)
 
     def start(self, n: int) -> list[Entry]:
-        groups = []
+        """`stream(n)` as a list (a few lines; `logs` prints the stream as it comes)."""
+        return list(self.stream(n))
+
+    def stream(self, n: int) -> Iterator[Entry]:
+        """The last n lines per file, merged, read as they are consumed: memory is a block
+        per file whatever n is (`logs -n 100000` on a log of blank lines held every line, at
+        ~180 bytes each). Files are found (and failures told) now; lines come later."""
+        streams = []
         for label, path in sorted(self.discover().items(), key=lambda kv: _label_order(kv[0])):
             try:
                 # extra lines before the tail only to know the time of untimed first lines
-                lines, offset = read_tail(path, n, context=CONTEXT)
+                tail = find_tail(path, n, context=CONTEXT)
                 inode = path.stat().st_ino
             except OSError as e:
                 self._failed(label, path, e)
                 continue
-            src = Source(label, path, offset, inode)
-            context, lines = lines[: max(0, len(lines) - n)], lines[len(lines) - n :] if n else []
-            before = next((t for t in map(line_time, reversed(context)) if t is not None), None)
-            entries = keyed(lines, label, before)
-            if entries:
-                src.last_key = entries[-1].key
-            self.sources[label] = src
-            groups.append(entries)
-        return merge(groups)
+            src = self.sources[label] = Source(label, path, tail.end, inode)
+            streams.append(self._tail(src, tail))
+        return heapq.merge(*streams, key=lambda e: e.key)
+
+    def _tail(self, src: Source, tail: Tail) -> Iterator[Entry]:
+        def on_key(key: float) -> None:
+            src.last_key = key
+
+        try:
+            yield from tail.entries(src.label, on_key)
+        except OSError as e:  # gone unreadable while being read: the others go on
+            self._failed(src.label, src.path, e)
 
     def poll(self) -> list[Entry]:
         for label, path in self.discover().items():

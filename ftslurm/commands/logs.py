@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -22,7 +23,8 @@ from ftslurm.errors import UserError
     help="Only this replica (repeat).",
 )  # fmt: skip
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
-@click.option("-n", "lines", type=int, default=10, show_default=True, help="Last N lines each.")
+@click.option("-n", "lines", type=int, default=10, show_default=True,
+              help="Last N lines each, at most 100000 (for more, read the log file itself).")
 @click.option("--lighthouse", is_flag=True, help="Merge in the managed Lighthouse's log.")
 @click.option(
     "--run-dir",
@@ -58,6 +60,9 @@ def logs(
 
     if lines < 0:
         raise UserError("-n must be >= 0")
+    if lines > logtail.TAIL_MAX:
+        raise UserError(f"-n {lines}: at most {logtail.TAIL_MAX} lines of each log (for more, "
+                        "read the log itself: less outputs/torchft/tft-<job>/tft-<job>_<i>.out)")
     job = job_task[0] if job_task else None
     if job_task and job_task[1] is not None:
         replicas = (*replicas, job_task[1])
@@ -124,13 +129,13 @@ def logs(
 
     follower = logtail.Follower(discover, on_error=unreadable)
 
-    def emit(entries: list[logtail.Entry]) -> None:
+    def emit(entries: Iterable[logtail.Entry]) -> None:
         for e in entries:
             # what a log says is shown, never done: no raw escape reaches the terminal
             text = printable(e.text, tabs=True, colours=True)
             click.echo(logtail.prefix(e.label, width, use_color) + text, color=use_color)
 
-    emit(follower.start(lines))
+    emit(follower.stream(lines))  # printed as read: memory is not the lines shown
     if follow:
         try:
             # like `tail -f`: stop when the reader of a pipe is gone, even if no line comes
