@@ -15,6 +15,11 @@ import click
 
 from ftslurm.commands.params import FiniteFloat
 from ftslurm.errors import UserError
+from ftslurm.metrics.server import DEFAULT_HOST
+from ftslurm.metrics.snapshot import MAX_GROUP_SIZE
+from ftslurm.textsafe import printable
+
+SCRAPE_WAIT_S = 1.0  # a scrape waits this long for a reading of the logs, then gives the last
 
 
 def _source_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,9 +42,10 @@ def _source_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "report --lighthouse`)."),
         click.option("--events", multiple=True, type=click.Path(path_type=str),
                      help="A simulate-failure event log, if not found by itself."),
-        click.option("--group-size", type=click.IntRange(min=1), default=None,
-                     help="Replicas the run should have  [default: the largest quorum / "
-                     "replica count in the logs]"),
+        click.option("--group-size", type=click.IntRange(min=1, max=MAX_GROUP_SIZE),
+                     default=None,
+                     help="Replicas the run should have, at most 10000  [default: the largest "
+                     "quorum / replica count in the logs]"),
         click.option("--status-ttl", type=FiniteFloat(min=0, max=3600), default=2.0,
                      show_default=True,
                      help="Seconds a read of the Lighthouse's /status page is reused."),
@@ -79,7 +85,7 @@ def metrics() -> None:
 
     \b
     Example:
-      ftslurm metrics serve --port 9510                  # http://<this host>:9510/metrics
+      ftslurm metrics serve --port 9510                  # http://127.0.0.1:9510/metrics
       ftslurm metrics serve outputs/torchft/tft-12 --lighthouse-url "$TORCHFT_LIGHTHOUSE"
       ftslurm metrics show | promtool check metrics      # one scrape, printed
 
@@ -91,8 +97,10 @@ def metrics() -> None:
 
 @metrics.command()
 @_source_options
-@click.option("--host", default="", metavar="HOST",
-              help="Address to listen on  [default: all interfaces]")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, metavar="HOST",
+              help="Address to listen on. The endpoint has no authentication: keep the "
+              "loopback default unless the port is firewalled (--host 0.0.0.0 or the login "
+              "node's name: every interface / that one).")
 @click.option("--port", type=click.IntRange(0, 65535), default=9510, show_default=True,
               help="Port to listen on; 0 = any free port (the real one is printed).")
 def serve(host: str, port: int, **options: Any) -> None:
@@ -100,21 +108,30 @@ def serve(host: str, port: int, **options: Any) -> None:
 
     RUN is a run directory (outputs/torchft/tft-<job>) or log files, as for `ftslurm
     report`; with none, the newest tft-* run, looked up again as new jobs start. Prints the
-    URL to scrape on stdout; the rest goes to stderr.
+    URL to scrape on stdout; the rest goes to stderr. Answers /metrics and /healthz only
+    (any other path: 404). A scrape answers within about a second: when the run's logs take
+    longer to read, it gives the last complete reading while the next one is made.
 
     \b
     Examples:
       ftslurm lighthouse start --advertise login-0 && ftslurm metrics serve
       ftslurm metrics serve outputs/torchft/tft-12 --lighthouse-url http://login-0:29510 \\
           --group-size 8 --port 9510
-    Prometheus: scrape_configs: [{job_name: ftslurm, static_configs: [{targets:
-    ["login-0:9510"]}]}]
+
+    \b
+    Where it listens: 127.0.0.1 (this machine only), as there is no authentication.
+      Prometheus on the login node: targets: ["127.0.0.1:9510"]
+      From elsewhere, without opening a port: an SSH tunnel,
+          ssh -N -L 9510:127.0.0.1:9510 login-0   (then scrape localhost:9510)
+      Open to the cluster network, only behind its firewall:
+          ftslurm metrics serve --host 0.0.0.0    (targets: ["login-0:9510"])
     """
     from ftslurm import metrics as m
-    from ftslurm.lighthouse.address import default_bind_host, unbracket
+    from ftslurm.lighthouse.address import unbracket
 
     src = _sources(**options)
-    server = m.serve(m.registry(src), unbracket(host) or unbracket(default_bind_host()), port)
+    src.report_wait_s = SCRAPE_WAIT_S
+    server = m.serve(m.registry(src), unbracket(host), port)
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -124,6 +141,10 @@ def serve(host: str, port: int, **options: Any) -> None:
     try:
         click.echo(server.url)
         click.echo(f"serving Prometheus metrics on {server.url} (Ctrl-C stops)", err=True)
+        if server.exposed:
+            click.echo(printable(f"note: listening on {host}, not only this machine; /metrics "
+                                 "has no authentication: keep the port behind the cluster's "
+                                 "firewall"), err=True)  # fmt: skip
         while not stop.wait(1.0):
             pass
     except KeyboardInterrupt:

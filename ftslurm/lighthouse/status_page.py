@@ -7,8 +7,10 @@ this fragment. Tests run the parser on pages recorded from the real Lighthouse
 
 from __future__ import annotations
 
+import errno
 import html
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -113,13 +115,28 @@ def parse_status_html(page: str) -> QuorumPage:
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+MAX_ANSWER = 16 << 20  # a /status page of 10,000 replicas is about 4 MiB
+_PIECE = 1 << 16
 
 
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    """GET `url` directly (http_proxy ignored: the Lighthouse is local). Raises OSError."""
+def http_get(url: str, timeout: float = 2.0, max_bytes: int = MAX_ANSWER) -> tuple[int, str]:
+    """GET `url` directly (http_proxy ignored: the Lighthouse is local). Raises OSError.
+
+    The body must come whole within `timeout` seconds (plus one read's `timeout`) and
+    `max_bytes`: a server that streams without end or trickles bytes raises OSError instead
+    of holding the caller (a scrape, `status`) and filling its memory."""
+    deadline = time.monotonic() + timeout
     try:
         with _OPENER.open(url, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
+            body = bytearray()
+            while piece := r.read1(_PIECE):
+                body += piece
+                if len(body) > max_bytes:
+                    raise OSError(errno.EFBIG, f"an answer over {max_bytes} bytes from {url}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(errno.ETIMEDOUT, f"no whole answer in {timeout:g} s "
+                                       f"from {url}")  # fmt: skip
+            return r.status, body.decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
 

@@ -7,11 +7,19 @@ source is cached for a short time (`MetricsSources.status_ttl_s`, `report_ttl_s`
 dashboard plus an alerting Prometheus scraping every few seconds costs one /status fetch and
 one report build per interval, whatever the replica count. A source that cannot be read
 shows as `ftslurm_lighthouse_up 0` / `ftslurm_logs_up 0` and its samples are left out.
+
+Why the logs are read in a worker thread, and only when a file changed: a run folder of
+10,000 logs takes seconds to read, past Prometheus's scrape timeout. After the TTL the files
+the report would read are listed and stat'ed (path, inode, size, mtime); the same list reuses
+the last report, a changed one is read again in a worker while the scrape waits at most
+`MetricsSources.report_wait_s` and then answers with the last complete report (none yet:
+`ftslurm_logs_up 0`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +66,8 @@ class MetricsSources:
     status_ttl_s: float = DEFAULT_STATUS_TTL_S
     report_ttl_s: float = DEFAULT_REPORT_TTL_S
     http_timeout_s: float = 2.0
+    # how long a scrape waits for a reading of the logs under way; None: until it is done
+    report_wait_s: float | None = None
 
     def status_url(self) -> str | None:
         """The /status URL to fetch, or None: the managed Lighthouse, looked up each time."""
@@ -77,6 +87,25 @@ class MetricsSources:
         except (OSError, ValueError):
             return None
         return lh.parse_status_html(page) if code == 200 else None
+
+    def report_key(self) -> tuple[tuple[str, int, int, int], ...] | None:
+        """(path, inode, size, mtime_ns) of every file the report would read: while it is
+        the same, so is the report. None when the files cannot be listed (build to know)."""
+        from ftslurm.report import find_run_files
+
+        try:
+            files = find_run_files(self.run, lighthouse=self.lighthouse_logs, events=self.events)
+        except (UserError, OSError):
+            return None
+        key = []
+        for p in (*files.replica_logs, *files.lighthouse_logs, *files.event_logs):
+            try:
+                st = os.stat(p)
+            except OSError:
+                key.append((str(p), -1, -1, -1))
+                continue
+            key.append((str(p), st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(key)
 
     def read_report(self) -> dict[str, Any] | None:
         """The report's JSON dict (`ftslurm report --json`); None when there are no logs."""
@@ -121,6 +150,9 @@ class FtslurmCollector(Collector):
     _page: _Cached = field(default_factory=_Cached, init=False)
     _report: _Cached = field(default_factory=_Cached, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _report_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _worker: threading.Thread | None = field(default=None, init=False)
+    _report_key: Any = field(default=None, init=False)
 
     def _read(self, cache: _Cached, ttl: float, read: Callable[[], Any]) -> Any:
         now = self.clock()
@@ -142,8 +174,41 @@ class FtslurmCollector(Collector):
         src = self.sources
         with self._lock:
             page = self._read(self._page, src.status_ttl_s, src.read_page)
-            report = self._read(self._report, src.report_ttl_s, src.read_report)
+        report = self._latest_report()
         return build_snapshot(page, report, src.group_size, run=run_name(report))
+
+    def _latest_report(self) -> Any:
+        """The report: cached for `report_ttl_s`, then checked (and read again if a file
+        changed) in a worker; waits for it `report_wait_s` at most, then gives the last."""
+        with self._report_lock:
+            if self._worker is None and not self._report.fresh(
+                self.sources.report_ttl_s, self.clock()
+            ):
+                self._worker = threading.Thread(target=self._refresh_report,
+                                                name="metrics-report", daemon=True)
+                self._worker.start()
+            worker = self._worker
+        if worker is not None:
+            worker.join(self.sources.report_wait_s)
+        with self._report_lock:
+            return self._report.value
+
+    def _refresh_report(self) -> None:
+        src, cache = self.sources, self._report
+        t0 = time.perf_counter()
+        try:
+            key = src.report_key()
+            if key is not None and key == self._report_key and cache.at is not None:
+                value, seconds = cache.value, cache.seconds  # no file changed: the same report
+            else:
+                value, seconds = src.read_report(), time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - one bad read must not take /metrics down
+            _log.warning("reading %s failed: %s: %s", "read_report", type(e).__name__, e)
+            key, value, seconds = None, None, time.perf_counter() - t0
+        with self._report_lock:
+            cache.value, cache.seconds, cache.at = value, seconds, self.clock()
+            self._report_key = key
+            self._worker = None
 
     def describe(self) -> list[Metric]:
         return []  # registering reads nothing: the sources are read on scrape only

@@ -3,11 +3,14 @@ report JSON: pure (no I/O, no prometheus_client), so the rules are tested on rec
 and logs alone (tests/fixtures/lighthouse, tests/fixtures/report).
 
 A replica is named by its slot: the `<i>` of `<prefix>_<i>:<uuid>`, the array task index,
-which stays the same across restarts (the uuid does not).
+which stays the same across restarts (the uuid does not). Replica ids come from the network
+(anyone who can reach the Lighthouse can heartbeat any id): an id that is not a short,
+plain name is counted under the slot `unknown`, never used as a number or a label as it is.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,15 +26,37 @@ JOINING = "joining"  # heartbeating, not (yet) in the quorum: started, waiting f
 ABSENT = "absent"  # no live heartbeat: down, requeued, or never started
 STATES = (TRAINING, HEALING, JOINING, ABSENT)
 
+UNKNOWN = "unknown"  # the slot of every id that is not a plain name (see `slot`)
+MAX_GROUP_SIZE = 10_000  # slots listed at most: each is a dozen series on every scrape
+# what a slot name may be: a Prometheus label value that is short, printable and ASCII
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,63}")
+_INDEX_MAX = 10**9  # larger array task indices are junk, not slots
+
 
 def slot(replica_id: str) -> str:
-    """`torchtitan_ft_3:9a1d` or `torchtitan_ft_3` -> `3`; an id without an index is itself."""
+    """`torchtitan_ft_3:9a1d` or `torchtitan_ft_3` -> `3`; an id without an index is itself
+    when it is a plain name (up to 64 of `A-Za-z0-9_.:@+-`), else `unknown`: a 5,000-digit
+    id, one with escapes or spaces is not a slot anyone can act on."""
     _, index, _ = split_replica_id(replica_id)
-    return replica_id if index is None else str(index)
+    if index is not None:
+        return str(index) if index < _INDEX_MAX else UNKNOWN
+    return slot_name(replica_id)
 
 
-def _slot_order(s: str) -> tuple[int, str]:
-    return (0, f"{int(s):012d}") if s.isdecimal() else (1, s)
+def slot_name(name: str) -> str:
+    """A slot name from the logs or the page as it may be exposed: itself if plain (short
+    decimals included), else `unknown`."""
+    if not _PLAIN.fullmatch(name) or _decimal(name) and int(name) >= _INDEX_MAX:
+        return UNKNOWN
+    return name
+
+
+def _decimal(s: str) -> bool:
+    return s.isascii() and s.isdigit()
+
+
+def _slot_order(s: str) -> tuple[int, int, str]:
+    return (0, int(s), "") if _decimal(s) else (1, 0, s)
 
 
 @dataclass
@@ -65,7 +90,7 @@ class Snapshot:
 
 
 def _counts(items: Iterable[Mapping[str, Any]], key: str) -> Counter[str]:
-    return Counter(str(x[key]) for x in items if x.get(key) is not None)
+    return Counter(slot_name(str(x[key])) for x in items if x.get(key) is not None)
 
 
 def _state(members: list[Member], heartbeats: list[Heartbeat]) -> str:
@@ -117,17 +142,20 @@ def build_snapshot(
         recoveries = _counts(report.get("recoveries") or [], "target_replica")
         commits = _counts(report.get("commit_failures") or [], "replica")
         by_replica = summary.get("steps_by_replica") or {}
-        committed = {str(k): int(v.get("committed", 0)) for k, v in by_replica.items()}
+        for k, v in by_replica.items():
+            name = slot_name(str(k))
+            committed[name] = committed.get(name, 0) + int(v.get("committed", 0))
         for f in report.get("failures") or []:  # in time order: the last one wins
             value = f.get("time_to_full_strength_s")
             if f.get("replica") is not None and value is not None:
-                to_full[str(f["replica"])] = float(value)
+                to_full[slot_name(str(f["replica"]))] = float(value)
         slots |= set(failures) | set(recoveries) | set(commits) | set(committed)
-        slots |= {str(a["replica"]) for a in report.get("attempts") or []
+        slots |= {slot_name(str(a["replica"])) for a in report.get("attempts") or []
                   if a.get("replica") is not None}  # fmt: skip
     snap.group_size = group_size or summary.get("group_size") or (len(slots) or None)
-    if snap.group_size and all(s.isdecimal() for s in slots):
-        slots |= {str(i) for i in range(snap.group_size)}
+    if snap.group_size and all(_decimal(s) for s in slots - {UNKNOWN}):
+        # the slots that should exist are listed even when nothing names them (absent)
+        slots |= {str(i) for i in range(min(snap.group_size, MAX_GROUP_SIZE))}
     for s in sorted(slots, key=_slot_order):
         r = ReplicaSample(replica=s)
         if page is not None:

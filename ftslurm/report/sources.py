@@ -38,6 +38,17 @@ class RunFiles:
     job: str | None = None
     looked_in: list[str] = field(default_factory=list)
     shared_lighthouse: bool = False  # the managed Lighthouse's log: other runs' lines too
+    _known: dict[int, set[Path]] = field(default_factory=dict, repr=False, compare=False)
+
+    def add(self, kind: list[Path], f: Path) -> None:
+        """Append `f` to `kind` (one of the lists) unless it is there already; a set per
+        list, as a run folder may hold 10,000 logs (a list's `in` would make that quadratic)."""
+        known = self._known.get(id(kind))
+        if known is None:
+            known = self._known[id(kind)] = set(kind)
+        if f not in known:
+            known.add(f)
+            kind.append(f)
 
 
 def find_run_files(
@@ -191,16 +202,13 @@ def _managed_lighthouse_logs() -> list[Path]:
 def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
     name = f.name.lower().removesuffix(".gz")
     if name.endswith(".jsonl"):
-        if f not in files.event_logs:
-            files.event_logs.append(f)
+        files.add(files.event_logs, f)
     elif not explicit and not name.endswith((".out", ".log", ".err")):
         return
     elif "lighthouse" in name:
-        if f not in files.lighthouse_logs:
-            files.lighthouse_logs.append(f)
+        files.add(files.lighthouse_logs, f)
     else:
-        if f not in files.replica_logs:
-            files.replica_logs.append(f)
+        files.add(files.replica_logs, f)
 
 
 def clock_offset(lighthouse_logs: Iterable[Path], max_lines: int = 200_000) -> float:
