@@ -327,7 +327,8 @@ def startup_slot(
         c = claims.get(task)
         if c is None:
             return task, f"slot {task} is this task's home slot and unclaimed"
-        return None, f"slot {task} is held by task {c.task} (epoch {c.epoch}): starting as a spare"
+        who = f"task {c.task}" if c.known else "an unknown task (unreadable claim)"
+        return None, f"slot {task} is held by {who} (epoch {c.epoch}): starting as a spare"
     return None, f"task {task} is beyond the group size {group_size}: starting as a spare"
 
 
