@@ -139,17 +139,20 @@ def main() -> int | None:
             os._exit(1)
         sys.exit(run(binary))
 
+    running = [pid]  # emptied once it is reaped: its pid may then be another process's
+
     def forward(signum: int, _frame: object) -> None:
-        try:
-            os.kill(pid, signum)
-        except OSError:  # already reaped
-            pass
+        for child in running:
+            try:
+                os.kill(child, signum)
+            except OSError:
+                pass
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     if capped:
         os.close(w)
-    status = serve(pid, r, log, cap, wake_r)
+    status = serve(running, r, log, cap, wake_r)
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
 
@@ -182,15 +185,19 @@ def drain(fd: int) -> bytes:
         out += data
 
 
-def serve(pid: int, r: int, log: str, cap: int, wake: int) -> int:
+def serve(running: list[int], r: int, log: str, cap: int, wake: int) -> int:
     """Copy the Lighthouse's output from pipe `r` (-1: none) to the log, and reap children,
     until the pipe is closed and no child is left: the Lighthouse, or what it started and
     left behind (adopted here), for as long as any of it runs, this process is there to be
-    found and stopped by its state dir. Returns the Lighthouse's wait status."""
+    found and stopped by its state dir. `running` holds the Lighthouse's pid until it is
+    reaped. Returns the Lighthouse's wait status."""
+    pid = running[0]
     size = os.fstat(1).st_size if r >= 0 else 0
     status: int | None = None
     while True:
         status, children = reap(pid, status)
+        if status is not None:
+            running.clear()
         if not children:
             if r >= 0:  # nothing of ours holds the pipe any more: what is left in it
                 os.set_blocking(r, False)

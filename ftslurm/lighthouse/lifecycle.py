@@ -155,7 +155,8 @@ def _typed(value: Any, types: tuple[type, ...]) -> bool:
 
 def _checked_extra(extra: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """`extra` of a state file with what is not as `start` writes it left out, and what that
-    was (`extra.config is not an object`): a command shows the rest, and says so."""
+    was (`extra.config is a str, not dict`): a command shows the rest, and says so."""
+
     def wrong(name: str, value: Any, types: tuple[type, ...]) -> str:
         want = " or ".join("null" if t is _NONE else t.__name__ for t in types)
         return f"{name} is a {type(value).__name__}, not {want}"
@@ -433,13 +434,13 @@ def _stale(d: daemon.Daemon, found: daemon.Lookup) -> daemon.Lookup:
     of another). Processes of it still running (a Lighthouse killed by PR_SET_PDEATHSIG
     exits a moment after its launcher) get a moment to go."""
     procs.wait_gone(lambda: bool(d.lookup(clean_stale=False).left), 1.0)
-    if daemon.unsafe_state_dir(d.state_dir):  # not ours to clean (nor to lock)
-        return d.lookup(clean_stale=False)
     try:
-        with d.locked(timeout=5.0):
-            return d.forget_stale()  # re-checked under the lock
-    except (TimeoutError, OSError):
-        return d.lookup(clean_stale=False)
+        if daemon.unsafe_state_dir(d.state_dir) is None:  # else not ours to clean (nor lock)
+            with d.locked(timeout=5.0):
+                return d.forget_stale()  # re-checked under the lock
+    except (TimeoutError, OSError):  # (TimeoutError is an OSError) busy, gone, read-only
+        pass
+    return d.lookup(clean_stale=False)
 
 
 def status(
