@@ -67,6 +67,13 @@
 #                                        heal; 0: upstream's way [1]
 #   FTSLURM_FIX_RENDEZVOUS_NAMESPACE     fix 7 (fixes.py): a restarted Lighthouse's quorums connect;
 #                                        0: upstream's way [1]
+#   FTSLURM_FIX_PEER_ABORT               fix 8 (fixes.py): a silent peer fails the survivors' step
+#                                        at once; 0: upstream's way [1]
+#   FTSLURM_HANG_TIMEOUT_S               the launcher's watchdog (watchdog.py) restarts a worker
+#                                        whose heartbeat the Lighthouse lost, or that made no
+#                                        progress in a step for this long (the worker raises it to
+#                                        20 median steps or twice torchft's timeout); 0: no watchdog
+#                                        [300 (60 with DEVICE=cpu)]
 #   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
 #                                        few cores) [0.5]
 #   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica or spare syncs before any step

@@ -231,6 +231,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_FT_CHECKPOINT_RETENTION", 5, "one FT dataloader checkpoint kept"),
     _fix("FTSLURM_FIX_HEAL_TIMEOUT_FLOOR", 6, "a survivor's collectives outlast a peer's heal"),
     _fix("FTSLURM_FIX_RENDEZVOUS_NAMESPACE", 7, "a restarted Lighthouse's quorums connect"),
+    _fix("FTSLURM_FIX_PEER_ABORT", 8, "a silent peer fails the survivors' step at once"),
+    Knob("FTSLURM_HANG_TIMEOUT_S", "int", "the launcher's watchdog (watchdog.py) restarts a "
+         "worker whose heartbeat the Lighthouse lost, or that made no progress in a step for "
+         "this long (the worker raises it to 20 median steps or twice torchft's timeout); "
+         "0: no watchdog", 300, cpu_default=60, minimum=0, maximum=DAY_S, scripts=FT),
     Knob("FTSLURM_TINY_STEP_S", "float", "`FTSLURM_PRESET=tiny`: pause per step (paces many "
          "replicas on few cores)", 0.5, minimum=0, scripts=FT),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool",
@@ -307,6 +312,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          public=False),
     Knob("FTSLURM_FENCED_FILE", "path", "where a fenced worker tells the launcher",
          public=False),
+    Knob("FTSLURM_PROGRESS_FILE", "path", "where the worker tells the launcher's watchdog "
+         "its progress (peer_watch.py)", public=False),
     Knob("FTSLURM_LIGHTHOUSE_LOG", "path", "the managed Lighthouse's log", where="cli",
          public=False),
     Knob("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "int", "its log's rotation size", 0, minimum=0,

@@ -130,3 +130,15 @@ def spawn(
     finally:
         if out not in (None, subprocess.DEVNULL):
             os.close(out)
+
+
+Child = subprocess.Popen  # what spawn returns, for callers' type hints
+
+
+def wait_for_exit(child: Child, timeout: float | None) -> int | None:
+    """`child`'s return code once it exits, or None when it still runs after `timeout`
+    seconds (None: wait as long as it takes)."""
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None

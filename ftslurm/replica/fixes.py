@@ -59,6 +59,13 @@ reproduce a bug, or once upstream is fixed).
    the rendezvous is named by the quorum id, its max step and its members' ids (each
    replica's id has a per-process uuid), the same for every member of a quorum and new
    after a restart.
+8. FTSLURM_FIX_PEER_ABORT (a silent peer): a peer that hangs, stops or loses its node
+   without closing a socket keeps every survivor inside its cross-replica collective until
+   PG_TIMEOUT_S (with fix 6's floor: 82 s for the 8B preset on an H200), although the
+   Lighthouse drops its heartbeat after its heartbeat timeout. Fix: once a step is overdue,
+   each process reads the Lighthouse's /status page; a quorum member marked gone fails the
+   step at once, so the next quorum forms as after a crash; a process that stood still
+   itself does not commit that step (peer_watch.py).
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ SWITCHES = {
     "ft_checkpoint_retention": "FTSLURM_FIX_FT_CHECKPOINT_RETENTION",
     "heal_timeout_floor": "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR",
     "rendezvous_namespace": "FTSLURM_FIX_RENDEZVOUS_NAMESPACE",
+    "peer_abort": "FTSLURM_FIX_PEER_ABORT",
 }
 
 
@@ -314,6 +322,26 @@ class _QuorumRecorder:
         return self.last_quorum
 
 
+def record_quorums(manager: Any) -> None:
+    """Give a built Manager's client a quorum recorder, once (fix 7 and fix 8 read it)."""
+    if not isinstance(manager._client, _QuorumRecorder):
+        manager._client = _QuorumRecorder(manager._client)
+
+
+def fix_peer_abort() -> None:
+    """Fix 8: a quorum member whose heartbeat the Lighthouse lost fails the step at once
+    (peer_watch.py); a process that stood still does not commit the step it stood in."""
+    from pathlib import Path
+
+    from ftslurm.replica import peer_watch
+
+    env = os.environ
+    progress = knobs.get(env, peer_watch.PROGRESS_ENV)
+    peer_watch.install(knobs.get(env, "TORCHFT_LIGHTHOUSE"), Path(progress) if progress else None,
+                       float(knobs.get(env, "FTSLURM_HANG_TIMEOUT_S", knobs.get(env, "DEVICE"))),
+                       record_quorums)  # fmt: skip
+
+
 def fix_rendezvous_namespace() -> None:
     """Fix 7: every Manager built from now on (torchtitan's and the tiny worker's) rendezvous
     its process group under `rendezvous_id`, not the bare quorum id."""
@@ -325,7 +353,7 @@ def fix_rendezvous_namespace() -> None:
 
     def __init__(self: Manager, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
         init(self, *args, **kwargs)
-        self._client = _QuorumRecorder(self._client)
+        record_quorums(self)
 
     def _reconfigure_pg(self: Manager, communicator_id: int, handles: list[str]) -> None:
         quorum = getattr(self._client, "last_quorum", None)
@@ -357,6 +385,9 @@ FIXES = (
         "FTSLURM_HEAL_MBPS, twice)", fix_heal_timeout_floor),
     Fix("rendezvous_namespace", "a quorum's process group meets under its id, max step and "
         "members, not a quorum id a restarted Lighthouse reuses", fix_rendezvous_namespace),
+    Fix("peer_abort", "a quorum member whose heartbeat the Lighthouse lost fails the "
+        "survivors' step at once, not after PG_TIMEOUT_S; a process that stood still does "
+        "not commit that step", fix_peer_abort),
 )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ftslurm import knobs, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
-from ftslurm.replica import attempt_guard, config_error, slots, train
+from ftslurm.replica import attempt_guard, config_error, peer_watch, slots, train, watchdog
 from ftslurm.replica import plan as planlib
 from ftslurm.slurm import client
 
@@ -270,14 +270,43 @@ def _guard_attempt_dir(folder: Path) -> None:
              "this host removes it if this one is killed")  # fmt: skip
 
 
+def _watchdog(plan: planlib.Plan, env: Mapping[str, str],
+              progress: Path) -> watchdog.Watchdog | None:  # fmt: skip
+    """The attempt's watchdog (watchdog.py): FT replicas only, off with
+    FTSLURM_HANG_TIMEOUT_S=0."""
+    floor = knobs.get(env, "FTSLURM_HANG_TIMEOUT_S", plan.device)
+    if plan.kind != "ft" or not floor:
+        return None
+    return watchdog.Watchdog(progress, knobs.get(env, "TORCHFT_LIGHTHOUSE"), float(floor))
+
+
+def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None) -> int:
+    """The child's return code; with a watchdog, a worker it finds hung is SIGKILLed with
+    every process under the child (torchrun's workers live in sessions of their own), and
+    the attempt ends as after a crash."""
+    while True:
+        rc = runner.wait_for_exit(child, None if dog is None else watchdog.CHECK_EVERY_S)
+        if rc is not None:
+            return rc
+        assert dog is not None
+        why = dog.check()
+        if why:
+            _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  watchdog: ending the training "
+                 f"worker: {why}")  # fmt: skip
+            procs.kill_pids(procs.descendants([child.pid]), signal.SIGKILL)
+            return child.wait()
+
+
 def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:
     cancelled = False
     fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
     extra = {**plan.env, config_error.ENV: str(note), "FTSLURM_FENCED_FILE": str(fenced),
-             "FTSLURM_SLOT_FILE": str(note.with_name("slot"))}  # fmt: skip
+             "FTSLURM_SLOT_FILE": str(note.with_name("slot")),
+             peer_watch.PROGRESS_ENV: str(note.with_name("progress"))}  # fmt: skip
     if plan.torchrun_is_child:
         extra[train.LAUNCHER_ENV] = str(os.getpid())
     child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
+    dog = _watchdog(plan, env, note.with_name("progress"))
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
@@ -287,7 +316,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    rc = child.wait()
+    rc = _wait_watched(child, dog)
     code = rc if rc >= 0 else 128 - rc
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"

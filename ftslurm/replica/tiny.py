@@ -114,7 +114,8 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
     from ftslurm.replica import checksum, fixes
 
     env = os.environ
-    for line in fixes.apply(env, only=("rendezvous_namespace",)):  # before the Manager exists
+    # before the Manager exists
+    for line in fixes.apply(env, only=("rendezvous_namespace", "peer_abort")):
         logger.info(line)
     pg_timeout = timedelta(seconds=knobs.get(env, "PG_TIMEOUT_S") or 60)
     heal_timeout = timedelta(seconds=knobs.get(env, "FTSLURM_HEAL_TIMEOUT_S"))
@@ -147,6 +148,8 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
             x, y = trainer.batch()
             loss = torch.nn.functional.mse_loss(trainer.model(x), y)
             loss.backward()
+            if pause:  # the step's compute, between the quorum and the all-reduce, as on a GPU
+                time.sleep(pause)
             grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
             for work in [manager.allreduce(g) for g in grads]:
                 work.wait()
@@ -161,8 +164,6 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
                                 manager.current_step(), "model", count, hexd))  # fmt: skip
                 tps = BATCH * DIM / max(time.perf_counter() - t0, 1e-9)
                 logger.info(step_line(trainer.step, loss.item(), grad_norm, tps))
-            if pause:
-                time.sleep(pause)
     finally:
         manager.shutdown(wait=False)
     logger.info("Training completed")

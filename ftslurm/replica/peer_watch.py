@@ -1,0 +1,351 @@
+"""Fix 8 (FTSLURM_FIX_PEER_ABORT): a silent peer costs a survivor no more than a dead one.
+
+A peer that stops without closing a socket (a hung or stopped process, a frozen node, a
+partition) leaves every survivor inside its cross-replica collective until the process
+group's timeout: PG_TIMEOUT_S, which fix 6 raises to cover a heal (82 s for the 8B preset on
+one H200). The Lighthouse knows sooner: it marks the peer's heartbeat old after its heartbeat
+timeout. In every training process this module
+
+- keeps the span of each step (start_quorum's return to should_commit) and the members of
+  the Manager's current quorum (fix 7's quorum recorder);
+- once a step has run longer than its grace (twice the recent median step, at least
+  GRACE_FLOOR_S), reads the Lighthouse's /status page every POLL_S. A member of the quorum
+  whose heartbeat the page marks old, or that two reads in a row do not list, is lost: the
+  step is failed (`report_error`, so should_commit discards it), the process group is
+  aborted where its backend can cancel work (NCCL), and the waits on gloo's work return at
+  once (gloo cannot cancel a pending receive: measured with torch 2.13, neither torchft's
+  nor torch's abort ends it; gloo's thread then runs to its own timeout on tensors that the
+  next step no longer uses, as zero_grad sets the gradients to None). The next quorum forms
+  without the peer, as after a crash;
+- fences this process when it stood still itself (SIGSTOP, a frozen node, a paused VM): a
+  ticker thread notes gaps in its own ticks, and a step during which the process stood
+  still longer than FREEZE_GAP_S is not committed. Its peers may have dropped it and
+  committed that step without it; committing it too would give two replicas the same step
+  number with different weights, which no heal would ever mend;
+- writes the worker's progress for the launcher's watchdog (watchdog.py):
+  FTSLURM_PROGRESS_FILE holds `{"state": "quorum"|"step", "time": ..., "bound_s": ...}`.
+
+The watch costs nothing while steps end within their grace: no thread wakes and no request
+is sent. Only a hung peer's heartbeat says it is gone: a peer whose main thread hangs while
+its heartbeat thread runs (a stuck GPU kernel) is still a member for the Lighthouse, and
+the survivors wait for PG_TIMEOUT_S; the hung replica's own watchdog ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.5  # between reads of the Lighthouse while a step is overdue
+GRACE_FLOOR_S = 1.0  # a step younger than this is never overdue
+FREEZE_GAP_S = 1.5  # a process that stood still longer does not commit that step
+TICK_S = 0.1
+ABSENT_READS = 2  # a member missing from this many reads in a row is lost
+PROGRESS_ENV = "FTSLURM_PROGRESS_FILE"
+# The launcher's watchdog kills a worker that made no progress for this long in a step: a
+# multiple of the recent median step, never under the Manager's own timeout twice over (a
+# collective may legitimately wait that long, e.g. on a peer's heal) nor the floor.
+HANG_STEPS = 20
+
+
+# gloo process groups left with a receive pending on a lost peer: kept for the life of the
+# process (one per silent failure), since destroying one blocks until that receive times out
+_ABANDONED: list[Any] = []
+
+
+class PeerLost(RuntimeError):
+    """A member of the current quorum stopped heartbeating while this step waited on it."""
+
+
+@dataclass
+class _Step:
+    token: int
+    started: float  # time.monotonic()
+    waits: set[threading.Event] = field(default_factory=set)
+
+
+def _lost(members: list[str], me: str, page: Any, absent: dict[str, int]) -> list[str]:
+    """Pure: the members (not `me`) the parsed status page shows gone. `absent` counts the
+    reads in a row that did not list a member (updated here)."""
+    beats = {h.replica_id: h for h in page.heartbeats}
+    lost = []
+    for rid in members:
+        if rid == me:
+            continue
+        beat = beats.get(rid)
+        if beat is None:
+            absent[rid] = absent.get(rid, 0) + 1
+            if absent[rid] >= ABSENT_READS:
+                lost.append(rid)
+        else:
+            absent.pop(rid, None)
+            if beat.old:
+                lost.append(rid)
+    return lost
+
+
+class PeerWatch:
+    """The watch of one Manager; see the module docstring. `read_page(url)` returns the parsed
+    /status page or None (tests give their own)."""
+
+    def __init__(self, manager: Any, lighthouse: str | None, progress: Path | None,
+                 hang_floor_s: float, read_page: Callable[[str], Any] | None = None,
+                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.manager = manager
+        self.url = lighthouse.rstrip("/") + "/status" if lighthouse else None
+        self.progress = progress
+        self.hang_floor_s = hang_floor_s
+        self.read_page = read_page or _read_page
+        self.say = say or (lambda line: print(line, flush=True))
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._token = 0
+        self._step: _Step | None = None
+        self._aborted: int | None = None  # the token of the step the watch failed
+        self._lost_text = ""
+        self._durations: deque[float] = deque(maxlen=20)
+        self._last_tick = time.monotonic()
+        self._froze: tuple[int, float] | None = None  # (token, seconds) of a gap in the ticks
+        self._absent: dict[str, int] = {}
+        self._members_of: object = None
+        self.aborts = 0
+        for target, name in ((self._watch, "ftslurm_peer_watch"), (self._tick, "ftslurm_ticker")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    # ---- the step's span, from the Manager's hooks
+
+    def quorum_started(self) -> None:
+        self._write_progress("quorum")
+
+    def step_started(self) -> None:
+        with self._lock:
+            self._token += 1
+            self._step = _Step(self._token, time.monotonic())
+            self._wake.notify_all()
+        self._write_progress("step")
+
+    def step_ending(self) -> str | None:
+        """At should_commit: why this step must not commit (this process stood still, or the
+        watch failed it), or None. Ends the step's span."""
+        with self._lock:
+            step, self._step = self._step, None
+            self._wake.notify_all()
+            if step is None:
+                return None
+            now = time.monotonic()
+            self._durations.append(now - step.started)
+            gap = now - self._last_tick
+            froze = self._froze[1] if self._froze and self._froze[0] == step.token else 0.0
+            froze = max(froze, gap if gap > FREEZE_GAP_S else 0.0)
+            if froze:
+                return (f"this process stood still for {froze:.1f} s during the step (stopped "
+                        "or frozen); its peers may have committed the step without it")
+            if self._aborted == step.token:
+                return self._lost_text
+        return None
+
+    def committed(self) -> None:
+        self._write_progress("step")
+
+    # ---- waits on cross-replica work
+
+    def wait_done(self, work: Any) -> bool:
+        """Block until `work` completes (True) or the watch fails the step (False). Outside a
+        step, or for work without a future, returns True at once: upstream's wait follows."""
+        try:
+            fut = work.get_future()
+        except Exception:  # noqa: BLE001 - a work type without a future: upstream waits
+            return True
+        done = threading.Event()
+        fut.add_done_callback(lambda _f: done.set())
+        with self._lock:
+            step = self._step
+            if step is None:
+                return True
+            if self._aborted == step.token:
+                return fut.done()
+            step.waits.add(done)
+        done.wait()
+        with self._lock:
+            step.waits.discard(done)
+            return fut.done() or self._aborted != step.token
+
+    @property
+    def lost_text(self) -> str:
+        return self._lost_text
+
+    # ---- the threads
+
+    def _grace(self) -> float:
+        median = statistics.median(self._durations) if self._durations else 0.0
+        return max(GRACE_FLOOR_S, 2 * median)
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                step = self._step
+                if step is None or self._aborted == step.token or self.url is None:
+                    self._wake.wait()
+                    continue
+                wait = step.started + self._grace() - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(timeout=wait)
+                    continue
+            lost = self._check()
+            if lost:
+                self._abort(step, lost)
+                continue
+            with self._lock:
+                if self._step is step:
+                    self._wake.wait(timeout=POLL_S)
+
+    def _check(self) -> list[str]:
+        quorum = getattr(getattr(self.manager, "_client", None), "last_quorum", None)
+        members = list(getattr(quorum, "replica_ids", None) or [])
+        if quorum is not self._members_of:
+            self._members_of, self._absent = quorum, {}
+        if len(members) < 2 or self.url is None:
+            return []
+        page = self.read_page(self.url)
+        if page is None or not page.heartbeats:
+            return []  # no answer, or not a page we know: never abort on no evidence
+        return _lost(members, _own_id(self.manager), page, self._absent)
+
+    def _abort(self, step: _Step, lost: list[str]) -> None:
+        with self._lock:
+            if self._step is not step or self._aborted == step.token:
+                return
+            since = time.monotonic() - step.started
+            self._lost_text = (f"replica(s) {', '.join(lost)} of the quorum stopped "
+                               f"heartbeating to the Lighthouse; the step waited {since:.1f} s")
+            self._aborted = step.token
+            waits = list(step.waits)
+            self.aborts += 1
+            # under the lock: should_commit cannot end the step in between, so the error
+            # never lands on the next step
+            self.manager.report_error(PeerLost(self._lost_text))
+        pg = getattr(self.manager, "_pg", None)
+        if pg is not None and "gloo" in _backend(pg):
+            # the next quorum replaces this group; were it destroyed then, its destructor
+            # would wait for the pending receive (the quorum thread stuck for PG_TIMEOUT_S)
+            _ABANDONED.append(getattr(pg, "_pg", None))
+        elif pg is not None:
+            try:
+                pg.abort()  # NCCL: cancels the collective the stream waits on
+            except Exception as e:  # noqa: BLE001 - the step is failed either way
+                self.say(f"[ftslurm] peer watch: process group abort failed: {e}")
+        for done in waits:
+            done.set()
+        self.say(f"[ftslurm] peer watch: step failed at once: {self._lost_text}")
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                gap = now - self._last_tick
+                self._last_tick = now
+                if gap > FREEZE_GAP_S and self._step is not None:
+                    self._froze = (self._step.token, gap)
+
+    # ---- progress for the launcher
+
+    def _bound(self) -> float:
+        median = statistics.median(self._durations) if self._durations else 0.0
+        timeout = getattr(self.manager, "_timeout", timedelta())
+        return max(self.hang_floor_s, HANG_STEPS * median, 2 * timeout.total_seconds())
+
+    def _write_progress(self, state: str) -> None:
+        if self.progress is None:
+            return
+        text = json.dumps({"state": state, "time": time.time(), "bound_s": self._bound(),
+                           "id": _own_id(self.manager)})
+        tmp = self.progress.with_name(self.progress.name + ".tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, self.progress)
+        except OSError:
+            pass  # a full or gone folder: the watchdog then keeps to the heartbeat rule
+
+
+def _own_id(manager: Any) -> str:
+    """The Manager's replica id as the Lighthouse knows it (with its per-process uuid)."""
+    return str(getattr(getattr(manager, "_logger", None), "_replica_id", "") or "")
+
+
+def _backend(pg: Any) -> str:
+    try:
+        return str(pg.getBackendName()).lower()
+    except Exception:  # noqa: BLE001 - not configured yet
+        return ""
+
+
+def _read_page(url: str) -> Any:
+    from ftslurm.lighthouse.status_page import http_get, parse_status_html
+
+    try:
+        code, text = http_get(url, timeout=1.0)
+    except (OSError, ValueError):
+        return None
+    return parse_status_html(text) if code == 200 else None
+
+
+def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
+            record_quorums: Callable[[Any], None]) -> None:  # fmt: skip
+    """Patch torchft's Manager (every one built from now on gets a watch; `record_quorums`
+    gives it fix 7's quorum recorder) and _ManagedWork's wait; idempotent."""
+    from torchft import manager as tm
+
+    Manager = tm.Manager  # noqa: N806 - torchft's class
+    if getattr(Manager.start_quorum, "_ftslurm_peer_watch", False):
+        return
+    init, start_quorum = Manager.__init__, Manager.start_quorum
+    should_commit = Manager.should_commit
+    wait = tm._ManagedWork.wait
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+        init(self, *args, **kwargs)
+        record_quorums(self)
+        self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s)
+
+    def patched_start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
+        watch = getattr(self, "_ftslurm_peer_watch", None)
+        if watch is not None:
+            watch.quorum_started()
+        out = start_quorum(self, *args, **kwargs)
+        if watch is not None:
+            watch.step_started()
+        return out
+
+    def patched_should_commit(self: Any, *args: Any, **kwargs: Any) -> bool:
+        watch = getattr(self, "_ftslurm_peer_watch", None)
+        why = watch.step_ending() if watch is not None else None
+        if why:
+            self.report_error(PeerLost(why))
+            print(f"[ftslurm] peer watch: not committing: {why}", flush=True)
+        ok = should_commit(self, *args, **kwargs)
+        if ok and watch is not None:
+            watch.committed()
+        return ok
+
+    def patched_wait(self: Any, timeout: timedelta | None = None) -> bool:
+        watch = getattr(self._manager, "_ftslurm_peer_watch", None)
+        if watch is not None and not watch.wait_done(self._work):
+            self._manager.report_error(PeerLost(watch.lost_text))
+            return False
+        return wait(self, timeout)
+
+    patched_start_quorum._ftslurm_peer_watch = True  # type: ignore[attr-defined]
+    Manager.__init__ = __init__  # type: ignore[method-assign]
+    Manager.start_quorum = patched_start_quorum  # type: ignore[method-assign]
+    Manager.should_commit = patched_should_commit  # type: ignore[method-assign]
+    tm._ManagedWork.wait = patched_wait  # type: ignore[method-assign]

@@ -1,0 +1,173 @@
+"""Silent failures: a peer that stops without closing a socket (SIGSTOP: the shape of a hang,
+a frozen node, a partition) costs the survivor no more than a crash (fix 8, peer_watch.py),
+a process that stood still does not commit the step it stood in, and the launcher's
+watchdog ends a hung worker (watchdog.py).
+
+The training tests run two tiny replicas (a real torchft Manager, real gloo, the real
+Lighthouse) through the real launcher; every process is killed by pid at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage, parse_status_html
+from ftslurm.replica import peer_watch, watchdog
+from ftslurm.wait import wait_for
+from tests.test_replica_training import Replica, Run, _children, _cmdline
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lighthouse"
+
+
+# ---- pure parts
+
+
+def test_lost_members_are_the_ones_the_lighthouse_marks_old() -> None:
+    page = parse_status_html((FIXTURES / "status_one_heartbeat_old.html").read_text())
+    members = ["torchtitan_ft_0:0f3c", "torchtitan_ft_1:9a1d"]
+    assert peer_watch._lost(members, "torchtitan_ft_0:0f3c", page, {}) == ["torchtitan_ft_1:9a1d"]
+    # seen from the old one itself: its peer is live, nothing is lost
+    assert peer_watch._lost(members, "torchtitan_ft_1:9a1d", page, {}) == []
+
+
+def test_a_member_missing_from_the_page_is_lost_only_after_two_reads() -> None:
+    page = QuorumPage(heartbeats=[Heartbeat("a:1", 0.1)])
+    absent: dict[str, int] = {}
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) == []
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) == ["b:2"]
+    back = QuorumPage(heartbeats=[Heartbeat("a:1", 0.1), Heartbeat("b:2", 0.1)])
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", back, absent) == []
+    assert absent == {}
+
+
+def _progress(tmp: Path, state: str, age_s: float, bound_s: float, rid: str = "r:1") -> Path:
+    path = tmp / "progress"
+    path.write_text(json.dumps({"state": state, "time": time.time() - age_s,
+                                "bound_s": bound_s, "id": rid}))  # fmt: skip
+    return path
+
+
+def test_watchdog_progress_rule_spares_quorum_waits_and_young_steps(tmp_path: Path) -> None:
+    def dog(path: Path) -> watchdog.Watchdog:
+        return watchdog.Watchdog(path, None, floor_s=60)
+
+    assert dog(tmp_path / "none").check() is None  # before the first quorum
+    assert dog(_progress(tmp_path, "quorum", 500, 10)).check() is None  # the Lighthouse bounds it
+    assert dog(_progress(tmp_path, "step", 30, 10)).check() is None  # under the floor
+    assert dog(_progress(tmp_path, "step", 90, 120)).check() is None  # under the worker's bound
+    why = dog(_progress(tmp_path, "step", 90, 10)).check()
+    assert why is not None and "no progress in its training step for 90 s" in why
+    (tmp_path / "progress").write_text('{"state": "step", "time": "x"}')  # not ours: no evidence
+    assert dog(tmp_path / "progress").check() is None
+
+
+def test_watchdog_heartbeat_rule_needs_a_live_sighting_and_two_old_reads(tmp_path: Path) -> None:
+    pages = iter([
+        QuorumPage(heartbeats=[Heartbeat("r:1", 5.0, old=True)]),  # an id never seen live
+        QuorumPage(heartbeats=[Heartbeat("r:1", 0.1)]),
+        QuorumPage(heartbeats=[Heartbeat("r:1", 2.5, old=True)]),
+        QuorumPage(heartbeats=[Heartbeat("r:1", 3.5, old=True)]),
+    ])  # fmt: skip
+    dog = watchdog.Watchdog(_progress(tmp_path, "step", 0, 10), "http://lh", floor_s=60,
+                            read_page=lambda _url: next(pages))  # fmt: skip
+    assert [dog.check() for _ in range(3)] == [None, None, None]
+    why = dog.check()
+    assert why is not None and "lost its heartbeat (last seen 3.5 s ago)" in why
+
+
+# ---- real replicas
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Iterator:
+    runs: list[Run] = []
+
+    def make(**extra_env: str) -> Run:
+        run = Run(tmp_path, "per-step", {"FTSLURM_PRESET": "tiny", "FTSLURM_TINY_STEP_S": "0.2",
+                                         **extra_env})  # fmt: skip
+        runs.append(run)
+        return run
+
+    try:
+        yield make
+    finally:
+        for run in runs:
+            run.close()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _steps_after(rep: Replica, t: float) -> list[int]:
+    return [s for when, s, _ in rep.steps() if when > t]
+
+
+def _two_stepping(run: Run) -> tuple[Replica, Replica, int]:
+    r0, r1 = run.start(0), run.start(1)
+    wait_for(lambda: len(r0.steps()) >= 3 and len(r1.steps()) >= 3, timeout=120,
+             what="both tiny replicas stepping")  # fmt: skip
+    worker = next(p for p in _children(r1.proc.pid) if "ftslurm.replica.tiny" in _cmdline(p))
+    return r0, r1, worker
+
+
+@pytest.mark.training
+@pytest.mark.timeout(300)
+def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(make_run) -> None:
+    """PG_TIMEOUT_S=60 and the watchdog off: replica 1's worker is SIGSTOPped inside its
+    step (the tiny worker's pause sits between the quorum and the all-reduce, as compute
+    does). Replica 0 commits again well inside the timeout (the test Lighthouse's 5 s
+    heartbeat timeout and a step), says why, and trains alone. SIGCONT: replica 1 does not commit the step it
+    was frozen in, joins again, heals, and both replicas' checksums agree after."""
+    run = make_run(PG_TIMEOUT_S="60", FTSLURM_HANG_TIMEOUT_S="0", FTSLURM_CHECKSUM_EVERY="1")
+    r0, r1, worker = _two_stepping(run)
+    assert "[ftslurm] fix peer_abort: ON" in r0.text()
+    t_stop = time.time()
+    _signal(worker, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(_steps_after(r0, t_stop + 0.5)) >= 2, timeout=60,
+                 what="replica 0 committing alone")  # fmt: skip
+        first = min(when for when, _, _ in r0.steps() if when > t_stop + 0.5)
+    finally:
+        _signal(worker, signal.SIGCONT)
+    assert first - t_stop < 15, f"survivor's next commit {first - t_stop:.1f} s after the stop"
+    assert "peer watch: step failed at once: replica(s) torchtitan_ft_1:" in r0.text()
+    wait_for(lambda: "peer watch: not committing: this process stood still" in r1.text(),
+             timeout=30, what="replica 1 refusing the step it stood still in")  # fmt: skip
+    t_cont = time.time()
+    wait_for(lambda: len(_steps_after(r1, t_cont)) >= 3, timeout=90,
+             what="replica 1 training again after SIGCONT")  # fmt: skip
+    assert r1.proc.poll() is None  # the same attempt carried on
+    a, b = r0.checksums(), r1.checksums()
+    common = sorted(k for k in set(a) & set(b) if k[0] > max(_steps_after(r1, 0)[:1] or [0]))
+    later = [k for k in common if k[0] >= min(_steps_after(r1, t_cont))]
+    assert later, (sorted(a)[-5:], sorted(b)[-5:])
+    assert all(a[k] == b[k] for k in later), [(k, a[k], b[k]) for k in later if a[k] != b[k]]
+
+
+@pytest.mark.training
+@pytest.mark.timeout(300)
+def test_the_watchdog_ends_a_stopped_worker(make_run) -> None:
+    """The launcher's watchdog on: a SIGSTOPped worker is SIGKILLed once the Lighthouse has
+    lost its heartbeat (2 s timeout, two reads), and the attempt ends as after a crash (here
+    outside a job array: nothing to requeue)."""
+    run = make_run(PG_TIMEOUT_S="30", FTSLURM_HANG_TIMEOUT_S="60")
+    r0, r1, worker = _two_stepping(run)
+    t_stop = time.time()
+    _signal(worker, signal.SIGSTOP)
+    wait_for(lambda: r1.proc.poll() is not None, timeout=60, what="replica 1's launcher to end")
+    took = time.time() - t_stop
+    text = r1.text()
+    assert "watchdog: ending the training worker: the Lighthouse lost its heartbeat" in text
+    assert "not requeueing (training exited with code 137)" in text
+    assert took < 15, f"the watchdog took {took:.1f} s"
+    assert r0.proc.poll() is None and len(_steps_after(r0, t_stop + took)) >= 0
