@@ -126,8 +126,9 @@ def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(
     """PG_TIMEOUT_S=60 and the watchdog off: replica 1's worker is SIGSTOPped inside its
     step (the tiny worker's pause sits between the quorum and the all-reduce, as compute
     does). Replica 0 commits again well inside the timeout (the test Lighthouse's 5 s
-    heartbeat timeout and a step), says why, and trains alone. SIGCONT: replica 1 does not commit the step it
-    was frozen in, joins again, heals, and both replicas' checksums agree after."""
+    heartbeat timeout and a step), says why, and trains alone. SIGCONT: replica 1 does not
+    commit the step it was frozen in, joins again, heals, and both replicas' checksums agree
+    after."""
     run = make_run(PG_TIMEOUT_S="60", FTSLURM_HANG_TIMEOUT_S="0", FTSLURM_CHECKSUM_EVERY="1")
     r0, r1, worker = _two_stepping(run)
     assert "[ftslurm] fix peer_abort: ON" in r0.text()
@@ -171,3 +172,24 @@ def test_the_watchdog_ends_a_stopped_worker(make_run) -> None:
     assert "not requeueing (training exited with code 137)" in text
     assert took < 15, f"the watchdog took {took:.1f} s"
     assert r0.proc.poll() is None and len(_steps_after(r0, t_stop + took)) >= 0
+
+
+def test_optimizer_steps_are_progress_and_size_the_watchdogs_bound(tmp_path: Path) -> None:
+    """DiLoCo's inner steps run between two syncs without the Manager: each optimizer step
+    writes the progress (at most once a second), so a long sync interval is no hang; the
+    bound is 20 median optimizer steps, twice torchft's timeout, or the floor."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    manager = SimpleNamespace(_timeout=timedelta(seconds=7),
+                              _logger=SimpleNamespace(_replica_id="torchtitan_ft_1:ab"))
+    progress = tmp_path / "progress"
+    watch = peer_watch.PeerWatch(manager, None, progress, hang_floor_s=5)
+    watch.optimizer_stepped()
+    first = json.loads(progress.read_text())
+    assert first["state"] == "step" and first["id"] == "torchtitan_ft_1:ab"
+    assert first["bound_s"] == 14  # no step timed yet: twice torchft's timeout
+    watch._opt_steps.extend([3.0, 3.0, 3.0])
+    watch._last_write = 0.0
+    watch.optimizer_stepped()
+    assert json.loads(progress.read_text())["bound_s"] == 60  # 20 x the median of 3 s

@@ -23,7 +23,9 @@ timeout. In every training process this module
   committed that step without it; committing it too would give two replicas the same step
   number with different weights, which no heal would ever mend;
 - writes the worker's progress for the launcher's watchdog (watchdog.py):
-  FTSLURM_PROGRESS_FILE holds `{"state": "quorum"|"step", "time": ..., "bound_s": ...}`.
+  FTSLURM_PROGRESS_FILE holds `{"state": "quorum"|"step", "time": ..., "bound_s": ...}`,
+  written at each quorum, each commit and (at most once a second) each optimizer step: in
+  DiLoCo the inner steps between two syncs are progress too.
 
 The watch costs nothing while steps end within their grace: no thread wakes and no request
 is sent. Only a hung peer's heartbeat says it is gone: a peer whose main thread hangs while
@@ -52,9 +54,11 @@ TICK_S = 0.1
 ABSENT_READS = 2  # a member missing from this many reads in a row is lost
 PROGRESS_ENV = "FTSLURM_PROGRESS_FILE"
 # The launcher's watchdog kills a worker that made no progress for this long in a step: a
-# multiple of the recent median step, never under the Manager's own timeout twice over (a
-# collective may legitimately wait that long, e.g. on a peer's heal) nor the floor.
+# multiple of the recent median optimizer step, never under the Manager's own timeout twice
+# over (a collective may legitimately wait that long, e.g. on a peer's heal) nor the floor.
 HANG_STEPS = 20
+PROGRESS_EVERY_S = 1.0  # optimizer steps write the progress file at most this often
+_WATCHES: list[PeerWatch] = []  # the process's watches, for the global optimizer hook
 
 
 # gloo process groups left with a receive pending on a lost peer: kept for the life of the
@@ -117,6 +121,9 @@ class PeerWatch:
         self._froze: tuple[int, float] | None = None  # (token, seconds) of a gap in the ticks
         self._absent: dict[str, int] = {}
         self._members_of: object = None
+        self._opt_steps: deque[float] = deque(maxlen=20)  # seconds between optimizer steps
+        self._last_opt: float | None = None
+        self._last_write = 0.0
         self.aborts = 0
         for target, name in ((self._watch, "ftslurm_peer_watch"), (self._tick, "ftslurm_ticker")):
             threading.Thread(target=target, name=name, daemon=True).start()
@@ -155,6 +162,14 @@ class PeerWatch:
 
     def committed(self) -> None:
         self._write_progress("step")
+
+    def optimizer_stepped(self) -> None:
+        now = time.monotonic()
+        if self._last_opt is not None:
+            self._opt_steps.append(now - self._last_opt)
+        self._last_opt = now
+        if now - self._last_write >= PROGRESS_EVERY_S:
+            self._write_progress("step")
 
     # ---- waits on cross-replica work
 
@@ -260,13 +275,14 @@ class PeerWatch:
     # ---- progress for the launcher
 
     def _bound(self) -> float:
-        median = statistics.median(self._durations) if self._durations else 0.0
+        median = statistics.median(self._opt_steps) if self._opt_steps else 0.0
         timeout = getattr(self.manager, "_timeout", timedelta())
         return max(self.hang_floor_s, HANG_STEPS * median, 2 * timeout.total_seconds())
 
     def _write_progress(self, state: str) -> None:
         if self.progress is None:
             return
+        self._last_write = time.monotonic()
         text = json.dumps({"state": state, "time": time.time(), "bound_s": self._bound(),
                            "id": _own_id(self.manager)})
         tmp = self.progress.with_name(self.progress.name + ".tmp")
@@ -316,6 +332,7 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
         init(self, *args, **kwargs)
         record_quorums(self)
         self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s)
+        _WATCHES.append(self._ftslurm_peer_watch)
 
     def patched_start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
         watch = getattr(self, "_ftslurm_peer_watch", None)
@@ -344,6 +361,13 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             return False
         return wait(self, timeout)
 
+    def optimizer_stepped(*_args: Any) -> None:
+        for watch in _WATCHES:
+            watch.optimizer_stepped()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(optimizer_stepped)
     patched_start_quorum._ftslurm_peer_watch = True  # type: ignore[attr-defined]
     Manager.__init__ = __init__  # type: ignore[method-assign]
     Manager.start_quorum = patched_start_quorum  # type: ignore[method-assign]
