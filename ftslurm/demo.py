@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ftslurm import knobs, logvocab, paths, procs
 from ftslurm.errors import UserError
+from ftslurm.failure_plan import SILENT_MODES
 from ftslurm.logtail import Appended
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
 from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while
@@ -101,7 +102,8 @@ class DemoConfig:
             raise UserError(f"unknown failure mode {bad[0]!r}; one of {', '.join(MODES)}")
         if self.resolved_backend() == "local" and set(self.modes) - {"kill"}:
             raise UserError("the local backend fails a replica one way, kill; "
-                            "--backend slurm for node-down and requeue")  # fmt: skip
+                            "--backend slurm for node-down, requeue, hang and "
+                            "freeze-node")  # fmt: skip
         if not (math.isfinite(self.min_run_s) and self.min_run_s >= 0):
             raise UserError("min_run_s must be a number of seconds >= 0")
         if not (math.isfinite(self.every) and self.every >= 0):
@@ -137,7 +139,8 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
     def fail(i: int) -> str:
         if b != "slurm":
             return f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
-        down = f" --down-for {cfg.down_for:g}" if cfg.mode(i) == "node-down" else ""
+        timed = cfg.mode(i) == "node-down" or cfg.mode(i) in SILENT_MODES
+        down = f" --down-for {cfg.down_for:g}" if timed else ""
         return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{down}"
 
     every = f" (at least {cfg.every:g} s after the previous one's turn)" if cfg.every else ""
@@ -174,6 +177,8 @@ class ReplicaLog:
         self.claim_healed: int | None = None  # the step its last claim healed at
         self.commits_since_claim = 0
         self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
+        self.heals = 0  # heals after the start (> step 0), of every attempt
+        self.last_healed_step = -1
 
     def poll(self) -> None:
         for ev in filter(None, map(logvocab.parse_line, self.appended.lines())):
@@ -183,8 +188,11 @@ class ReplicaLog:
                 if "taken from task" in ev.detail:
                     self.claims += 1
                     self.claim_healed, self.commits_since_claim = None, 0
-            elif ev.kind == logvocab.HEALED and (ev.step or 0) > 0 and self.attempt > 0:
-                self.healed_step.setdefault(self.attempt, ev.step)
+            elif ev.kind == logvocab.HEALED and (ev.step or 0) > 0:
+                self.heals += 1
+                self.last_healed_step = ev.step
+                if self.attempt > 0:
+                    self.healed_step.setdefault(self.attempt, ev.step)
             if ev.kind == logvocab.HEALED and self.claims and self.claim_healed is None:
                 self.claim_healed = ev.step
             elif ev.kind == logvocab.COMMIT and ev.ok:
@@ -359,10 +367,8 @@ class SlurmBackend(Backend):
             slurm.jobs(), slurm.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
-        kill = failure.kill_selection(target) if mode == "kill" else None
-        plan = failure_plan.make_plan(
-            mode, target, down_for=self.cfg.down_for, reason="ftslurm demo", kill=kill
-        )
+        plan = failure_plan.make_plan(mode, target, down_for=self.cfg.down_for,
+                                      reason="ftslurm demo", kill=failure.selection(mode, target))
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
         # its log: the events name the slot the task holds (with spares), found beside it
         failure.execute(plan, say=self.say, events_path=self.events_path,
@@ -532,7 +538,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     )  # fmt: skip
     step = survivor.last_step
     log = b.logs[target]
-    attempt_before = log.attempt
+    attempt_before, heals_before = log.attempt, log.heals
     say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} down at "
         f"training step {step}")  # fmt: skip
     t_fail = time.monotonic()
@@ -551,14 +557,21 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     t_back = time.monotonic()
 
     def healed() -> bool:
+        """Restarted and healed; or, after a silent failure that ended before the watchdog
+        or Slurm acted, healed in place (the same attempt went on: it committed nothing of
+        the step it stood still in, and its next quorum healed it)."""
         b.poll()
-        return log.attempt > attempt_before and log.attempt in log.healed_step
+        if log.attempt > attempt_before:
+            return log.attempt in log.healed_step
+        return cfg.mode(k) in SILENT_MODES and log.heals > heals_before
 
     wait_for(healed, cfg.timeout, interval=0.1, what=f"replica {target} to heal")
+    how = ("started again" if log.attempt > attempt_before
+           else "continued (it was stopped, not restarted)")
     say(
         f"replica {target} (attempt {log.attempt}) healed from a peer at torchft step "
-        f"{log.healed_step[log.attempt]}, {time.monotonic() - t_back:.1f} s after it was "
-        "started again (torchft steps count outer syncs, as in `ftslurm report`)"
+        f"{log.last_healed_step}, {time.monotonic() - t_back:.1f} s after it was {how} "
+        "(torchft steps count outer syncs, as in `ftslurm report`)"
     )
     wait_for(lambda: b.quorum_size() == n and b.poll() and log.commits_in_attempt > 0,
              cfg.timeout, interval=0.1, what="full quorum and a healed commit")  # fmt: skip

@@ -1,8 +1,9 @@
 """Run a failure plan (`ftslurm.failure_plan`) against Slurm, guarded, and time the recovery;
 find kill mode's workers on the local cluster; chaos (repeated failures).
 
-The guard: a node a run took DOWN is RESUMEd on every way out (normal end, error, Ctrl-C,
-SIGTERM, SIGHUP from a closed terminal or a dropped ssh). A RESUME that fails is tried again;
+The guard: a node a run took DOWN is RESUMEd, and processes it stopped (hang, freeze-node)
+get SIGCONT, on every way out (normal end, error, Ctrl-C, SIGTERM, SIGHUP from a closed
+terminal or a dropped ssh). A RESUME that fails is tried again;
 when every try fails, the run says which node is still DOWN and the command that brings it
 back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
 `ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
@@ -98,6 +99,27 @@ def find_local_workers(
         pids.append(pid)
         described.append(f"{pid}: {shlex.join(cmd)[:120]}")
     return KillSelection(local=True, pids=tuple(pids), described=tuple(described))
+
+
+def freeze_selection(target: Target) -> KillSelection:
+    """Every process of a node of the local cluster (its UTS namespace: slurmd, slurmstepd,
+    the job's steps, the launcher, the workers); srun + pkill is no way to freeze a node."""
+    srun = knobs.get(os.environ, "FTSLURM_KILL_VIA") == "srun"  # the real-cluster path
+    ns = None if srun else local_node_ns(target.node)
+    if ns is None:
+        return KillSelection(local=False)
+    pids = sorted(procs.pids_in_uts_ns(ns))
+    described = [f"{pid}: {shlex.join(procs.cmdline(pid))[:60]}" for pid in pids]
+    return KillSelection(local=True, pids=tuple(pids), described=tuple(described))
+
+
+def selection(mode: str, target: Target) -> KillSelection | None:
+    """The processes a mode signals (kill, hang: the workers; freeze-node: the node's)."""
+    if mode in ("kill", "hang"):
+        return kill_selection(target)
+    if mode == "freeze-node":
+        return freeze_selection(target)
+    return None
 
 
 def kill_selection(target: Target) -> KillSelection:
@@ -238,6 +260,8 @@ class _Execution:
         self.watch = wait_recovered and plan.target.replica is not None
         self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
         self.owes_resume = False
+        self.stopped: tuple[int, ...] = ()  # pids this run SIGSTOPped: the guard SIGCONTs them
+        self.owes_cont_srun: tuple[str, ...] = ()  # the srun that SIGCONTs them on a cluster
         self.slurm = client.current()
         self.t0, self.last = time.monotonic(), 0.0
         self.running_again: JobInfo | None = None
@@ -379,6 +403,50 @@ class _Execution:
             self.say(f"SIGKILLed training worker(s) through srun ({self.t.describe()})")
         self.phase("SIGKILL through srun")
 
+    def stop_local(self, a: Action) -> None:
+        with atomic():
+            self.stopped = a.pids  # before the signal: a Ctrl-C right after it still undoes it
+            procs.kill_pids(list(a.pids), signal.SIGSTOP)
+            what = "every process of the node" if self.plan.mode == "freeze-node" else \
+                "training worker"
+            self.record(self.plan.mode, f"SIGSTOP to {what} pid(s) {list(a.pids)}")
+            self.say(f"SIGSTOPped {what} pid(s) {list(a.pids)} ({self.t.describe()})")
+        self.phase(f"SIGSTOP pid(s) {' '.join(map(str, a.pids))}")
+
+    def cont_local(self, _: Action | None = None, why: str = "planned") -> None:
+        with atomic():
+            pids, self.stopped = self.stopped, ()
+            procs.kill_pids(list(pids), signal.SIGCONT)  # the gone ones (the watchdog) skipped
+            self.record("cont", f"SIGCONT to pid(s) {list(pids)} ({why})")
+            self.say(f"SIGCONTed pid(s) {list(pids)}" + (f" ({why})" if why != "planned" else ""))
+        if why == "planned":
+            self.phase("SIGCONT")
+
+    def stop_srun(self, a: Action) -> None:
+        with atomic():
+            self.slurm.call(a.argv, timeout=60)
+            self.owes_cont_srun = next(b.argv for b in self.plan.actions if b.kind == "cont-srun")
+            self.record(self.plan.mode, shlex.join(a.argv))
+            self.say(f"SIGSTOPped training worker(s) through srun ({self.t.describe()})")
+        self.phase("SIGSTOP through srun")
+
+    def cont_srun(self, _: Action | None = None, why: str = "planned") -> None:
+        with atomic():
+            argv, self.owes_cont_srun = self.owes_cont_srun, ()
+            self.slurm.call(list(argv), timeout=60)
+            self.record("cont", f"{shlex.join(argv)} ({why})")
+            self.say("SIGCONTed training worker(s) through srun"
+                     + (f" ({why})" if why != "planned" else ""))
+        if why == "planned":
+            self.phase("SIGCONT through srun")
+
+    def undo_stop(self) -> None:
+        """The guard's half for stopped processes: SIGCONT them on every way out."""
+        if self.stopped:
+            self.cont_local(why="guard: interrupted or failed")
+        if self.owes_cont_srun:
+            self.cont_srun(why="guard: interrupted or failed")
+
     def recover(self) -> None:
         """Wait until the task runs again (restart count above the one seen at resolve time,
         state RUNNING) and, when its log is known, until its new attempt's launching line."""
@@ -411,7 +479,9 @@ def slot_of(job: object, task: int | None, run_dir: Path | None = None) -> str |
 HANDLERS: dict[ActionKind, Callable[[_Execution, Action], None]] = {
     "down": _Execution.down, "wait": _Execution.wait, "resume": _Execution.planned_resume,
     "requeue": _Execution.requeue, "kill-local": _Execution.kill_local,
-    "kill-srun": _Execution.kill_srun,
+    "kill-srun": _Execution.kill_srun, "stop-local": _Execution.stop_local,
+    "cont-local": _Execution.cont_local, "stop-srun": _Execution.stop_srun,
+    "cont-srun": _Execution.cont_srun,
 }  # fmt: skip
 
 
@@ -439,8 +509,11 @@ def execute(
             if run.watch:
                 run.recover()
         finally:
-            if run.owes_resume:  # the guard: every way out
-                run.resume("guard: interrupted or failed")
+            try:
+                run.undo_stop()  # the guard: every way out
+            finally:
+                if run.owes_resume:
+                    run.resume("guard: interrupted or failed")
     return run.out
 
 
@@ -510,7 +583,10 @@ def run_chaos(
                     continue
                 outcome = execute(plan, say=_quiet, events_path=events_path)
                 summary.events.append(outcome)
-                extra = f", {plan.down_for:g} s down, resumed" if plan.mode == "node-down" else ""
+                extra = {"node-down": f", {plan.down_for:g} s down, resumed",
+                         "hang": f", {plan.down_for:g} s stopped, continued",
+                         "freeze-node": f", {plan.down_for:g} s frozen, continued",
+                         }.get(plan.mode, "")  # fmt: skip
                 if waited >= 1:
                     extra += f" (waited {waited:.0f} s for 2 live replicas)"
                 say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")

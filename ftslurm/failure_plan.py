@@ -27,12 +27,17 @@ from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo, array_tasks
 
-MODES = ("node-down", "kill", "requeue")
-ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun"]
-# The training worker, as torchrun starts it (`python -u -m <module> ...`). Anchored on the
-# interpreter followed only by options, so torchrun's own command line (`python .../torchrun
-# ... -m ftslurm.replica.train`) does not match. POSIX ERE: also valid for pkill -f.
-TRAIN_CMD_RE = r"(^|/)python[0-9.]*( -[^ ]+)* -m (ftslurm\.replica\.train|torchtitan\.train)( |$)"
+MODES = ("node-down", "kill", "requeue", "hang", "freeze-node")
+# loud: the processes die and their sockets close; silent: they stop, nothing closes
+SILENT_MODES = ("hang", "freeze-node")
+ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun",
+                     "stop-local", "cont-local", "stop-srun", "cont-srun"]  # fmt: skip
+# The training worker, as torchrun starts it (`python -u -m <module> ...`), or the tiny
+# preset's worker. Anchored on the interpreter followed only by options, so torchrun's own
+# command line (`python .../torchrun ... -m ftslurm.replica.train`) does not match. POSIX
+# ERE: also valid for pkill -f.
+TRAIN_CMD_RE = (r"(^|/)python[0-9.]*( -[^ ]+)* -m "
+                r"(ftslurm\.replica\.train|ftslurm\.replica\.tiny|torchtitan\.train)( |$)")
 NEVER_KILL = ("slurmd", "slurmstepd", "slurmctld", "munged")
 
 
@@ -154,6 +159,9 @@ def resolve_target(
     )
 
 
+LOCAL_SIGNALS = {"kill-local": "KILL", "stop-local": "STOP", "cont-local": "CONT"}
+
+
 @dataclass(frozen=True)
 class Action:
     """One step of a failure: a command to run, a wait, or a signal to processes."""
@@ -168,8 +176,8 @@ class Action:
         """The action as the user would type it (dry run)."""
         if self.kind == "wait":
             return f"sleep {self.seconds:g}"
-        if self.kind == "kill-local":
-            text = "kill -KILL " + " ".join(str(p) for p in self.pids)
+        if self.kind in LOCAL_SIGNALS:
+            text = f"kill -{LOCAL_SIGNALS[self.kind]} " + " ".join(str(p) for p in self.pids)
         else:
             text = shlex.join(self.argv)
         return f"{text}    # {self.note}" if self.note else text
@@ -214,6 +222,40 @@ class KillSelection:
 PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
 
 
+def pkill_on_node(sig: str) -> str:
+    """PKILL_ON_NODE with another signal (STOP, CONT)."""
+    return PKILL_ON_NODE.replace("-KILL", f"-{sig}")
+
+
+def _silent_actions(mode: str, target: Target, down_for: float,
+                    kill: KillSelection | None) -> list[Action]:  # fmt: skip
+    """hang: SIGSTOP the replica's training workers (what a GPU or NCCL hang stops; the
+    launcher and its watchdog run on), wait, SIGCONT. freeze-node: SIGSTOP every process of
+    the node (slurmd, the job's steps, the launcher, the workers: Slurm stops hearing from
+    it, as after a power loss or a kernel hang), wait, SIGCONT. Nothing closes a socket."""
+    what = {"hang": "the training worker(s)", "freeze-node": f"every process of {target.node}"}
+    if kill and kill.local:
+        if not kill.pids:
+            raise UserError(f"no process of job {target.task_key} found on {target.node} (it "
+                            "may be starting or restarting; try again)")  # fmt: skip
+        note = f"local cluster: {what[mode]}: " + "; ".join(kill.described)[:300]
+        return [Action("stop-local", pids=kill.pids, note=note),
+                Action("wait", seconds=down_for, note=f"{what[mode]} stay stopped"),
+                Action("cont-local", pids=kill.pids, note="undo: every stopped process goes on")]
+    if mode == "freeze-node":
+        raise UserError(f"--mode freeze-node stops a node of the local cluster by pid; "
+                        f"{target.node} is not one (on a real cluster, power the node off "
+                        "through its BMC, or use --mode hang)")  # fmt: skip
+    assert target.raw_job_id is not None
+    argv = {sig: tuple(slurm_args.srun_step_cmd(
+        target.raw_job_id, target.node,
+        ["sh", "-c", pkill_on_node(sig), "ftslurm-hang", TRAIN_CMD_RE]))
+        for sig in ("STOP", "CONT")}
+    return [Action("stop-srun", argv["STOP"], note="SIGSTOP the training worker(s) on the node"),
+            Action("wait", seconds=down_for, note=f"{what[mode]} stay stopped"),
+            Action("cont-srun", argv["CONT"], note="undo: SIGCONT them")]
+
+
 def make_plan(
     mode: str,
     target: Target,
@@ -236,6 +278,12 @@ def make_plan(
         if target.task_key is None:
             raise UserError(f"--mode requeue needs a replica; {target.node} runs no task")
         acts = [Action("requeue", tuple(slurm_args.requeue_cmd(target.task_key)))]
+    elif mode == "freeze-node" and kill and kill.local:
+        acts = _silent_actions(mode, target, down_for, kill)
+    elif mode in SILENT_MODES and target.raw_job_id is None:
+        raise UserError(f"--mode {mode} needs a replica; {target.node} runs no task")
+    elif mode in SILENT_MODES:
+        acts = _silent_actions(mode, target, down_for, kill)
     elif target.raw_job_id is None:
         raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
     elif kill and kill.local:
@@ -250,7 +298,8 @@ def make_plan(
         pkill = ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE]
         argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, pkill))
         acts = [Action("kill-srun", argv, note="SIGKILL the training worker(s) on the node")]
-    return FailurePlan(mode, target, tuple(acts), down_for if mode == "node-down" else 0, reason)
+    timed = mode == "node-down" or mode in SILENT_MODES
+    return FailurePlan(mode, target, tuple(acts), down_for if timed else 0, reason)
 
 
 def is_training_worker(cmdline: list[str], comm: str = "", regex: str = TRAIN_CMD_RE) -> bool:

@@ -609,3 +609,29 @@ def test_cli_chaos_dry_run(dry_slurm, monkeypatch, tmp_path):
     )
     assert "every event would be skipped" in pending.output
     assert not (tmp_path / "ev.jsonl").exists()
+
+
+def test_cli_hang_dry_run_through_srun_and_mode_lists_only_with_chaos(dry_slurm, monkeypatch):
+    """Off the local cluster a hang is `pkill -STOP` on the node through srun, then -CONT;
+    freeze-node needs the local cluster; a list of modes is chaos's alone; a bad mode is one
+    line naming the modes."""
+    monkeypatch.setenv("FTSLURM_KILL_VIA", "srun")  # a real cluster's path, also beside one
+    hang = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--mode", "hang",
+                                    "--down-for", "9", "--dry-run", "--json"])  # fmt: skip
+    assert hang.exit_code == 0, hang.output
+    plan = json.loads(hang.stdout)
+    assert plan["mode"] == "hang" and plan["down_for"] == 9
+    assert "--overlap" in plan["commands"][0] and "-STOP" in plan["commands"][0]
+    assert plan["commands"][1] == "sleep 9" and "-CONT" in plan["commands"][2]
+    freeze = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--mode",
+                                      "freeze-node", "--dry-run"])  # fmt: skip
+    assert "not one (on a real cluster" in str(freeze.exception)  # a UserError: one line
+    listed = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--mode",
+                                      "kill,hang", "--dry-run"])  # fmt: skip
+    assert "a list of modes only with --chaos" in str(listed.exception)
+    bad = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--mode", "nap"])
+    assert bad.exit_code == 2 and "use one of node-down, kill, requeue, hang" in bad.output
+    chaos = CliRunner().invoke(cli, ["simulate-failure", "--chaos", "--every", "20", "--mode",
+                                     "hang,kill", "--dry-run", "--json"])  # fmt: skip
+    assert chaos.exit_code == 0, chaos.output
+    assert json.loads(chaos.stdout)["first"]["mode"] == "hang"  # the modes in turn

@@ -28,8 +28,8 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
         user=getpass.getuser(),
         force=force,
     )
-    kill = failure.kill_selection(target) if mode == "kill" else None
-    return failure_plan.make_plan(mode, target, down_for=down_for, reason=reason, kill=kill)
+    return failure_plan.make_plan(mode, target, down_for=down_for, reason=reason,
+                                  kill=failure.selection(mode, target))  # fmt: skip
 
 
 def _say_to(as_json: bool):
@@ -50,6 +50,17 @@ def _print_plan(plan, dry_run: bool, as_json: bool = False, noun: str = "replica
         click.echo("# dry run: nothing was run")
 
 
+def _modes(ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    """--mode: one of failure_plan.MODES, or with --chaos a comma list of them."""
+    from ftslurm.failure_plan import MODES
+
+    modes = tuple(m.strip() for m in value.split(","))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise click.BadParameter(f"{', '.join(bad) or value!r}: use one of {', '.join(MODES)}")
+    return modes
+
+
 @click.command("simulate-failure")
 @click.option(
     "--replica", type=click.IntRange(min=0), help="Array task index of the FT job to hit."
@@ -62,15 +73,20 @@ def _print_plan(plan, dry_run: bool, as_json: bool = False, noun: str = "replica
 )  # fmt: skip
 @click.option(
     "--mode",
-    type=click.Choice(["node-down", "kill", "requeue"]),
+    callback=_modes,
     default="node-down",
     show_default=True,
     help="node-down: scontrol DOWN, wait, RESUME; kill: SIGKILL the training worker "
     "(the FT launcher requeues its task; on a cluster through `srun --overlap` + pkill on "
     "the node, on the local cluster by pid unless FTSLURM_KILL_VIA=srun); requeue: "
-    "scontrol requeue <job>_<task>.",
+    "scontrol requeue <job>_<task>; hang: SIGSTOP the training worker(s) (a GPU or NCCL "
+    "hang: no socket closes; the launcher's watchdog ends them), wait, SIGCONT; "
+    "freeze-node (local cluster): SIGSTOP every process of the node, slurmd included (a "
+    "power loss or kernel hang: Slurm stops hearing from it), wait, SIGCONT. With --chaos a "
+    "comma list, used in turn (kill,hang,freeze-node).",
 )
-@click.option("--down-for", type=seconds(), default=30.0, show_default=True, help="Seconds DOWN.")
+@click.option("--down-for", type=seconds(), default=30.0, show_default=True,
+              help="Seconds DOWN (node-down) or stopped (hang, freeze-node).")  # fmt: skip
 @click.option("--reason", help="Reason= for the DOWN node [ftslurm simulate-failure ...].")
 @click.option("--dry-run", is_flag=True, help="Print the exact commands, run nothing.")
 @click.option("--wait-recovered", is_flag=True, help="Wait until the task runs again; time it.")
@@ -100,7 +116,7 @@ def simulate_failure(
     replica: int | None,
     node: str | None,
     job_task: tuple[int, int | None] | None,
-    mode: str,
+    mode: tuple[str, ...],
     down_for: float,
     reason: str | None,
     dry_run: bool,
@@ -128,7 +144,9 @@ def simulate_failure(
       ftslurm simulate-failure --replica 1 --dry-run
       ftslurm simulate-failure --replica 0 --mode kill --wait-recovered
       ftslurm simulate-failure --node worker-1 --mode requeue --job 12
+      sudo ftslurm simulate-failure --replica 1 --mode hang --down-for 20
       sudo ftslurm simulate-failure --chaos --every 60 --count 5 --seed 1 --down-for 20
+      sudo ftslurm simulate-failure --chaos --every 60 --count 6 --mode kill,hang,freeze-node
     """
     from ftslurm import failure
 
@@ -149,7 +167,9 @@ def simulate_failure(
             ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
         )
         return
-    plan = _resolve(replica, node, job, mode, down_for, reason, force)
+    if len(mode) > 1:
+        raise UserError(f"--mode {','.join(mode)}: a list of modes only with --chaos")
+    plan = _resolve(replica, node, job, mode[0], down_for, reason, force)
     role = _slot_role(plan.target.job, plan.target.replica)
     # with warm spares, array task i need not be replica i: say task, and the role says which
     noun = "replica" if role is None else "array task"
@@ -224,14 +244,18 @@ def _chaos(
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
         job = failure_plan.ft_job(client.current().jobs(), getpass.getuser())
-    if mode == "node-down" and down_for >= every:
+    timed = {"node-down", *failure_plan.SILENT_MODES}
+    if timed & set(mode) and down_for >= every:
         say(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
+    made = [0]
 
     def make(replica: int):
-        return _resolve(replica, None, job, mode, down_for, reason, force)
+        chosen = mode[made[0] % len(mode)]  # the modes in turn
+        made[0] += 1
+        return _resolve(replica, None, job, chosen, down_for, reason, force)
 
     say(
-        f"chaos on job {job}: {count} x {mode} every {every:g} s"
+        f"chaos on job {job}: {count} x {','.join(mode)} every {every:g} s"
         + (f", seed {seed}" if seed is not None else "")
     )
     if dry_run:
