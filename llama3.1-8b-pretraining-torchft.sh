@@ -32,7 +32,33 @@
 #   TORCHFT_LIGHTHOUSE                   the address ftslurm lighthouse start prints
 #                                        [http://login-0:29510]
 #   TORCHFT_QUORUM_RETRIES               quorum retries: replicas outlive a Lighthouse restart [3]
-#   FT_MAX_REQUEUES                      self-requeues after a crash (per SLURM_RESTART_COUNT) [5]
+#   FT_MAX_REQUEUES                      a lifetime cap on self-requeues (per SLURM_RESTART_COUNT),
+#                                        applied only when set: a multi-day run loses no replica to
+#                                        a failure a day; the rate cap FT_MAX_FAILS bounds a crash
+#                                        loop [unset: no lifetime cap]
+#   FT_MAX_FAILS                         a replica stops requeueing itself after this many failures
+#                                        within FT_FAIL_WINDOW_MIN (on any node): a crash loop fails
+#                                        every few minutes, a healthy replica far less than once an
+#                                        hour [5]
+#   FT_FAIL_WINDOW_MIN                   the window of FT_MAX_FAILS and FT_NODE_MAX_FAILS, minutes:
+#                                        30 holds 5 restarts of an 8B replica (load, heal) with room
+#                                        to spare [30]
+#   FT_NODE_MAX_FAILS                    a node on which this array's replicas failed this often
+#                                        within FT_FAIL_WINDOW_MIN, over twice as often as on any
+#                                        other node, is drained (or avoided); 2: one failure is
+#                                        retried in place, a second moves the replica; below
+#                                        FT_MAX_FAILS, so a moved replica still has tries left; 0:
+#                                        never for failures [2]
+#   FTSLURM_BAD_NODES                    what a bad node (failed pre-flight check,
+#                                        FT_NODE_MAX_FAILS) gets: drain (scontrol update
+#                                        State=DRAIN; where Slurm refuses, avoid), avoid (the task's
+#                                        ExcNodeList), off (nothing) (drain, avoid or off) [drain]
+#   FTSLURM_PREFLIGHT                    the launcher checks the node before training (preflight.py:
+#                                        GPU count, nvidia-smi, ECC / row remaps, an allocation per
+#                                        GPU) [1]
+#   FTSLURM_PREFLIGHT_FAIL               names a pre-flight check that fails on purpose (tests,
+#                                        drills): cpu on CPU nodes, or any check's name;
+#                                        <check>@<node> on that node only [unset]
 #   FT_SPARES                            warm spares: of --array=0-<N-1+S>, the last S tasks wait
 #                                        warm and take a failed replica's slot [0]
 #   FTSLURM_SPARE_GRACE_S                a spare takes a slot whose holder has not heartbeated this

@@ -199,8 +199,32 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "http://login-0:29510", scripts=FT),
     Knob("TORCHFT_QUORUM_RETRIES", "int", "quorum retries: replicas outlive a Lighthouse "
          "restart", 3, minimum=0, scripts=FT),
-    Knob("FT_MAX_REQUEUES", "int", "self-requeues after a crash (per `SLURM_RESTART_COUNT`)",
-         5, minimum=0, scripts=FT),
+    Knob("FT_MAX_REQUEUES", "int", "a lifetime cap on self-requeues (per "
+         "`SLURM_RESTART_COUNT`), applied only when set: a multi-day run loses no replica to "
+         "a failure a day; the rate cap `FT_MAX_FAILS` bounds a crash loop", 5, minimum=0,
+         default_doc="unset: no lifetime cap", scripts=FT),
+    Knob("FT_MAX_FAILS", "int", "a replica stops requeueing itself after this many failures "
+         "within `FT_FAIL_WINDOW_MIN` (on any node): a crash loop fails every few minutes, a "
+         "healthy replica far less than once an hour", 5, minimum=1, maximum=1000,
+         scripts=FT),
+    Knob("FT_FAIL_WINDOW_MIN", "int", "the window of `FT_MAX_FAILS` and `FT_NODE_MAX_FAILS`, "
+         "minutes: 30 holds 5 restarts of an 8B replica (load, heal) with room to spare",
+         30, minimum=1, maximum=DAY_S // 60, scripts=FT),
+    Knob("FT_NODE_MAX_FAILS", "int", "a node on which this array's replicas failed this often "
+         "within `FT_FAIL_WINDOW_MIN`, over twice as often as on any other node, is drained "
+         "(or avoided); 2: one failure is retried in place, a second moves the replica; "
+         "below `FT_MAX_FAILS`, so a moved replica still has tries left; 0: never for failures",
+         2, minimum=0, maximum=1000, scripts=FT),
+    Knob("FTSLURM_BAD_NODES", "choice", "what a bad node (failed pre-flight check, "
+         "`FT_NODE_MAX_FAILS`) gets: `drain` (`scontrol update State=DRAIN`; where Slurm "
+         "refuses, `avoid`), `avoid` (the task's `ExcNodeList`), `off` (nothing)", "drain",
+         choices=("drain", "avoid", "off"), scripts=FT),
+    Knob("FTSLURM_PREFLIGHT", "bool", "the launcher checks the node before training "
+         "(preflight.py: GPU count, `nvidia-smi`, ECC / row remaps, an allocation per GPU)",
+         True, scripts=FT),
+    Knob("FTSLURM_PREFLIGHT_FAIL", "str", "names a pre-flight check that fails on purpose "
+         "(tests, drills): `cpu` on CPU nodes, or any check's name; `<check>@<node>` on that "
+         "node only", default_doc="unset", scripts=FT),
     Knob("FT_SPARES", "int", "warm spares: of `--array=0-<N-1+S>`, the last S tasks wait "
          "warm and take a failed replica's slot", 0, minimum=0, maximum=MAX_REPLICAS,
          scripts=FT),

@@ -32,6 +32,7 @@ from ftslurm import knobs, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
 from ftslurm.replica import attempt_guard, config_error, peer_watch, slots, train, watchdog
 from ftslurm.replica import plan as planlib
+from ftslurm.replica import preflight as preflight_mod
 from ftslurm.slurm import client
 
 
@@ -247,6 +248,10 @@ def remove_stale_attempt_dirs(tmp: Path, host: str) -> list[Path]:
 
 
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    started = time.time()
+    failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
+    if failed is not None:
+        return _finish(plan, env, failed[0], False, None, started, preflight=failed[1])
     host, tmp_root = socket.gethostname(), Path(tempfile.gettempdir())
     for stale in remove_stale_attempt_dirs(tmp_root, host):
         _say(f"removed {stale}: the temporary folder of an attempt that was killed")
@@ -255,7 +260,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
         if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
             _guard_attempt_dir(Path(tmp))
         note = Path(tmp) / "config-error"
-        return _run_torchrun(plan, env, note)
+        return _run_torchrun(plan, env, note, started)
 
 
 def _guard_attempt_dir(folder: Path) -> None:
@@ -297,7 +302,8 @@ def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None) -> int:
             return child.wait()
 
 
-def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int:
+def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
+                  started: float) -> int:  # fmt: skip
     cancelled = False
     fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
     extra = {**plan.env, config_error.ENV: str(note), "FTSLURM_FENCED_FILE": str(fenced),
@@ -331,7 +337,16 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
              "TOML) and submit again")  # fmt: skip
     if plan.kind != "ft":
         return CONFIG_ERROR_EXIT if refused else code
-    requeue, why = planlib.should_requeue(plan, rc, cancelled, refused)
+    return _finish(plan, env, rc, cancelled, refused, started)
+
+
+def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool,
+            refused: str | None, started: float, preflight: str | None = None) -> int:
+    """Requeue a failed FT attempt or not (preflight.after_failure: the rate cap, the node
+    taken out); the launcher's exit code."""
+    code = rc if rc >= 0 else 128 - rc
+    requeue, why, avoid = preflight_mod.after_failure(plan, env, rc, cancelled, refused,
+                                                      started, _say, preflight)  # fmt: skip
     if not requeue:
         _say(f"not requeueing: {why}")
         return CONFIG_ERROR_EXIT if refused else code
@@ -339,12 +354,10 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path) -> int
     if target is None:
         _say(f"not requeueing ({why}): not inside a Slurm job array")
         return code
-    _say(
-        f"requeueing {target}: {why} (attempt {plan.attempt} of FT_MAX_REQUEUES "
-        f"{plan.max_requeues})"
-    )
+    away = f"; it will not start on {', '.join(avoid)} (ExcNodeList)" if avoid else ""
+    _say(f"requeueing {target}: {why} (attempt {plan.attempt}){away}")
     try:
-        client.current(env=env, timeout=60).requeue(target)
+        preflight_mod.requeue(env, target, avoid)
     except (runner.CommandError, UserError) as e:
         _say(f"requeue failed: {e}")
     return code

@@ -63,6 +63,11 @@ class Plan:
     ft_mode: str | None
     max_requeues: int
     array_job_id: str | None = None
+    # the rate cap: at most `max_fails` failures within `fail_window_s` (FT_MAX_FAILS,
+    # FT_FAIL_WINDOW_MIN); the lifetime cap `max_requeues` only when FT_MAX_REQUEUES is set
+    max_fails: int = 5
+    fail_window_s: float = 1800.0
+    lifetime_cap: bool = False
     notes: list[str] = field(default_factory=list)
     # torchrun is the launcher's own child (no srun in between), so its workers can check that
     # the launcher is still their ancestor; with srun they run on other nodes, where it is not
@@ -191,6 +196,11 @@ def lighthouse_address_problem(address: str) -> str | None:
 
 def _outputs(env: Mapping[str, str], root: Path) -> Path:
     return Path(knobs.get(env, "FTSLURM_OUTPUTS") or root / "outputs")
+
+
+def outputs_folder(env: Mapping[str, str], root: Path) -> Path:
+    """The outputs folder the job writes into (FTSLURM_OUTPUTS, else `<root>/outputs`)."""
+    return _outputs(env, root)
 
 
 def _dump(env: Mapping[str, str], default: Path) -> str:
@@ -428,6 +438,9 @@ def build_ft_plan(
         ft_mode=ft_mode,
         max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
+        max_fails=knobs.get(env, "FT_MAX_FAILS"),
+        fail_window_s=60.0 * knobs.get(env, "FT_FAIL_WINDOW_MIN"),
+        lifetime_cap=knobs.is_set(env, "FT_MAX_REQUEUES"),
         notes=notes,
         task=task,
         spare=spare,
@@ -532,21 +545,44 @@ def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:
     return f"{plan.array_job_id}_{task}"
 
 
+def recent_failures(times: Sequence[float], now: float, window_s: float) -> int:
+    """How many of the failure `times` (epoch seconds) fall within `window_s` before `now`."""
+    return sum(1 for t in times if now - window_s <= t <= now + 1.0)
+
+
 def should_requeue(
-    plan: Plan, returncode: int, cancelled: bool, refused: str | None = None
+    plan: Plan, returncode: int, cancelled: bool, refused: str | None = None,
+    failures: Sequence[float] = (), now: float | None = None,
 ) -> tuple[bool, str]:
     """Decide whether a finished attempt brings itself back, and say why (for the log).
-    `refused`: torchtitan refused its options (config_error.py), so every attempt would too."""
+    `refused`: torchtitan refused its options (config_error.py), so every attempt would too.
+    `failures`: when this replica failed (epoch seconds, this failure included; the
+    launcher's history survives requeues): the rate cap stops a crash loop (FT_MAX_FAILS
+    within FT_FAIL_WINDOW_MIN) and lets a long run's rare failures come back however many
+    there were; FT_MAX_REQUEUES caps the lifetime count only when it is set. The reason
+    names the rule that stopped the replica."""
     if returncode == 0:
         return False, "training finished"
     if cancelled:
         return False, "stopped by a signal from Slurm or the user; Slurm decides what is next"
     if refused:
         return False, "torchtitan refused its options: every attempt would fail the same way"
-    if plan.attempt >= plan.max_requeues:
+    if plan.lifetime_cap and plan.attempt >= plan.max_requeues:
         return False, (
-            f"attempt {plan.attempt} reached FT_MAX_REQUEUES={plan.max_requeues}; "
-            "raise FT_MAX_REQUEUES to allow more restarts"
+            f"lifetime rule: attempt {plan.attempt} reached FT_MAX_REQUEUES={plan.max_requeues} "
+            "(set explicitly); raise or unset FT_MAX_REQUEUES to allow more restarts"
+        )
+    minutes = f"{plan.fail_window_s / 60:g}"
+    at = now if now is not None else (failures[-1] if failures else 0.0)
+    recent = recent_failures(failures, at, plan.fail_window_s)
+    if recent >= plan.max_fails:
+        return False, (
+            f"rate rule: {recent} failures within FT_FAIL_WINDOW_MIN={minutes} minutes reached "
+            f"FT_MAX_FAILS={plan.max_fails} (a crash loop); fix the cause and resubmit, or "
+            "raise FT_MAX_FAILS"
         )
     code = returncode if returncode >= 0 else 128 - returncode
-    return True, f"training exited with code {code}"
+    if not failures:
+        return True, f"training exited with code {code}"
+    return True, (f"training exited with code {code} (failure {recent} of FT_MAX_FAILS="
+                  f"{plan.max_fails} within {minutes} minutes)")  # fmt: skip

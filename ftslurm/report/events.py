@@ -13,7 +13,9 @@ Schema (version 1), one object per line, UTF-8::
      "replica": 1,                               # array index (int or "1"), null if none
      "node": "worker-0",                         # node name, null if none
      "job": "12",                                # Slurm job (array) id, null if none
-     "detail": "SIGKILL to worker pid 29490"}    # optional free text; other keys are ignored
+     "detail": "SIGKILL to worker pid 29490",    # optional free text; other keys are ignored
+     "count_as_bad": false}                      # optional: `simulate-failure --count-as-bad`
+                                                 # (the launcher may drain the node for it)
 
 Actions:
 - `node-down`  a node taken DOWN (`scontrol update State=DOWN`): the replica on it dies.
@@ -58,16 +60,15 @@ class InjectedEvent:
     node: str | None = None
     job: str | None = None
     detail: str = ""
+    count_as_bad: bool = False
 
     def to_json_line(self) -> str:
         """What `simulate-failure` writes (one line, no trailing newline)."""
-        return json.dumps(
-            {
-                "time": self.time, "action": self.action, "replica": self.replica,
-                "node": self.node, "job": self.job, "detail": self.detail,
-            },
-            separators=(", ", ": "),
-        )
+        obj = {"time": self.time, "action": self.action, "replica": self.replica,
+               "node": self.node, "job": self.job, "detail": self.detail}  # fmt: skip
+        if self.count_as_bad:
+            obj["count_as_bad"] = True
+        return json.dumps(obj, separators=(", ", ": "))
 
 
 def now_iso() -> str:
@@ -119,7 +120,31 @@ def parse_event_line(line: str | bytes) -> InjectedEvent | None:
         str(node) if node is not None else None,
         str(job) if job is not None else None,
         str(obj.get("detail") or ""),
+        obj.get("count_as_bad") is True,
     )
+
+
+def find_injected(path: Path, since: float, job: str | None, replicas: tuple[int, ...] | list[int],
+                  node: str) -> InjectedEvent | None:  # fmt: skip
+    """The newest failure simulate-failure injected at or after `since` (epoch seconds) into
+    this job's `replicas` or onto `node`, or None: how a launcher tells an injected crash
+    from a real one (the last 4 MiB of the log are read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - (4 << 20)))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        ev = parse_event_line(line)
+        if ev is None or ev.action not in FAILURE_ACTIONS:
+            continue
+        t = to_seconds(ev.time, 0.0)
+        if t is None or t < since - 1.0:
+            continue
+        if (job is not None and ev.job == job and ev.replica in replicas) or ev.node == node:
+            return ev
+    return None
 
 
 def to_seconds(iso: str, utc_offset: float) -> float | None:

@@ -29,6 +29,26 @@ def requeue_cmd(job: str) -> list[str]:
     return ["scontrol", "requeue", job]
 
 
+def requeue_hold_cmd(job: str) -> list[str]:
+    """`scontrol requeuehold <job>`: requeued and held, so its ExcNodeList can change before it
+    is eligible again (`release_cmd`)."""
+    return ["scontrol", "requeuehold", job]
+
+
+def exclude_nodes_cmd(job: str, nodes: Sequence[str]) -> list[str]:
+    """`scontrol update JobId=<job> ExcNodeList=<a,b>`: a pending job never starts there."""
+    return ["scontrol", "update", f"JobId={job}", f"ExcNodeList={','.join(nodes)}"]
+
+
+def release_cmd(job: str) -> list[str]:
+    return ["scontrol", "release", job]
+
+
+def sinfo_reasons_cmd() -> list[str]:
+    """One line per node: name, state, Reason= and the time it was set (`%H`)."""
+    return ["sinfo", "-h", "-N", "-o", "%N|%T|%H|%E"]
+
+
 def show_job_cmd(job: str | None = None) -> list[str]:
     return ["scontrol", "show", "job", *([job] if job else [])]
 

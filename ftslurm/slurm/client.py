@@ -172,6 +172,22 @@ class SlurmClient:
     def requeue(self, job: str) -> None:
         self.call(args.requeue_cmd(job))
 
+    def requeue_excluding(self, job: str, nodes: Sequence[str]) -> None:
+        """Requeue `job` so that it never starts on `nodes` (added to the ExcNodeList it
+        has): requeued held, its ExcNodeList set while it pends, then released."""
+        shown = self.call(args.show_job_cmd(job), check=False)
+        records = parse.split_scontrol_records(shown.stdout) if shown.returncode == 0 else []
+        had = records[0].get("ExcNodeList", "") if records else ""
+        old = [] if had in ("", "(null)") else self.hostnames(had)
+        self.call(args.requeue_hold_cmd(job))
+        try:
+            self.call(args.exclude_nodes_cmd(job, list(dict.fromkeys([*old, *nodes]))))
+        finally:
+            self.call(args.release_cmd(job))
+
+    def node_reasons(self) -> list[parse.NodeReason]:
+        return parse.parse_sinfo_reasons(self.call(args.sinfo_reasons_cmd()).stdout)
+
     def scancel(self, job: str, check: bool = True) -> None:
         self.call(args.scancel_cmd(job), check=check)
 

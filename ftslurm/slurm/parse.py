@@ -383,3 +383,26 @@ def array_tasks(jobs: list[JobInfo], job: int) -> dict[int, JobInfo]:
         if prev is None or (prev.state not in LIVE_STATES and j.state in LIVE_STATES):
             out[j.array_task_id] = j
     return out
+
+
+@dataclass(frozen=True)
+class NodeReason:
+    """One line of `sinfo -h -N -o '%N|%T|%H|%E'`: a node, its state, when its Reason= was
+    set (Slurm's local time, `Unknown` when none) and the reason."""
+
+    name: str
+    state: str
+    since: str
+    reason: str
+
+
+def parse_sinfo_reasons(text: str) -> list[NodeReason]:
+    """`sinfo -h -N -o '%N|%T|%H|%E'` -> one NodeReason per node (`none` reason: empty); a
+    reason may hold `|`, so it is the rest of the line."""
+    out: dict[str, NodeReason] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4 and parts[0]:
+            name, state, since, reason = (x.strip() for x in parts)
+            out[name] = NodeReason(name, state, since, "" if reason == "none" else reason)
+    return list(out.values())

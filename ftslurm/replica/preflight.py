@@ -1,0 +1,503 @@
+"""Node health for the launcher: a pre-flight check before training, the failure history that
+bounds a crash loop by rate, and taking a bad node out of the array's way.
+
+Why: a replica that fails is requeued, and nothing stopped it from landing on the same bad
+node again (a GPU with uncorrectable ECC errors, one off the bus): every attempt failed the
+same way until the lifetime cap (FT_MAX_REQUEUES) ended the replica for good. Now:
+
+- `run_checks` runs before torchrun: on GPUs the expected GPU count, each GPU answering an
+  `nvidia-smi` query, no uncorrectable ECC error or pending row remap, a short allocation on
+  each GPU; on CPU a check that the run folder takes a file (a node without the shared
+  filesystem fails every attempt). FTSLURM_PREFLIGHT_FAIL=<check>[@<node>] fails one on
+  purpose. A failed check ends the attempt with PREFLIGHT_EXIT and its reason.
+- `History`: each array task's failures (time, node, code, whether `simulate-failure`
+  injected it) in `<run folder>/failures/task-<N>.json`, beside the slot claims, so the count
+  survives requeues; bounded to the last MAX_RECORDS. `should_requeue` (plan.py) stops a
+  replica after FT_MAX_FAILS failures within FT_FAIL_WINDOW_MIN.
+- `bad_node`: a node on which the array's replicas failed FT_NODE_MAX_FAILS times within the
+  window, more than twice as often as on any other node (a fault that follows the replica, a
+  bug, fails on every node alike and takes none out). Injected failures count only when
+  `simulate-failure --count-as-bad` marked them.
+- `take_out`: drains the node (`scontrol update State=DRAIN Reason="ftslurm: ..."`), or, where
+  Slurm refuses (not an admin) or FTSLURM_BAD_NODES=avoid, hands it back for the requeue's
+  ExcNodeList; never the last node the array could run on (said loudly instead). Every
+  action is a line of `<run folder>/failures/nodes.jsonl` (`status`, `doctor`, `report`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ftslurm import knobs, paths, runner, safefile
+from ftslurm.errors import UserError
+from ftslurm.replica import plan as planlib
+from ftslurm.slurm import client
+
+PREFLIGHT_EXIT = 76  # the attempt ended before training: this node failed a pre-flight check
+MAX_RECORDS = 64  # failures kept per task: FT_MAX_FAILS counts within a window, not for ever
+MAX_FILE_BYTES = 64 * 1024
+MAX_NODE_LINES_BYTES = 1 << 20
+INJECTED_GRACE_S = 1.0  # simulate-failure writes its event right after the kill
+NVIDIA_SMI_TIMEOUT_S = 20.0
+ALLOCATION_TIMEOUT_S = 120.0
+GPU_CHECKS = ("gpu-count", "nvidia-smi", "ecc", "allocation")
+CPU_CHECKS = ("cpu",)
+REASON_PREFIX = "ftslurm: "
+_UNSUPPORTED = ("[n/a]", "n/a", "[not supported]", "not supported", "")
+
+
+# ---- the failure history --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt of an array task."""
+
+    t: float  # epoch seconds
+    node: str
+    code: int
+    kind: str = "crash"  # "crash" or "preflight"
+    injected: bool = False  # simulate-failure's, not --count-as-bad: not the node's fault
+    detail: str = ""
+
+
+def failures_dir(run_dir: Path) -> Path:
+    """`<run folder>/failures`: the failure histories and the node actions of one run."""
+    return run_dir / "failures"
+
+
+def _folder(run_dir: Path) -> Path:
+    """`failures_dir(run_dir)`, made when missing (the script makes the run folder; a test or
+    a launcher outside Slurm may not have); a link at either name is refused."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    return safefile.real_dir(failures_dir(safefile.real_dir(run_dir)))
+
+
+def _task_file(run_dir: Path, task: int) -> Path:
+    return failures_dir(run_dir) / f"task-{task}.json"
+
+
+def _parse_failures(raw: bytes | None) -> list[Failure]:
+    """A history file's failures; a damaged file or record is skipped, never fatal."""
+    try:
+        obj = json.loads(raw) if raw else {}
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return []
+    out = []
+    for rec in obj.get("failures", []) if isinstance(obj, dict) else []:
+        try:
+            out.append(Failure(float(rec["t"]), str(rec["node"])[:256], int(rec["code"]),
+                               str(rec.get("kind", "crash"))[:32], bool(rec.get("injected")),
+                               str(rec.get("detail", ""))[:512]))  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            continue
+    return [f for f in out if f.t == f.t]  # no NaN
+
+
+def read_history(run_dir: Path, task: int) -> list[Failure]:
+    """Task `task`'s failures, oldest first (none when the file is missing or unreadable)."""
+    return _parse_failures(safefile.read_bytes(_task_file(run_dir, task), MAX_FILE_BYTES))
+
+
+def all_failures(run_dir: Path) -> dict[int, list[Failure]]:
+    """Every task's failures: task -> its history."""
+    folder = failures_dir(run_dir)
+    out = {}
+    try:
+        names = sorted(p.name for p in folder.iterdir())[:10_000]
+    except OSError:
+        return {}
+    for name in names:
+        m = re.fullmatch(r"task-([0-9]{1,6})\.json", name)
+        if m:
+            out[int(m[1])] = read_history(run_dir, int(m[1]))
+    return out
+
+
+def record_failure(run_dir: Path, task: int, failure: Failure) -> list[Failure]:
+    """Append `failure` to task `task`'s history (the last MAX_RECORDS kept); the history.
+    One launcher per task writes it at a time (Slurm runs one attempt of a task), and the
+    write is a rename, so a reader never sees half a file."""
+    folder = _folder(run_dir)
+    history = [*read_history(run_dir, task), failure][-MAX_RECORDS:]
+    body = {"version": 1, "task": task, "failures": [asdict(f) for f in history]}
+    safefile.write_atomic(folder / f"task-{task}.json", json.dumps(body, indent=1) + "\n")
+    return history
+
+
+def counted(history: Sequence[Failure]) -> list[float]:
+    """The failure times the caps count: an injected failure only with --count-as-bad."""
+    return [f.t for f in history if not f.injected]
+
+
+def node_failures(run_dir: Path, now: float, window_s: float) -> Counter[str]:
+    """Per node: the array's counted failures within `window_s` before `now`."""
+    return Counter(f.node for history in all_failures(run_dir).values() for f in history
+                   if not f.injected and now - window_s <= f.t <= now + 1.0)  # fmt: skip
+
+
+def bad_node(run_dir: Path, node: str, now: float, window_s: float, limit: int) -> str | None:
+    """The evidence that `node` is bad (a sentence), or None: at least `limit` (>0) of the
+    array's failures within the window were on it, and more than twice as many as on any
+    other node (replicas failing alike everywhere, a bug, are not a node's fault; two
+    replicas each failing twice would otherwise drain whichever node came second first)."""
+    if limit <= 0:
+        return None
+    counts = node_failures(run_dir, now, window_s)
+    here = counts.pop(node, 0)
+    others = max(counts.values(), default=0)
+    if here < limit or here <= 2 * others:
+        return None
+    return (f"{here} failures of this array's replicas within {window_s / 60:g} min "
+            f"(FT_NODE_MAX_FAILS={limit}; other nodes at most {others})")  # fmt: skip
+
+
+# ---- injected failures (simulate-failure's event log) ---------------------------------------
+
+
+def events_path(env: Mapping[str, str], run_outputs: Path) -> Path:
+    """The event log simulate-failure appends to, as the node sees it."""
+    given = env.get("FTSLURM_EVENTS", "").strip()
+    return Path(given) if given else run_outputs / "events.jsonl"
+
+
+def injected_event(path: Path, since: float, job: str | None, replicas: Sequence[int],
+                   node: str, grace_s: float = INJECTED_GRACE_S,
+                   sleep: Callable[[float], None] = time.sleep):  # fmt: skip
+    """The simulate-failure event that explains a failure after `since` (epoch s) of this
+    task (job + one of `replicas`) or this node, or None. Waits up to `grace_s` for it when
+    the log exists (the tool writes its line right after the kill); no log, no wait."""
+    from ftslurm.report.events import find_injected
+
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:  # no log, or none written lately: no simulate-failure at work, no wait
+            if not path.is_file() or path.stat().st_mtime < since - 1.0:
+                return None
+        except OSError:
+            return None
+        ev = find_injected(path, since, job, replicas, node)
+        if ev is not None or time.monotonic() >= deadline:
+            return ev
+        sleep(0.2)
+
+
+# ---- the pre-flight check -------------------------------------------------------------------
+
+
+class CheckFailed(Exception):
+    """A pre-flight check failed: `check` is its name, the message the evidence."""
+
+    def __init__(self, check: str, why: str):
+        super().__init__(why)
+        self.check = check
+
+
+def forced(env: Mapping[str, str], host: str) -> str | None:
+    """The check FTSLURM_PREFLIGHT_FAIL fails on this node (`<check>` or `<check>@<node>`)."""
+    raw = (knobs.get(env, "FTSLURM_PREFLIGHT_FAIL") or "").strip()
+    if not raw:
+        return None
+    check, _, node = raw.partition("@")
+    return check if not node or node == host else None
+
+
+def _smi(args: Sequence[str], run: Callable[..., runner.Completed]) -> list[list[str]]:
+    """`nvidia-smi <args> --format=csv,noheader,nounits` as rows of stripped cells."""
+    out = run(["nvidia-smi", *args, "--format=csv,noheader,nounits"],
+              timeout=NVIDIA_SMI_TIMEOUT_S)  # fmt: skip
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    return [[c.strip() for c in line.split(",")] for line in lines]
+
+
+def _number(cell: str) -> int | None:
+    return None if cell.lower() in _UNSUPPORTED or not cell.isdigit() else int(cell)
+
+
+def gpu_checks(expected: int, python: str,
+               run: Callable[..., runner.Completed] = runner.run) -> list[str]:  # fmt: skip
+    """The GPU checks in order; the names of those passed. Raises CheckFailed."""
+    try:
+        rows = _smi(["--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total"], run)
+    except runner.CommandError as e:
+        raise CheckFailed("nvidia-smi", f"nvidia-smi does not answer: {e.one_line()}") from None
+    if len(rows) < expected:
+        raise CheckFailed("gpu-count", f"{len(rows)} GPU(s) visible, {expected} expected "
+                          "(GPUS_PER_NODE): one may have fallen off the bus")  # fmt: skip
+    for row in rows[:expected]:
+        try:
+            _smi(["-i", row[0], "--query-gpu=index"], run)
+        except runner.CommandError as e:
+            raise CheckFailed("nvidia-smi", f"GPU {row[0]} ({row[1] if len(row) > 1 else '?'}) "
+                              f"does not answer: {e.one_line()}") from None  # fmt: skip
+    bad = [f"GPU {r[0]}: {_number(r[2])} uncorrectable ECC error(s)" for r in rows[:expected]
+           if len(r) > 2 and (_number(r[2]) or 0) > 0]  # fmt: skip
+    try:  # older drivers lack the row-remap fields: then only ECC counts
+        remaps = _smi(["--query-gpu=index,remapped_rows.pending,remapped_rows.failure"], run)
+    except runner.CommandError:
+        remaps = []
+    for r in remaps[:expected]:
+        if len(r) > 2 and (r[1].lower() in ("yes", "1") or r[2].lower() in ("yes", "1")):
+            bad.append(f"GPU {r[0]}: row remap pending or failed (reset the GPU)")
+    if bad:
+        raise CheckFailed("ecc", "; ".join(bad))
+    code = (
+        f"import torch\nfor i in range({expected}):\n"
+        " x = torch.ones(1 << 20, device=f'cuda:{i}')\n"
+        " assert float(x.sum().item()) == float(1 << 20), i\n"
+    )
+    try:
+        run([python, "-c", code], timeout=ALLOCATION_TIMEOUT_S)
+    except runner.CommandError as e:
+        raise CheckFailed("allocation", f"a 4 MB allocation on each GPU failed: "
+                          f"{e.one_line()}") from None  # fmt: skip
+    return list(GPU_CHECKS)
+
+
+def cpu_check(run_dir: Path) -> list[str]:
+    """The CPU node's check: the run folder (shared between the nodes) takes a file; a node
+    without the shared filesystem would fail every attempt later and less clearly."""
+    probe = run_dir / f".preflight-{socket.gethostname()}-{secrets.token_hex(4)}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        safefile.real_dir(run_dir)
+        safefile.write_atomic(probe, "ok\n")
+        probe.unlink()
+    except (OSError, UserError) as e:
+        raise CheckFailed("cpu", f"the run folder {run_dir} takes no file: {e}") from None
+    return list(CPU_CHECKS)
+
+
+def run_checks(env: Mapping[str, str], device: str, run_dir: Path, host: str,
+               run: Callable[..., runner.Completed] = runner.run) -> list[str]:  # fmt: skip
+    """This node's pre-flight checks for `device`; the names of those passed. Raises
+    CheckFailed with the check's name and the evidence."""
+    names = GPU_CHECKS if device == "cuda" else CPU_CHECKS
+    if (check := forced(env, host)) is not None and check in names:
+        raise CheckFailed(check, f"check {check!r} failed on purpose (FTSLURM_PREFLIGHT_FAIL="
+                          f"{env.get('FTSLURM_PREFLIGHT_FAIL', '').strip()})")  # fmt: skip
+    if device == "cuda":
+        gpus = knobs.get(env, "GPUS_PER_NODE", device)
+        python = knobs.get(env, "FTSLURM_PYTHON") or sys.executable
+        return gpu_checks(gpus, python, run)
+    return cpu_check(run_dir)
+
+
+# ---- taking a node out -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """What was done to a bad node: `drain`, `avoid` (the task's ExcNodeList) or `kept`."""
+
+    time: float
+    node: str
+    action: str
+    reason: str
+    job: str | None = None
+    task: int | None = None
+    note: str = ""
+
+    def undo(self) -> str:
+        """The command that brings the node back (nothing to undo for `kept`)."""
+        if self.action == "drain":
+            return f"sudo scontrol update NodeName={self.node} State=RESUME"
+        if self.action == "avoid" and self.job is not None:
+            return (
+                f"scontrol update JobId={self.job}_{self.task} ExcNodeList= "
+                "(while it pends; or resubmit)"
+            )
+        return ""
+
+
+def node_actions_path(run_dir: Path) -> Path:
+    return failures_dir(run_dir) / "nodes.jsonl"
+
+
+def record_action(run_dir: Path, action: NodeAction) -> None:
+    folder = _folder(run_dir)
+    fd = safefile.open_append(folder / "nodes.jsonl", mode=0o644)
+    with os.fdopen(fd, "ab") as f:
+        f.write((json.dumps(asdict(action)) + "\n").encode())
+
+
+def read_actions(run_dir: Path) -> list[NodeAction]:
+    """The node actions of one run, oldest first; a damaged line is skipped."""
+    text = safefile.read_text(node_actions_path(run_dir), MAX_NODE_LINES_BYTES) or ""
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+            out.append(NodeAction(float(rec["time"]), str(rec["node"]), str(rec["action"]),
+                                  str(rec["reason"]), rec.get("job"), rec.get("task"),
+                                  str(rec.get("note", ""))))  # fmt: skip
+        except (ValueError, KeyError, TypeError, RecursionError):
+            continue
+    return out
+
+
+_DOWN = ("drain", "down", "fail", "maint", "reboot", "inval", "future", "unk")
+
+
+def usable_nodes(slurm: client.SlurmClient, partition: str | None) -> list[str]:
+    """The nodes of `partition` (None: every partition) that can take a job: not drained,
+    draining, down or failing."""
+    return sorted({r.name for r in slurm.node_rows()
+                   if (partition in (None, r.partition))
+                   and not r.state.rstrip("*~#!%$@^").lower().startswith(_DOWN)})  # fmt: skip
+
+
+def take_out(env: Mapping[str, str], run_dir: Path, node: str, evidence: str,
+             say: Callable[[str], None]) -> NodeAction:  # fmt: skip
+    """Drain `node` with a reason naming ftslurm and the evidence, or mark it to be avoided
+    (the caller adds it to the requeue's ExcNodeList), per FTSLURM_BAD_NODES; never the last
+    node the array could run on (kept, said loudly). The action is recorded for `status`,
+    `doctor` and `report`."""
+    mode = knobs.get(env, "FTSLURM_BAD_NODES")
+    job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    task_id = int(task) if task and task.isdigit() else None
+    reason = (REASON_PREFIX + evidence)[:200].replace("\n", " ")
+
+    def done(action: str, note: str = "") -> NodeAction:
+        act = NodeAction(time.time(), node, action, reason, job, task_id, note)
+        try:
+            record_action(run_dir, act)
+        except (OSError, UserError) as e:
+            say(f"bad node: could not record the {action} of {node} ({e})")
+        return act
+
+    if mode == "off":
+        say(f"bad node {node}: {evidence}; left in service (FTSLURM_BAD_NODES=off)")
+        return done("kept", "FTSLURM_BAD_NODES=off")
+    slurm = client.current(env=env, timeout=60)
+    try:
+        usable = usable_nodes(slurm, env.get("SLURM_JOB_PARTITION") or None)
+    except (runner.CommandError, UserError) as e:
+        usable = []
+        say(f"bad node {node}: sinfo failed ({e}); treating it as the last node")
+    if not [n for n in usable if n != node]:
+        say("!" * 78)
+        say(f"!!! WARNING: {node} is bad ({evidence}) but it is the LAST node this array can "
+            "run on: NOT draining nor avoiding it. Fix or replace it, or add nodes; the "
+            f"replica keeps landing there. Drain by hand: sudo scontrol update NodeName={node} "
+            f"State=DRAIN Reason=\"{reason}\"")  # fmt: skip
+        say("!" * 78)
+        return done("kept", "the last node the array could run on")
+    if mode == "drain":
+        try:
+            slurm.update_node(node, "DRAIN", reason)
+            say(f"drained {node}: {reason} (undo: sudo scontrol update NodeName={node} "
+                "State=RESUME)")  # fmt: skip
+            return done("drain")
+        except (runner.CommandError, UserError) as e:
+            say(f"could not drain {node} ({e}): avoiding it through the task's ExcNodeList")
+    return done("avoid")
+
+
+def requeue(env: Mapping[str, str], target: str, avoid: Sequence[str]) -> None:
+    """`scontrol requeue target`, with `avoid` added to its ExcNodeList when not empty."""
+    slurm = client.current(env=env, timeout=60)
+    if avoid:
+        slurm.requeue_excluding(target, avoid)
+    else:
+        slurm.requeue(target)
+
+
+# ---- the launcher's two calls ---------------------------------------------------------------
+
+
+def _task(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    """The array task whose history this attempt adds to (with spares the slot may differ)."""
+    task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    if plan.task is not None:
+        return plan.task
+    return int(task) if task.isdigit() and len(task) < 7 else plan.replica_id
+
+
+def _remember(plan: planlib.Plan, env: Mapping[str, str], failure: Failure,
+              say: Callable[[str], None]) -> tuple[planlib.Plan, list[float]]:  # fmt: skip
+    """Record `failure`; the plan and the failure times the caps count. A history that
+    cannot be written falls back to the lifetime cap (FT_MAX_REQUEUES), so a crash loop ends
+    anyway."""
+    run_dir = planlib.run_folder(env, paths.project_root())
+    try:
+        return plan, counted(record_failure(run_dir, _task(plan, env), failure))
+    except (OSError, UserError) as e:
+        say(f"failure history not written ({e}): FT_MAX_REQUEUES={plan.max_requeues} caps "
+            "the requeues instead")  # fmt: skip
+        return replace(plan, lifetime_cap=True), [] if failure.injected else [failure.t]
+
+
+def before_training(plan: planlib.Plan, env: Mapping[str, str],
+                    say: Callable[[str], None]) -> tuple[int, str] | None:  # fmt: skip
+    """The pre-flight check of this node (FTSLURM_PREFLIGHT): None when it passed, else
+    (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out."""
+    if plan.kind != "ft" or not knobs.get(env, "FTSLURM_PREFLIGHT"):
+        return None
+    host = socket.gethostname()
+    run_dir = planlib.run_folder(env, paths.project_root())
+    t0 = time.monotonic()
+    try:
+        passed = run_checks(env, plan.device, run_dir, host)
+    except CheckFailed as e:
+        evidence = f"pre-flight check {e.check} failed: {e}"
+        say(f"pre-flight: {evidence}; not training on {host} (exit code {PREFLIGHT_EXIT})")
+        _remember(plan, env, Failure(time.time(), host, PREFLIGHT_EXIT, "preflight",
+                                     detail=evidence), say)  # fmt: skip
+        return PREFLIGHT_EXIT, evidence
+    say(f"pre-flight: {', '.join(passed)} passed on {host} ({time.monotonic() - t0:.1f} s)")
+    return None
+
+
+def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, cancelled: bool,
+                  refused: str | None, started: float, say: Callable[[str], None],
+                  preflight: str | None = None) -> tuple[bool, str, list[str]]:  # fmt: skip
+    """Whether the attempt requeues itself, why, and the nodes its requeue must avoid.
+    A failure is recorded in the task's history (a failed pre-flight check already is), the
+    rate cap decides, and a node found bad (its pre-flight check, or FT_NODE_MAX_FAILS) is
+    taken out. A failure simulate-failure injected is neither counted nor held against the
+    node unless it was marked --count-as-bad."""
+    if returncode == 0 or cancelled or refused or planlib.requeue_target(plan, env) is None:
+        # outside a job array nothing requeues: no history to keep, no node to take out
+        return (*planlib.should_requeue(plan, returncode, cancelled, refused), [])
+    host = socket.gethostname()
+    run_dir = planlib.run_folder(env, paths.project_root())
+    now = time.time()
+    if preflight is None:
+        ev = injected_event(events_path(env, planlib.outputs_folder(env, paths.project_root())),
+                            started, plan.array_job_id,
+                            sorted({plan.replica_id, _task(plan, env)}), host)  # fmt: skip
+        injected = ev is not None and not ev.count_as_bad
+        if ev is not None:
+            say(
+                f"the failure was injected by simulate-failure ({ev.action} at {ev.time}"
+                f"{', --count-as-bad' if ev.count_as_bad else ''}): "
+                f"{'counted against the node' if ev.count_as_bad else 'not counted'}"
+            )
+        code = returncode if returncode >= 0 else 128 - returncode
+        plan, times = _remember(plan, env, Failure(now, host, code, injected=injected), say)
+    else:
+        injected = False
+        times = counted(read_history(run_dir, _task(plan, env)))
+    requeue, why = planlib.should_requeue(plan, returncode, cancelled, refused, times, now)
+    evidence = preflight or (
+        None
+        if injected
+        else bad_node(run_dir, host, now, plan.fail_window_s, knobs.get(env, "FT_NODE_MAX_FAILS"))
+    )
+    avoid = []
+    if evidence:
+        act = take_out(env, run_dir, host, evidence, say)
+        if act.action == "avoid":
+            avoid.append(host)
+    return requeue, why, avoid
