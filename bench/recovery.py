@@ -310,6 +310,15 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
             "order": rounds, "arms": arms_out, "modes": by_mode}
 
 
+def kept_run(cfg: DemoConfig, say: Any = None) -> Path:  # noqa: ARG001 - run_demo's shape
+    """The run a kept bench made for this arm and round (`--reread`): the one tft-* folder
+    under its outputs."""
+    runs = sorted((cfg.outputs / "torchft").glob("tft-*"))
+    if len(runs) != 1:
+        raise SystemExit(f"--reread: {cfg.outputs}/torchft holds {len(runs)} runs, not 1")
+    return runs[0]
+
+
 def _summary(arms: dict[str, Any], out) -> None:
     print("\nper arm: goodput median (min .. max) over the rounds; time to full strength", file=out)
     for name, arm in arms.items():
@@ -352,6 +361,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true",
                     help="Print the figures as JSON on stdout (the table goes to stderr).")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the run under this outputs dir.")
+    ap.add_argument("--reread", type=Path, default=None,
+                    help="Run nothing: read the runs a --control/--repeats bench kept with "
+                         "--keep DIR again (the same arguments), with this checkout's report")
     a = ap.parse_args()
     try:
         a.spares_list = [int(x) for x in a.spares.split(",") if x.strip()]
@@ -366,8 +378,11 @@ def main() -> None:
             ap.error("--control, --repeats, several --spares or --mode: one --backend")
         if a.control and a.failures == 0:
             ap.error("--control compares failure runs with a failure-free one: --failures >= 1")
-        with tempfile.TemporaryDirectory() as d:
-            res = compare(a, a.keep or Path(d))
+        if a.reread is not None:
+            res = compare(a, a.reread, run=kept_run)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                res = compare(a, a.keep or Path(d))
         if a.json:
             print(json.dumps(res, indent=1))
         return

@@ -45,13 +45,14 @@ def test_recovery_measure_reads_the_report(tmp_path, monkeypatch):
     assert res["full_strength_s"] == [38.653, 49.126]
     assert res["median_full_strength_s"] == pytest.approx((38.653 + 49.126) / 2, abs=1e-3)
     assert res["detection_s"] == [4.988, 5.17]
-    # the two heals' first commits are healing, not trained (18 committed, 16 trained)
-    assert res["goodput"] == pytest.approx(0.6575, abs=1e-4)
-    assert res["heal_steps"] == 2 and res["replica_steps_trained"] == 16
+    # the two heals' first commits are healing, not trained, and step 0's commits are the
+    # window's fencepost (18 committed, 14 trained)
+    assert res["goodput"] == pytest.approx(0.5753, abs=1e-4)
+    assert res["heal_steps"] == 2 and res["replica_steps_trained"] == 14
     assert res["goodput_baseline"]["source"] == "self"
     assert res["step_ratio"] == pytest.approx(0.9862, abs=1e-3)
     assert res["false_drops"] == 0
-    assert ("goodput (replica-steps) 65.8% against its own full-strength rate, step ratio "
+    assert ("goodput (replica-steps) 57.5% against its own full-strength rate, step ratio "
             "98.6%") in out.getvalue()
 
 

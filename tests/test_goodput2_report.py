@@ -75,13 +75,14 @@ def _cut(src: Path, dst: Path, lo: str | None = None, hi: str | None = None,
 
 def test_heal_first_commit_is_charged_to_healing():
     """tft-11: replica 1 healed twice (steps 5 and 11) and committed after each; those two
-    first commits trained nothing of its own: 18 committed, 16 trained."""
+    first commits trained nothing of its own: 18 committed, 16 less the window's fencepost
+    (both replicas' commits of quorum 1's step 0): 14 trained."""
     js = build_report(FIX / "slurm-tft-11").to_json()
     sm = js["summary"]
     assert [(r["step"], r["target_replica"]) for r in js["recoveries"]] == [(5, "1"), (11, "1")]
     assert sm["steps_committed"] == 18
-    assert sm["heal_steps"] == 2 and sm["replica_steps_trained"] == 16
-    assert sm["goodput"] == pytest.approx(16 / sm["replica_steps_ideal"], abs=1e-3)
+    assert sm["heal_steps"] == 2 and sm["replica_steps_trained"] == 14
+    assert sm["goodput"] == pytest.approx(14 / sm["replica_steps_ideal"], abs=1e-3)
     # the two steps are charged to healing: each one replica-step at the failure-free rate
     f_heal = sum(f["healing_s"] for f in js["failures"])
     window = 2 * sm["goodput_window_s"]
@@ -165,7 +166,7 @@ def test_baseline_control_run(tmp_path):
     assert b["source"] == "control" and b["run"] == str(ctrl) and b["group_size"] == 2
     assert sm["failure_free_step_rate"] == cjs["failure_free_step_rate"]
     ideal = 2 * cjs["failure_free_step_rate"] * sm["goodput_window_s"]
-    assert sm["goodput"] == pytest.approx(min(1.0, 16 / ideal), abs=2e-3)
+    assert sm["goodput"] == pytest.approx(min(1.0, 14 / ideal), abs=2e-3)
     assert f"    failure-free rate from the control run {ctrl} (1 full-strength" in rep.to_text()
     # the CLI: --baseline; a control with failures is refused in one line
     res = CliRunner().invoke(report_cmd, [str(FIX / "slurm-tft-11"), "--baseline", str(ctrl),
@@ -244,7 +245,7 @@ def test_other_runs_events_leave_the_report_unchanged(tmp_path, monkeypatch):
     assert "Left out: 3 event-log lines, not this run's:" in text
     assert ("  10:33:00.000  node-down on worker-1: no job, and after the run's last log line"
             in text)
-    assert text.count("goodput           65.8%") == 1
+    assert text.count("goodput           57.5%") == 1
 
 
 def test_an_event_of_no_job_on_another_node_during_the_run_is_left_out(tmp_path, monkeypatch):
@@ -321,3 +322,38 @@ def test_unreadable_log_is_said_with_the_reason(tmp_path, monkeypatch):
     assert "Missing:" not in text
     assert rep.to_json()["parse"]["unreadable"] == [
         {"file": str(locked), "why": "permission denied"}]
+
+
+# ---------------------------------------------------------------- a control and a spare run
+
+
+def test_a_failure_free_run_scores_one():
+    """The recorded control (one quorum, steps 0-35 on both replicas): 72 commits, of which
+    both step-0 commits are the window's fencepost: 70 trained of 70 expected, ratio 1 (not
+    the 72/70 = 1.03 the commits alone give)."""
+    sm = build_report(FIX / "slurm-control-tft-6").to_json()["summary"]
+    assert sm["failures"] == 0 and sm["steps_committed"] == 72
+    assert sm["replica_steps_at_start"] == 2 and sm["replica_steps_trained"] == 70
+    assert sm["goodput_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert sm["lost_overcount"] == 0.0
+
+
+def test_spare_run_against_its_control_is_below_one():
+    """The 1-spare run of the same round against the control: 5 failures, goodput < 1 (the
+    spare's heals are healing steps; the window at the control's rate)."""
+    spare = FIX / "slurm-spares-tft-3"
+    js = build_report(spare, baseline=FIX / "slurm-control-tft-6").to_json()
+    sm = js["summary"]
+    assert sm["failures"] == 5 and sm["heal_steps"] == 5 and sm["recoveries"] == 5
+    assert sm["goodput_baseline"]["source"] == "control"
+    ctrl = build_report(FIX / "slurm-control-tft-6").to_json()["summary"]
+    ideal = 2 * ctrl["failure_free_step_rate"] * sm["goodput_window_s"]
+    assert sm["goodput"] == pytest.approx((40 - 5 - 2) / ideal, abs=2e-3)
+    assert 0.6 < sm["goodput"] < 1.0
+    # the 5th failure: the quorum whole again (the spare in) before replica 0's next commit:
+    # detection ends there, no degraded time, and the phases add up to the whole
+    f5 = js["failures"][4]
+    assert f5["to_next_commit_s"] == pytest.approx(2.696, abs=1e-3)
+    assert f5["degraded_s"] == 0.0
+    assert (f5["detection_s"] + f5["degraded_s"] + f5["healing_s"]
+            == pytest.approx(f5["time_to_full_strength_s"], abs=2e-3))

@@ -56,11 +56,13 @@ def test_tft_11_two_node_downs_time_to_full_strength_and_goodput():
     assert sm["goodput_window_s"] == pytest.approx(122.897, abs=1e-3)  # 10:10:50.580 -> end
     ideal = 2 * (3 / 30.302) * 122.897
     assert sm["steps_committed"] == 18  # unchanged: 13 + 5
-    # the two heals' first commits (replica 1 at steps 5 and 11) are healing, not training:
-    # 16 trained replica-steps
-    assert sm["heal_steps"] == 2 and sm["replica_steps_trained"] == 16
-    assert sm["goodput"] == pytest.approx(16 / ideal, abs=1e-4)
-    assert sm["goodput"] == pytest.approx(0.6575, abs=1e-4)
+    # the two heals' first commits (replica 1 at steps 5 and 11) are healing, not training,
+    # and the window from quorum 1's round (step 0) holds the steps after it: both replicas'
+    # commits of step 0 are its fencepost: 18 - 2 - 2 = 14 trained replica-steps
+    assert sm["heal_steps"] == 2 and sm["replica_steps_at_start"] == 2
+    assert sm["replica_steps_trained"] == 14
+    assert sm["goodput"] == pytest.approx(14 / ideal, abs=1e-4)
+    assert sm["goodput"] == pytest.approx(0.5753, abs=1e-4)
     assert sm["goodput_baseline"] == {"source": "self", "rate": round(3 / 30.302, 5),
                                       "stretches": 3, "seconds": 30.302, "run": None,
                                       "group_size": None}
@@ -76,21 +78,22 @@ def test_tft_11_two_node_downs_time_to_full_strength_and_goodput():
     assert lost["other"] == 0.0
     assert sm["goodput"] + sum(lost.values()) - 1.0 == pytest.approx(sm["lost_overcount"],
                                                                     abs=1e-3)
-    assert sm["lost_overcount"] == pytest.approx(0.1381, abs=1e-4)
+    assert sm["lost_overcount"] == pytest.approx(0.0560, abs=1e-4)
     assert sm["step_ratio"] == pytest.approx(12 / ((3 / 30.302) * 122.897), abs=1e-4)
     text = rep.to_text()
     assert ("    replica 1 failed 10:10:59.612: 38.65 s (4.99 s + 33.23 s + 0.44 s; full "
             "strength at 10:11:38.265)") in text
-    assert ("  goodput           65.8% of replica-steps (16 trained of 24.3 expected at 0.099 "
+    assert ("  goodput           57.5% of replica-steps (14 trained of 24.3 expected at 0.099 "
             "steps/s x group 2 x 2 m 3 s); steps: 98.6%\n") in text
     assert ("    trained = 18 committed - 2 heal steps (a healed replica's first commit: its "
-            "state came from a peer; charged to healing)\n") in text
+            "state came from a peer; charged to healing) - 2 of the first quorum's step (the "
+            "window holds N steps between rounds, N + 1 commits)\n") in text
     assert ("    failure-free rate from this run's own 3 full-strength stretches (30.30 s)"
             in text)
     # the logs say the replicas trained on CPU (FTSLURM_DEVICE=cpu): the cause names CPUs
     assert sm["device"] == "cpu"
     assert ("    lost: detection 8.3%, degraded 31.1%, healing 8.7%, other 0.0%\n"
-            "    the phases add up to 13.8% more than goodput leaves: replicas stepped faster "
+            "    the phases add up to 5.6% more than goodput leaves: replicas stepped faster "
             "than the full-strength rate, as survivors do on CPUs they shared with the failed "
             "replica\n") in text
     assert "  false quorum drops 0" in text
@@ -120,15 +123,17 @@ def test_cpu_run1_kill_and_restart():
     # has no commit failures) and quorum 3 08:51:19.640 (step 59) -> 08:52:09.472 (step 199)
     rate = (21 + 140) / (6.931 + 49.832)
     assert sm["failure_free_step_rate"] == pytest.approx(rate, abs=1e-4)
-    # 362 committed, less replica 1's first commit after its heal at step 59
-    assert sm["heal_steps"] == 1
-    assert sm["goodput"] == pytest.approx(361 / (2 * rate * 74.156), abs=1e-4)
+    # 362 committed, less replica 1's first commit after its heal at step 59, less both
+    # replicas' commits of quorum 1's step 0 (the window's fencepost)
+    assert sm["heal_steps"] == 1 and sm["replica_steps_at_start"] == 2
+    assert sm["goodput"] == pytest.approx(359 / (2 * rate * 74.156), abs=1e-4)
     assert sm["false_drops"] == 0
 
 
 def test_three_replicas_goodput_is_capped_and_the_ratio_kept():
     """3 replicas on 2 cores: the 2 survivors step faster than 3 did. With the two heals'
-    first commits charged to healing (27 of 29 trained) goodput is under 1; the phases add
+    first commits charged to healing and the first quorum's step out (24 of 29 trained)
+    goodput is under 1; the phases add
     up past what it leaves, and the excess is given apart (other stays within 0..1)."""
     rep = build_report(FIX / "slurm-3-replicas-tft-3")
     js = rep.to_json()
@@ -139,8 +144,8 @@ def test_three_replicas_goodput_is_capped_and_the_ratio_kept():
     assert f2["time_to_full_strength_s"] == pytest.approx(36.499, abs=1e-3)
     assert f2["survivor"] == "1" and f2["detection_s"] == pytest.approx(8.770, abs=1e-3)
     sm = js["summary"]
-    assert sm["heal_steps"] == 2 and sm["replica_steps_trained"] == 27
-    assert sm["goodput_ratio"] == sm["goodput"] == pytest.approx(0.949, abs=1e-3)
+    assert sm["heal_steps"] == 2 and sm["replica_steps_trained"] == 24
+    assert sm["goodput_ratio"] == sm["goodput"] == pytest.approx(0.8435, abs=1e-3)
     assert sm["lost"]["other"] == 0.0 and sm["lost_overcount"] > 0
 
 

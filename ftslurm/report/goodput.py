@@ -105,6 +105,7 @@ def measure(
     advanced = max_step - first.step if first is not None and max_step is not None else None
     g = Goodput(rate, window, base.seconds, committed or 0, ideal, advanced,
                 heal_steps=min(heal_steps, committed or 0), baseline=base,
+                at_start=len(first.participants) if first is not None and committed else 0,
                 unreadable=unreadable_commits(committed, decisions, advanced), device=device)
     if not window:
         return g

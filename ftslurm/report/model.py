@@ -245,7 +245,8 @@ class Goodput:
     `committed`: commit decisions (`should_commit=True`, per replica and step); `trained`:
     those less one per heal whose target committed after it (`heal_steps`), since a healed
     replica's first step trains nothing of its own (torchft zeroes a healing replica's
-    gradients and leaves it out of the participants): that step is charged to healing.
+    gradients and leaves it out of the participants): that step is charged to healing; and
+    less the first quorum's step (`at_start`, the window's fencepost).
     `ideal` = group size x the baseline's rate x `window_s`. The `lost_*` shares are
     replica-seconds lost to each phase of the failures over group size x `window_s`, each
     within 0..1; `lost_other` is what is left (1 - goodput - the three), never below 0: where
@@ -264,14 +265,18 @@ class Goodput:
     lost_degraded: float = 0.0
     lost_healing: float = 0.0
     heal_steps: int = 0  # heals whose first commit is charged to healing
+    at_start: int = 0  # commits of the first quorum's step (see `trained`)
     baseline: Baseline | None = None
     unreadable: str | None = None
     device: str | None = None  # what the replica logs say they trained on (cpu, cuda, ...)
 
     @property
     def trained(self) -> int:
-        """Replica-steps that trained: commits less the heals' first commits."""
-        return max(0, self.committed - self.heal_steps)
+        """Replica-steps that trained in the window: commits less the heals' first commits,
+        less the first quorum's members' commits of its step: the window runs from that
+        quorum's round, and the rate counts steps between rounds (N steps, N + 1 commits),
+        so without them a failure-free run would score (N + 1) / N."""
+        return max(0, self.committed - self.heal_steps - self.at_start)
 
     @property
     def ratio(self) -> float | None:

@@ -196,6 +196,7 @@ def goodput_dict(rep: Report) -> dict[str, Any]:
         "goodput_baseline": baseline_dict(g),
         "replica_steps_trained": g.trained if g is not None and not g.unreadable else None,
         "heal_steps": g.heal_steps if g is not None else 0,
+        "replica_steps_at_start": g.at_start if g is not None else 0,
         "step_ratio": _r(g.step_ratio, 4) if g is not None else None,
         "lost": {
             "detection": _r(g.lost_detection, 4), "degraded": _r(g.lost_degraded, 4),
@@ -466,10 +467,11 @@ def _goodput_figures(g: Goodput, group: int) -> list[str]:
     capped = " (capped)" if (g.step_ratio_raw or 0.0) > 1.0 else ""
     out = [f"  goodput           {_pct(g.goodput)} of replica-steps ({head}); "
            f"steps: {_pct(g.step_ratio)}{capped}"]
-    if g.heal_steps:
-        out.append(f"    trained = {g.committed} committed - {g.heal_steps} heal step"
-                   f"{'' if g.heal_steps == 1 else 's'} (a healed replica's first commit: its "
-                   "state came from a peer; charged to healing)")
+    heals = (f" - {g.heal_steps} heal step{'' if g.heal_steps == 1 else 's'} (a healed "
+             "replica's first commit: its state came from a peer; charged to healing)"
+             if g.heal_steps else "")
+    out.append(f"    trained = {g.committed} committed{heals} - {g.at_start} of the first "
+               "quorum's step (the window holds N steps between rounds, N + 1 commits)")
     b = g.baseline
     if b is not None and b.source == "control":
         grp = f", group {b.group_size}" if b.group_size is not None else ""
