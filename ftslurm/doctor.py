@@ -481,6 +481,99 @@ def check_packages(
     return Check(name, PASS, detail)
 
 
+# The builds the scripts are verified with; a different one fails deep in training (a moved
+# module, a missing TOML, a torchft wire change between the Lighthouse and the replicas).
+CORE_PACKAGES = ("torch", "torchtitan", "torchft-nightly")
+# what a user on an unsupported release meets, said in the one line
+KNOWN_BREAKS = {
+    ("torchtitan", 0, 3): "its FT trainer moved to torchtitan.experiments.torchft and the TOML "
+    "configs the presets use are gone",
+}
+VERSION_PROBE = (
+    "import importlib.metadata as m\ntry:\n print(m.version('torchft-nightly'))\n"
+    "except m.PackageNotFoundError:\n print(m.version('torchft'))"
+)
+
+
+def supported_pins(requirements: Path | None = None) -> dict[str, str]:
+    """The core packages' pins: requirements.txt (default: the checkout's), else the
+    installed ftslurm's `cpu` extra (the same pins, for an installed package on a node)."""
+    path = requirements or paths.project_root() / "requirements.txt"
+    try:
+        reqs = parse_requirements(path.read_text())
+    except (OSError, UnicodeDecodeError):
+        reqs = []
+        try:
+            for line in importlib.metadata.requires("ftslurm") or []:
+                if 'extra == "cpu"' in line:
+                    reqs += parse_requirements(line.split(";", 1)[0])
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    core = {normalize(c) for c in CORE_PACKAGES}
+    return {normalize(r.name): r.spec for r in reqs if normalize(r.name) in core and r.spec}
+
+
+def installed_versions(names: Sequence[str] = CORE_PACKAGES) -> dict[str, str | None]:
+    """name -> the installed version (None: not installed), read from the package metadata
+    (nothing is imported: torch takes seconds)."""
+    return _installed([Requirement(n, "") for n in names])
+
+
+def version_problem(installed: Mapping[str, str | None], pins: Mapping[str, str],
+                    lighthouse_torchft: str | None = None) -> str | None:  # fmt: skip
+    """One line naming the unsupported torchtitan, torch or torchft build (or a Lighthouse
+    whose torchft differs from the replicas'), with the supported pins; None when all fit.
+    A package that is not installed is `check_packages`'s to report, not this."""
+    wanted = ", ".join(f"{n}{spec}" for n, spec in pins.items())
+    fix = f"supported: {wanted} (pip install -r requirements.txt, or pip install 'ftslurm[cpu]')"
+    for name, spec in pins.items():
+        have = installed.get(name)
+        if have is None or satisfies(have, spec):
+            continue
+        release = _release(have)
+        why = KNOWN_BREAKS.get((name, *release[:2]), "")
+        return (f"{name} {have} is not supported{f' ({why})' if why else ''}; {fix}")
+    mine = installed.get("torchft-nightly")
+    if lighthouse_torchft and mine and lighthouse_torchft != mine:
+        return (f"the Lighthouse runs torchft {lighthouse_torchft} but this environment has "
+                f"{mine}: a Lighthouse and replicas of different torchft builds may not agree "
+                f"on a quorum; restart the Lighthouse from this environment (ftslurm lighthouse "
+                f"restart) or install the same build; {fix}")  # fmt: skip
+    return None
+
+
+def lighthouse_torchft_version(state_dir: Path | None = None) -> str | None:
+    """The torchft build of ftslurm's managed Lighthouse, when it can be read: the running
+    Lighthouse's interpreter asked for its torchft version (an interpreter that is this one
+    has this one's); None when none runs, it runs a --binary, or the probe fails."""
+    import sys
+
+    from ftslurm import lighthouse, procs
+
+    try:
+        st = lighthouse.status(state_dir or paths.lighthouse_dir(), probe=False)
+    except Exception:  # noqa: BLE001 - only a hint
+        return None
+    if not st.running or st.pid is None:
+        return None
+    try:
+        interpreter = os.readlink(f"/proc/{st.pid}/exe")
+    except OSError:
+        return None
+    if "python" not in Path(interpreter).name or not procs.pid_alive(st.pid):
+        return None  # a --binary runs as the launcher's child: its build is not known
+    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+        return installed_versions(["torchft-nightly"]).get("torchft-nightly")
+    from ftslurm.runner import run
+
+    try:
+        out = run([interpreter, "-c", VERSION_PROBE], timeout=20)
+    except CommandError:
+        return None
+    version = out.stdout.strip()
+    return version if re.fullmatch(r"[0-9A-Za-z.+!_-]{1,64}", version) else None
+
+
 def check_secret(name: str, env: Mapping[str, str], device: str, tokenizer_ok: bool) -> Check:
     """Present or not; the value is never looked at beyond that, never printed."""
     value = env.get(name)

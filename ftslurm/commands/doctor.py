@@ -47,7 +47,8 @@ def doctor(
     requirements.txt; WANDB_API_KEY / HF_TOKEN (only "set" / "not set"); the shared
     filesystem (a file written here, read on a node); the replica addresses (the hostname
     and FQDN torchft advertises to other replicas resolve, IPv6 sockets work on a node).
-    Exit code 1 when any check fails.
+    Exit code 1 when any check fails; exit code 2 with one line when torchtitan, torch or
+    torchft is an unsupported build, or the managed Lighthouse runs another torchft.
 
     \b
     Examples:
@@ -73,6 +74,11 @@ def doctor(
     )
     if cfg.device not in ("cuda", "cpu"):
         raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
+    # an unsupported torchtitan / torch / torchft build fails deep in training: one line first
+    problem = doc.version_problem(doc.installed_versions(), doc.supported_pins(cfg.requirements),
+                                  doc.lighthouse_torchft_version())  # fmt: skip
+    if problem:
+        raise UserError(problem)
     checks = doc.run_checks(cfg)
     if not doc.ok(checks):
         stdout_pipe.exit_code_if_cut(1)

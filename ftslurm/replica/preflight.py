@@ -441,7 +441,12 @@ def _remember(plan: planlib.Plan, env: Mapping[str, str], failure: Failure,
 def before_training(plan: planlib.Plan, env: Mapping[str, str],
                     say: Callable[[str], None]) -> tuple[int, str] | None:  # fmt: skip
     """The pre-flight check of this node (FTSLURM_PREFLIGHT): None when it passed, else
-    (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out."""
+    (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out. First the
+    training stack's versions (startup.check_versions): an unsupported build is the user's
+    to fix (UserError, exit code 2), not the node's."""
+    from ftslurm.replica import startup
+
+    startup.check_versions(planlib.PRESETS[plan.preset].worker)
     if plan.kind != "ft" or not knobs.get(env, "FTSLURM_PREFLIGHT"):
         return None
     host = socket.gethostname()

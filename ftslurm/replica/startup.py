@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ftslurm import knobs
+from ftslurm.errors import UserError
 
 SWITCHES = {"skip_torchrun": "FTSLURM_SKIP_TORCHRUN", "lazy_compile": "FTSLURM_LAZY_COMPILE"}
 
@@ -56,6 +57,21 @@ def line(name: str, on: bool, summary: str) -> str:
     if on:
         return f"[ftslurm] startup {name}: ON ({summary}; {switch}=0 turns it off)"
     return f"[ftslurm] startup {name}: OFF ({switch}=0)"
+
+
+def check_versions(worker: str = "torchtitan") -> None:
+    """The launcher's start-up check of the training stack, before anything starts: an
+    unsupported torchtitan (0.3.x: the FT trainer and the TOML configs moved), torch or
+    torchft build is one line naming the supported pins (UserError: exit code 2, and no
+    requeue: every attempt would fail the same way, deep in training). Read from the package
+    metadata, nothing imported. The tiny worker (`worker="tiny"`) needs no torchtitan."""
+    from ftslurm import doctor
+
+    names = [n for n in doctor.CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
+    pins = {n: spec for n, spec in doctor.supported_pins().items() if n in names}
+    problem = doctor.version_problem(doctor.installed_versions(names), pins)
+    if problem:
+        raise UserError(problem)
 
 
 def host_store(environ: dict[str, str] | None = None) -> int:

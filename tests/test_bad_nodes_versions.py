@@ -1,0 +1,99 @@
+"""An unsupported torchtitan / torch / torchft build, or a Lighthouse of another torchft build, is
+one line naming the supported pins with exit code 2: in `ftslurm doctor` and in the launcher's
+start-up check (version metadata faked; nothing imported, no Slurm)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftslurm import doctor as d
+from ftslurm.errors import UserError
+from ftslurm.replica import job, startup
+
+PINS = {"torch": "==2.13.0", "torchtitan": "==0.2.2", "torchft-nightly": "==2026.10.26"}
+GOOD = {"torch": "2.13.0+cpu", "torchtitan": "0.2.2", "torchft-nightly": "2026.10.26"}
+
+
+def _fake_metadata(monkeypatch: pytest.MonkeyPatch, **versions: str) -> None:
+    real = importlib.metadata.version
+    fake = {"torchtitan": "0.3.0", **{k.replace("_", "-"): v for k, v in versions.items()}}
+
+    def version(name: str) -> str:
+        return fake.get(name, None) or real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+def test_the_pins_are_requirements_txt_and_the_cpu_extra() -> None:
+    assert d.supported_pins() == PINS
+    assert d.supported_pins(Path("/nonexistent/requirements.txt")) == PINS  # the cpu extra
+
+
+def test_doctor_with_torchtitan_0_3_0_is_one_line_naming_the_pin(monkeypatch, capsys) -> None:
+    from ftslurm import cli
+
+    _fake_metadata(monkeypatch)
+    monkeypatch.setattr(d, "lighthouse_torchft_version", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["ftslurm", "doctor"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.count("\n") == 1, err
+    assert err.startswith("Error: torchtitan 0.3.0 is not supported (its FT trainer moved to "
+                          "torchtitan.experiments.torchft and the TOML configs")  # fmt: skip
+    assert "supported: torch==2.13.0, torchtitan==0.2.2, torchft-nightly==2026.10.26" in err
+
+
+@pytest.mark.parametrize("name, have", [("torch", "2.12.1+cu126"),
+                                        ("torchft-nightly", "2026.11.20")])  # fmt: skip
+def test_another_torch_or_torchft_build_is_named(name: str, have: str) -> None:
+    line = d.version_problem({**GOOD, name: have}, PINS)
+    assert line is not None and line.startswith(f"{name} {have} is not supported; supported: ")
+
+
+def test_a_missing_package_is_left_to_the_packages_check() -> None:
+    assert d.version_problem({**GOOD, "torchtitan": None}, PINS) is None
+    assert d.version_problem(GOOD, PINS) is None
+
+
+def test_a_lighthouse_of_another_torchft_build_is_named() -> None:
+    line = d.version_problem(GOOD, PINS, lighthouse_torchft="2026.09.01")
+    assert line is not None
+    assert line.startswith("the Lighthouse runs torchft 2026.09.01 but this environment has "
+                           "2026.10.26")  # fmt: skip
+    assert d.version_problem(GOOD, PINS, lighthouse_torchft="2026.10.26") is None
+
+
+def test_the_managed_lighthouse_in_this_interpreter_has_this_torchft(tmp_path, monkeypatch):
+    """The Lighthouse's interpreter is read from its running process: this test's own."""
+    import os
+    from types import SimpleNamespace
+
+    from ftslurm import lighthouse
+
+    monkeypatch.setattr(lighthouse, "status",
+                        lambda *a, **k: SimpleNamespace(running=True, pid=os.getpid()))  # fmt: skip
+    _fake_metadata(monkeypatch, torchft_nightly="2026.09.01")
+    assert d.lighthouse_torchft_version(tmp_path) == "2026.09.01"
+    monkeypatch.setattr(lighthouse, "status",
+                        lambda *a, **k: SimpleNamespace(running=False, pid=None))  # fmt: skip
+    assert d.lighthouse_torchft_version(tmp_path) is None
+
+
+def test_the_launcher_refuses_an_unsupported_build_before_it_starts(monkeypatch, tmp_path):
+    _fake_metadata(monkeypatch)
+    with pytest.raises(UserError, match=r"^torchtitan 0\.3\.0 is not supported \(its FT"):
+        startup.check_versions()
+    startup.check_versions("tiny")  # the tiny worker runs without torchtitan
+    env = {"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2",
+           "DEVICE": "cpu", "FTSLURM_OUTPUTS": str(tmp_path), "FTSLURM_TORCHRUN": "/bin/false",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    monkeypatch.setattr(job, "_prepare", lambda plan, root: None)  # no assets to build
+    with pytest.raises(UserError, match="torchtitan 0.3.0 is not supported"):
+        job.main(["job"], env)
+    assert not (tmp_path / "torchft" / "tft-9" / "failures").exists()  # not the node's fault
