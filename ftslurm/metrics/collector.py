@@ -172,14 +172,20 @@ class FtslurmCollector(Collector):
     def snapshot(self) -> Snapshot:
         """Both sources (cached), joined; concurrent scrapes share one read."""
         src = self.sources
+        t0 = time.monotonic()
+        worker = self._report_worker()  # the logs are read while the page is fetched
         with self._lock:
             page = self._read(self._page, src.status_ttl_s, src.read_page)
-        report = self._latest_report()
+        if worker is not None:
+            wait = src.report_wait_s
+            worker.join(None if wait is None else max(0.0, wait - (time.monotonic() - t0)))
+        with self._report_lock:
+            report = self._report.value
         return build_snapshot(page, report, src.group_size, run=run_name(report))
 
-    def _latest_report(self) -> Any:
-        """The report: cached for `report_ttl_s`, then checked (and read again if a file
-        changed) in a worker; waits for it `report_wait_s` at most, then gives the last."""
+    def _report_worker(self) -> threading.Thread | None:
+        """The worker checking the logs (and reading them again if a file changed), started
+        when the report is older than `report_ttl_s`; None when the report is fresh."""
         with self._report_lock:
             if self._worker is None and not self._report.fresh(
                 self.sources.report_ttl_s, self.clock()
@@ -187,11 +193,7 @@ class FtslurmCollector(Collector):
                 self._worker = threading.Thread(target=self._refresh_report,
                                                 name="metrics-report", daemon=True)
                 self._worker.start()
-            worker = self._worker
-        if worker is not None:
-            worker.join(self.sources.report_wait_s)
-        with self._report_lock:
-            return self._report.value
+            return self._worker
 
     def _refresh_report(self) -> None:
         src, cache = self.sources, self._report
