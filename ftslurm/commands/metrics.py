@@ -44,14 +44,15 @@ def _source_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="A simulate-failure event log, if not found by itself."),
         click.option("--group-size", type=click.IntRange(min=1, max=MAX_GROUP_SIZE),
                      default=None,
-                     help="Replicas the run should have, at most 10000  [default: the largest "
-                     "quorum / replica count in the logs]"),
+                     help="Replicas the run should have  [default: the largest quorum / "
+                     "replica count in the logs]"),
         click.option("--status-ttl", type=FiniteFloat(min=0, max=3600), default=2.0,
                      show_default=True,
                      help="Seconds a read of the Lighthouse's /status page is reused."),
         click.option("--report-ttl", type=FiniteFloat(min=0, max=3600), default=10.0,
                      show_default=True,
-                     help="Seconds a read of the run's logs (the report) is reused."),
+                     help="Seconds a read of the run's logs (the report) is reused; then "
+                     "the logs are read again if one changed (inode, size, mtime)."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
