@@ -417,3 +417,16 @@ def test_the_guard_removes_only_an_attempt_folder_of_this_user(tmp_path: Path) -
     mine = tmp_path / "ftslurm-attempt-h-1-x"
     (mine / "sub").mkdir(parents=True)
     assert attempt_guard.remove(mine) is True and not mine.exists()
+
+
+def test_cluster_up_never_chmods_or_writes_through_a_linked_state_folder(tmp_path: Path) -> None:
+    from ftslurm.cluster import local
+
+    target = tmp_path / "private"
+    target.mkdir(mode=0o700)
+    state = tmp_path / "cluster"
+    state.mkdir()
+    (state / "munge").symlink_to(target)
+    with pytest.raises(safefile.UnsafePath, match="is a symbolic link"):
+        local._prepare_state_dir(local.new_spec(2, state))
+    assert target.stat().st_mode & 0o777 == 0o700 and list(target.iterdir()) == []

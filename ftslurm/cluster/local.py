@@ -231,10 +231,11 @@ def active_jobs(spec: ClusterSpec, timeout: float = 10) -> list[str]:
 
 def _prepare_state_dir(spec: ClusterSpec) -> None:
     root = Path(spec.state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    # never a link: root writes pidfiles, logs and the munge key into these, and chmods one
     for sub in ("ctld", "run", "log", "spool"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    munge_dir = root / "munge"
-    munge_dir.mkdir(parents=True, exist_ok=True)
+        safefile.real_dir(root / sub)
+    munge_dir = safefile.real_dir(root / "munge")
     os.chmod(munge_dir, 0o755)  # munged refuses a socket dir of 700 ("inaccessible")
     key = munge_dir / "munge.key"
     if safefile.read_bytes(key, limit=4096) is None:  # missing, or a link/FIFO planted there
