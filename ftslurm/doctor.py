@@ -30,7 +30,7 @@ from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.runner import CommandError
 from ftslurm.slurm import client
-from ftslurm.slurm.parse import NodeRow
+from ftslurm.slurm.parse import NodeReason, NodeRow
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SRUN_TIMEOUT_S = 60.0
@@ -274,6 +274,22 @@ def check_gpus(device: str, rows: Sequence[NodeRow], wanted: int | None, script:
                      f"{seen}; only {len(enough)} nodes have the {wanted} the script asks for",
                      "replicas run on those nodes only (use a partition of GPU nodes)")  # fmt: skip
     return Check(name, PASS, f"{seen}; the FT script asks for --gpus-per-task={wanted}")
+
+
+DRAIN_PREFIX = "ftslurm:"  # the launcher's drain reasons (preflight.REASON_PREFIX)
+
+
+def check_drained(reasons: Sequence[NodeReason]) -> Check | None:
+    """The nodes an FT launcher drained (Reason= starting with `ftslurm:`: a failed pre-flight
+    check, or FT_NODE_MAX_FAILS), each with when, why and the exact command that brings it
+    back; None when there are none (no row)."""
+    drained = [r for r in reasons if r.reason.startswith(DRAIN_PREFIX)]
+    if not drained:
+        return None
+    detail = "; ".join(f"{r.name} ({r.state} since {r.since}): {r.reason}" for r in drained)
+    fix = "; ".join(f"sudo scontrol update NodeName={r.name} State=RESUME" for r in drained)
+    return Check("drained nodes", WARN, f"{len(drained)} node(s) drained by ftslurm: {detail}",
+                 f"once fixed, bring each back: {fix}")  # fmt: skip
 
 
 def probe_node(rows: Sequence[NodeRow], partitions: Mapping[str, str]) -> NodeRow | None:
@@ -773,6 +789,9 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
         try:
             rows, parts = slurm.node_rows(), slurm.partitions()
             checks.append(check_partitions(parts, rows, cfg.replicas))
+            drained = _drained(slurm)
+            if drained is not None:
+                checks.append(drained)
         except (CommandError, UserError) as e:
             checks.append(Check("partitions and idle nodes", FAIL, str(e),
                                 "check the controller's log (slurmctld.log)"))  # fmt: skip
@@ -815,6 +834,13 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     checks.append(_shared_fs(cfg, idle_node, slurm, skipped))
     checks.append(_peer_addresses(cfg, idle_node, rows, parts, slurm, skipped))
     return checks
+
+
+def _drained(slurm: client.SlurmClient) -> Check | None:
+    try:
+        return check_drained(slurm.node_reasons())
+    except (CommandError, UserError):  # an older sinfo without %H / %E: no such row
+        return None
 
 
 def _peer_addresses(

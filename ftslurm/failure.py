@@ -260,6 +260,7 @@ class _Execution:
         self.watch = wait_recovered and plan.target.replica is not None
         self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
         self.owes_resume = False
+        self.count_as_bad = False  # events marked so: the launcher counts them (preflight.py)
         self.stopped: tuple[int, ...] = ()  # pids this run SIGSTOPped: the guard SIGCONTs them
         self.owes_cont_srun: tuple[str, ...] = ()  # the srun that SIGCONTs them on a cluster
         self.slurm = client.current()
@@ -284,8 +285,8 @@ class _Execution:
             replica = int(self.slot) if self.slot.isdigit() else None
             held = f"holds slot {self.slot}" if replica is not None else "a warm spare"
             detail = f"{detail} (array task {t.replica}: {held})"
-        append_event(InjectedEvent(now_iso(), action, replica, t.node, job, detail),
-                     self.events_path)  # fmt: skip
+        append_event(InjectedEvent(now_iso(), action, replica, t.node, job, detail,
+                                   self.count_as_bad), self.events_path)  # fmt: skip
 
     def phase(self, name: str) -> None:
         at = time.monotonic() - self.t0
@@ -494,6 +495,7 @@ def execute(
     events_path: Path | None = None,
     poll: float = 0.25,
     log_path: Path | None = None,
+    count_as_bad: bool = False,
 ) -> Outcome:
     """Run the plan. A node taken DOWN is RESUMEd on every way out (or `ResumeFailed` says it
     is not); each action is logged.
@@ -502,6 +504,7 @@ def execute(
     its new attempt's launching line appears. Each step is put on a timeline
     (`Outcome.phases`)."""
     run = _Execution(plan, wait_recovered, timeout, say, events_path, poll, log_path)
+    run.count_as_bad = count_as_bad  # the FT launcher may hold it against the node
     with signals_raise():
         try:
             for a in plan.actions:

@@ -226,3 +226,23 @@ def to_json(job: int, rows: list[Row], quorum: Quorum | None) -> dict[str, Any]:
         "tasks": tasks,
         "lighthouse": asdict(quorum) if quorum is not None else None,
     }
+
+
+def node_action_lines(actions: list[Any]) -> list[str]:
+    """The nodes this run's launchers took out of its way (preflight.NodeAction: drained,
+    avoided through ExcNodeList, or kept as the last node), each with the time, the reason and
+    the command that brings it back."""
+    if not actions:
+        return []
+    lines = ["nodes taken out of this run's way (preflight.py):"]
+    for a in actions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.time))
+        undo = a.undo()
+        lines.append(printable(f"  {a.node}  {a.action}  at {when}  {a.reason}"
+                               + (f"  (undo: {undo})" if undo else "")))  # fmt: skip
+    return lines
+
+
+def node_actions_json(actions: list[Any]) -> list[dict[str, Any]]:
+    """`node_action_lines` as JSON: node, action, time (epoch s), reason, job, task, undo."""
+    return [{**asdict(a), "undo": a.undo()} for a in actions]

@@ -110,6 +110,11 @@ def _modes(ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str
     "--json", "as_json", is_flag=True,
     help="stdout: one JSON object (the outcome; with --dry-run the plan), text on stderr.",
 )  # fmt: skip
+@click.option(
+    "--count-as-bad", is_flag=True,
+    help="The FT launcher holds this failure against the node (FT_NODE_MAX_FAILS: it may "
+    "drain it) and the replica's rate cap; by default an injected failure counts for neither.",
+)  # fmt: skip
 @click.pass_context
 def simulate_failure(
     ctx: click.Context,
@@ -129,6 +134,7 @@ def simulate_failure(
     seed: int | None,
     events: Path | None,
     as_json: bool,
+    count_as_bad: bool,
 ) -> None:
     """Inject a failure into a replica of a running FT job array, and undo it.
 
@@ -162,6 +168,8 @@ def simulate_failure(
              if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT)]
     if not chaos and given:
         raise UserError(f"{' '.join(given)}: only with --chaos")
+    if chaos and count_as_bad:
+        raise UserError("--count-as-bad: only for one failure, not with --chaos")
     if chaos:
         _chaos(
             ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
@@ -183,7 +191,8 @@ def simulate_failure(
 
     try:
         out = failure.execute(
-            plan, wait_recovered=wait_recovered, timeout=timeout, say=say, events_path=events
+            plan, wait_recovered=wait_recovered, timeout=timeout, say=say, events_path=events,
+            count_as_bad=count_as_bad,
         )
     except failure.Interrupted as e:
         click.echo(f"Interrupted ({e}): every node this run took down was RESUMEd.", err=True)

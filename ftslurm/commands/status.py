@@ -31,7 +31,8 @@ def status(
 ) -> None:
     """One row per array task: replica, Slurm state and reason, node, restart count, the
     attempt, last step and loss in its log, and how long ago the log last changed; then the
-    managed Lighthouse's current quorum when it runs.
+    managed Lighthouse's current quorum when it runs, and the nodes the run's launchers
+    drained or avoided (failed pre-flight check, FT_NODE_MAX_FAILS), with the undo command.
 
     \b
     Examples:
@@ -75,12 +76,16 @@ def status(
             if r.replica in tasks]  # fmt: skip
     claims = slots.history(slot_dir, slots.slot_count(slot_dir)) if task_slots else []
     quorum = None if no_lighthouse else st.lighthouse_quorum()
+    from ftslurm.replica import preflight
+
+    taken_out = preflight.read_actions(run_dir)  # drained / avoided nodes, with the reason
     if as_json:
         out = st.to_json(job, rows, quorum)
         if claims:
             out["claims"] = [c.to_dict() for c in claims]
+        out["bad_nodes"] = st.node_actions_json(taken_out)
         click.echo(json.dumps(out, indent=2, allow_nan=False))
     else:
         click.echo(st.render_table(job, rows, quorum))
-        for line in slots.claim_lines(claims):
+        for line in slots.claim_lines(claims) + st.node_action_lines(taken_out):
             click.echo(line)
