@@ -251,7 +251,7 @@ def _smi(answers: dict[str, str]):
         calls.append(cmd)
         if cmd[0] != "nvidia-smi":
             return _completed("")
-        query = next(a for a in cmd if a.startswith("--query-gpu="))
+        query = next(a for a in cmd if a.startswith("--query-"))
         out = answers.get(query.split("=", 1)[1])
         if out is None:
             raise CommandError(cmd, 2, "Field is not a valid field to query.")
@@ -264,7 +264,7 @@ def _smi(answers: dict[str, str]):
 GOOD = {
     "index,pci.bus_id,ecc.errors.uncorrected.volatile.total": "0, 00:1A, 0\n1, 00:1B, 0\n",
     "index": "0\n",
-    "index,remapped_rows.pending,remapped_rows.failure": "0, No, No\n1, No, No",
+    "gpu_bus_id,remapped_rows.pending,remapped_rows.failure": "00:1A, 0, 0\n00:1B, 0, 0",
 }
 
 
@@ -273,8 +273,10 @@ GOOD = {
     ({"index,pci.bus_id,ecc.errors.uncorrected.volatile.total": "0, 00:1A, 0\n"}, "gpu-count"),
     ({"index,pci.bus_id,ecc.errors.uncorrected.volatile.total": "0, 00:1A, [N/A]\n1, b, 3\n"},
      "ecc"),
-    ({"index,remapped_rows.pending,remapped_rows.failure": "0, No, No\n1, Yes, No\n"}, "ecc"),
-    ({"index,remapped_rows.pending,remapped_rows.failure": None}, None),  # an older driver
+    ({"gpu_bus_id,remapped_rows.pending,remapped_rows.failure": "00:1A, 0, 0\n00:1B, 1, 0\n"},
+     "ecc"),
+    ({"gpu_bus_id,remapped_rows.pending,remapped_rows.failure": "00:1a, No, Yes\n"}, "ecc"),
+    ({"gpu_bus_id,remapped_rows.pending,remapped_rows.failure": None}, None),  # an old driver
     ({"index": None}, "nvidia-smi"),
 ])  # fmt: skip
 def test_gpu_checks(change: dict, check: str | None) -> None:
@@ -286,3 +288,55 @@ def test_gpu_checks(change: dict, check: str | None) -> None:
         with pytest.raises(preflight.CheckFailed) as e:
             preflight.gpu_checks(2, "python3", run)
         assert e.value.check == check
+
+
+# ---- visible: status, doctor -----------------------------------------------------------------
+
+
+def test_sinfo_reasons_parse_and_doctor_lists_ftslurms_drains_with_the_undo() -> None:
+    from ftslurm import doctor
+    from ftslurm.slurm import parse
+
+    text = ("worker-0|idle|Unknown|none\n"
+            "worker-1|drained|2026-11-27T14:40:01|ftslurm: 2 failures | of this array\n"
+            "worker-2|drained|2026-11-27T14:41:00|maintenance by the admins\n")  # fmt: skip
+    reasons = parse.parse_sinfo_reasons(text)
+    assert [(r.name, r.reason) for r in reasons] == [
+        ("worker-0", ""), ("worker-1", "ftslurm: 2 failures | of this array"),
+        ("worker-2", "maintenance by the admins")]  # fmt: skip
+    check = doctor.check_drained(reasons)
+    assert check is not None and check.status == doctor.WARN
+    assert "worker-1 (drained since 2026-11-27T14:40:01): ftslurm: 2 failures" in check.detail
+    assert "worker-2" not in check.detail  # an admin's drain is the admin's
+    assert check.fix == ("once fixed, bring each back: sudo scontrol update NodeName=worker-1 "
+                         "State=RESUME")  # fmt: skip
+    assert doctor.check_drained(reasons[:1]) is None  # no row when none
+
+
+def test_status_shows_the_nodes_a_run_took_out(tmp_path: Path) -> None:
+    from ftslurm import status
+
+    _, run_dir = _run_dir(tmp_path)
+    act = preflight.NodeAction
+    preflight.record_action(run_dir, act(1.8e9, "worker-1", "drain", "ftslurm: x\x1b[2J", "42", 1))
+    preflight.record_action(run_dir, act(1.8e9, "worker-2", "avoid", "ftslurm: y", "42", 0))
+    acts = preflight.read_actions(run_dir)
+    lines = status.node_action_lines(acts)
+    assert lines[0].startswith("nodes taken out of this run's way")
+    assert "worker-1  drain  at " in lines[1] and "\x1b" not in lines[1]
+    assert lines[1].endswith("(undo: sudo scontrol update NodeName=worker-1 State=RESUME)")
+    assert "ExcNodeList=" in lines[2]
+    out = status.node_actions_json(acts)
+    assert out[0]["node"] == "worker-1" and out[0]["undo"].startswith("sudo scontrol")
+    assert status.node_action_lines([]) == []
+
+
+def test_slurm_argv_of_drain_and_avoid() -> None:
+    from ftslurm.slurm import args
+
+    assert args.node_update_cmd("w1", "DRAIN", "ftslurm: e") == [
+        "scontrol", "update", "NodeName=w1", "State=DRAIN", "Reason=ftslurm: e"]  # fmt: skip
+    assert args.exclude_nodes_cmd("4_1", ["a", "b"]) == [
+        "scontrol", "update", "JobId=4_1", "ExcNodeList=a,b"]  # fmt: skip
+    assert args.requeue_hold_cmd("4_1") == ["scontrol", "requeuehold", "4_1"]
+    assert args.release_cmd("4_1") == ["scontrol", "release", "4_1"]

@@ -220,6 +220,12 @@ def _smi(args: Sequence[str], run: Callable[..., runner.Completed]) -> list[list
     return [[c.strip() for c in line.split(",")] for line in lines]
 
 
+def _set(cell: str) -> bool:
+    """A remapped-rows flag: `Yes`, `1` (or any count above 0)."""
+    word = cell.strip().lower()
+    return word in ("yes", "true") or (word.isdigit() and int(word) > 0)
+
+
 def _number(cell: str) -> int | None:
     return None if cell.lower() in _UNSUPPORTED or not cell.isdigit() else int(cell)
 
@@ -242,13 +248,16 @@ def gpu_checks(expected: int, python: str,
                               f"does not answer: {e.one_line()}") from None  # fmt: skip
     bad = [f"GPU {r[0]}: {_number(r[2])} uncorrectable ECC error(s)" for r in rows[:expected]
            if len(r) > 2 and (_number(r[2]) or 0) > 0]  # fmt: skip
-    try:  # older drivers lack the row-remap fields: then only ECC counts
-        remaps = _smi(["--query-gpu=index,remapped_rows.pending,remapped_rows.failure"], run)
+    try:  # Ampere and later: a separate query, keyed by bus id; older drivers refuse it
+        remaps = _smi(["--query-remapped-rows=gpu_bus_id,remapped_rows.pending,"
+                       "remapped_rows.failure"], run)  # fmt: skip
     except runner.CommandError:
         remaps = []
-    for r in remaps[:expected]:
-        if len(r) > 2 and (r[1].lower() in ("yes", "1") or r[2].lower() in ("yes", "1")):
-            bad.append(f"GPU {r[0]}: row remap pending or failed (reset the GPU)")
+    index = {r[1].lower(): r[0] for r in rows[:expected] if len(r) > 1}
+    for r in remaps:
+        if len(r) > 2 and r[0].lower() in index and (_set(r[1]) or _set(r[2])):
+            bad.append(f"GPU {index[r[0].lower()]}: a row remap pending or failed (reset or "
+                       "replace the GPU)")  # fmt: skip
     if bad:
         raise CheckFailed("ecc", "; ".join(bad))
     code = (
