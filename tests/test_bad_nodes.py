@@ -340,3 +340,24 @@ def test_slurm_argv_of_drain_and_avoid() -> None:
         "scontrol", "update", "JobId=4_1", "ExcNodeList=a,b"]  # fmt: skip
     assert args.requeue_hold_cmd("4_1") == ["scontrol", "requeuehold", "4_1"]
     assert args.release_cmd("4_1") == ["scontrol", "release", "4_1"]
+
+
+def test_report_shows_the_nodes_a_run_took_out(tmp_path: Path) -> None:
+    import shutil
+
+    from ftslurm.report import build_report
+
+    run = tmp_path / "tft-8"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "report" / "slurm-tft-8", run)
+    bare = build_report(run)
+    assert bare.to_json()["bad_nodes"] == [] and "Nodes taken out" not in bare.to_text()
+    preflight.record_action(run, preflight.NodeAction(1.8e9, "worker-1", "drain",
+                                                      "ftslurm: 2 failures", "8", 1))  # fmt: skip
+    rep = build_report(run)
+    (b,) = rep.to_json()["bad_nodes"]
+    assert (b["node"], b["action"], b["reason"]) == ("worker-1", "drain", "ftslurm: 2 failures")
+    assert b["undo"] == "sudo scontrol update NodeName=worker-1 State=RESUME"
+    assert b["time"].startswith("2027-01-15T")  # 1.8e9 s, ISO-8601 with the zone
+    text = rep.to_text()
+    assert "Nodes taken out (drained / avoided by the launchers):" in text
+    assert "worker-1  drain  ftslurm: 2 failures  (undo: sudo scontrol update" in text

@@ -40,10 +40,26 @@ def build_report(
     on the same machine; goodput is then measured against its full-strength rate instead of
     the run's own (`control_baseline`)."""
     base = control_baseline(baseline) if baseline is not None else None
-    return RenderedReport.of(
+    rep = RenderedReport.of(
         build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size,
                     baseline=base)
     )
+    rep.bad_nodes = bad_nodes(rep.stats.files)
+    return rep
+
+
+def bad_nodes(files: Sequence[str | Path]) -> list[dict]:
+    """The nodes the launchers of the runs these files belong to drained, avoided or kept
+    (`<run dir>/failures/nodes.jsonl`, replica/preflight.py), oldest first, each with the
+    command that brings it back."""
+    from dataclasses import asdict
+
+    from ftslurm.replica import preflight
+
+    out = []
+    for folder in sorted({Path(f).parent for f in files}):
+        out += [{**asdict(a), "undo": a.undo()} for a in preflight.read_actions(folder)]
+    return sorted(out, key=lambda b: b["time"])
 
 
 def control_baseline(run: str | Path) -> Baseline:

@@ -10,6 +10,7 @@ replica keys are `<prefix>_<i>` unless a field says it holds the full `<prefix>_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ftslurm.logvocab import split_replica_id
 from ftslurm.report.reader import ParseStats
@@ -363,6 +364,9 @@ class Report:
     implausible_times: int = 0  # of stats.malformed: times far from the run's (see clock.py)
     goodput: Goodput | None = None  # replica-step goodput (goodput.py), None: no quorum
     left_out: list[LeftOut] = field(default_factory=list)  # event-log lines not ours
+    # nodes the run's launchers drained / avoided / kept (replica/preflight.py's nodes.jsonl):
+    # node, action, time, reason, job, task, undo
+    bad_nodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def false_drops(self) -> int:

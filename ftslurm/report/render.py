@@ -217,6 +217,7 @@ def to_json(rep: Report) -> dict[str, Any]:
     s = rep.stats
     return {
         "schema_version": SCHEMA_VERSION,
+        "bad_nodes": [{**b, "time": _local(b["time"])} for b in rep.bad_nodes],
         "files": list(s.files),
         "replica_prefixes": list(rep.prefixes),
         "quorums": [
@@ -283,7 +284,21 @@ _CLOCK_LINES = 5
 
 def to_text(rep: Report) -> str:
     """The report for a person; every line escaped (`printable`): it quotes the logs."""
-    return "".join(printable(line) + "\n" for line in _text_lines(rep))
+    return "".join(printable(line) + "\n" for line in _text_lines(rep) + _bad_node_lines(rep))
+
+
+def _local(epoch: float) -> str:
+    """An epoch time (the launchers' node actions) as ISO-8601 with the local zone."""
+    return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+
+
+def _bad_node_lines(rep: Report) -> list[str]:
+    """The nodes the run's launchers took out of its way, with the reason and the undo."""
+    out = ["", "Nodes taken out (drained / avoided by the launchers):"] if rep.bad_nodes else []
+    for b in rep.bad_nodes:
+        undo = f"  (undo: {b['undo']})" if b.get("undo") else ""
+        out.append(f"  {_local(b['time'])}  {b['node']}  {b['action']}  {b['reason']}{undo}")
+    return out
 
 
 def _text_lines(rep: Report) -> list[str]:
