@@ -53,6 +53,7 @@ from pathlib import Path
 
 from ftslurm import logvocab
 from ftslurm.demo import DemoConfig, LocalBackend, run_demo
+from ftslurm.errors import UserError
 from ftslurm.replica import checksum
 from ftslurm.report import build_report
 from ftslurm.wait import wait_for
@@ -283,7 +284,10 @@ def control_arms(a: argparse.Namespace, out: Path, run=run_demo) -> dict:
         for res in done:
             if ctrl is not None:
                 res["report_self"] = res["report"]
-                res["report"] = report_figures(Path(res["run_dir"]), baseline=ctrl)
+                try:
+                    res["report"] = report_figures(Path(res["run_dir"]), baseline=ctrl)
+                except UserError as e:  # a control with a failure: said, no goodput vs it
+                    res["report"] = {**res["report"], "goodput": None, "control_refused": str(e)}
     arms_out: dict = {}
     if a.control:
         rates = [c["failure_free_step_rate"] for c in controls]
