@@ -259,7 +259,7 @@ def _launcher(tmp_path: Path, torchrun: str) -> subprocess.Popen:
     env.update(FTSLURM_PROJECT=str(tmp_path), FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1",
                FTSLURM_TORCHRUN=torchrun, FTSLURM_EXTRA_ARGS=f"--model.hf_assets_path={tok}",
                TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(Path(__file__).parents[1]),
-               FTSLURM_ATTEMPT_GUARD="0")  # the fallback alone  # fmt: skip
+               FTSLURM_ATTEMPT_GUARD="0", FTSLURM_PREFLIGHT="0")  # the fallback alone  # fmt: skip
     return subprocess.Popen([sys.executable, "-m", "ftslurm.replica", "job"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 

@@ -372,7 +372,8 @@ def _launcher(tmp_path: Path, torchrun: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
     env.update(FTSLURM_PROJECT=str(tmp_path), FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1",
                FTSLURM_TORCHRUN=torchrun, FTSLURM_EXTRA_ARGS=f"--model.hf_assets_path={tok}",
-               TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(REPO))  # fmt: skip
+               TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(REPO),
+               FTSLURM_PREFLIGHT="0")  # no GPU here: the node check is not under test  # fmt: skip
     return subprocess.Popen([sys.executable, "-m", "ftslurm.replica", "job"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
