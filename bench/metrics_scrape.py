@@ -3,6 +3,7 @@ uncached (every scrape fetches the Lighthouse's /status page and rebuilds the re
 cached (the default TTLs: 2 s for /status, 10 s for the report).
 
 Run: python bench/metrics_scrape.py [--replicas 64] [--repeats 40] [--run DIR] [--json]
+     python bench/metrics_scrape.py --logs 10000 [--repeats 20] [--json]
 
 A real torchft Lighthouse on a free loopback port; N replicas (torchft's own LighthouseClient,
 threads of one helper process) form one quorum and keep heartbeating every 0.5 s; two
@@ -10,14 +11,23 @@ exporters on free ports read it and the run's logs (`--run`, default: a recorded
 in tests/fixtures): A with `--status-ttl 0 --report-ttl 0`, B with the defaults. Scrapes
 alternate A, B, A, B ...; each figure is a wall time of one HTTP GET /metrics from this
 process, median with min and max over --repeats. Everything started is stopped by pid.
+
+`--logs N`: no Lighthouse; a run folder of N small replica logs (the first 20 lines of a
+recorded replica log each, its replica index made the file's), one exporter with the
+default TTLs reading it. Figures: the first scrape (the logs not read yet), the time until
+a scrape shows them (`ftslurm_logs_up 1`), --repeats scrapes while no log changes, and
+--repeats scrapes after one log grew (the logs are read again meanwhile), 1.1 s apart so
+that each crosses the report's TTL as a dashboard's would.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -70,13 +80,91 @@ def stats(xs: list[float]) -> dict[str, float]:
             "max": round(max(xs), 2)}  # fmt: skip
 
 
+def _log_folder(root: Path, n: int) -> Path:
+    """A run folder of `n` logs: the first 20 lines of replica 0's recorded log, each with
+    its own replica index."""
+    head = b"".join(gzip.open(RUN3 / "tft-3_0.out.gz").readlines()[:20])
+    run = root / "torchft" / "tft-77"
+    run.mkdir(parents=True)
+    for i in range(n):
+        (run / f"tft-77_{i}.out").write_bytes(head.replace(b"_ft_0", b"_ft_%d" % i))
+    return run
+
+
+def _timed_get(url: str) -> tuple[float, str]:
+    t = time.perf_counter()
+    code, body = lh.http_get(url, 300)
+    assert code == 200, code
+    return (time.perf_counter() - t) * 1000, body
+
+
+def bench_logs(args: argparse.Namespace) -> dict[str, object]:
+    """Scrapes of an exporter reading a run folder of `args.logs` logs (see the docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix="metrics-scrape-logs-"))
+    t0 = time.perf_counter()
+    run = _log_folder(tmp, args.logs)
+    made_s = time.perf_counter() - t0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTSLURM_OUTPUTS": str(tmp / "out"),
+           "FTSLURM_EVENTS": str(tmp / "events.jsonl"),
+           "FTSLURM_LIGHTHOUSE_DIR": str(tmp / "lighthouse")}  # fmt: skip
+    port = free_port()
+    proc = runner.spawn([sys.executable, "-m", "ftslurm", "metrics", "serve", str(run),
+                         "--lighthouse-url", f"http://127.0.0.1:{free_port()}",
+                         "--host", "127.0.0.1", "--port", str(port)],
+                        log_path=tmp / "serve.log", env=env)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def accepts() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(accepts, timeout=60, what="the exporter's port")
+        first_ms, body = _timed_get(url)
+        t0 = time.perf_counter()
+        while "ftslurm_logs_up 1.0" not in body:
+            time.sleep(0.5)
+            body = _timed_get(url)[1]
+        logs_up_s = time.perf_counter() - t0
+        steady, grown = [], []
+        for times in (steady, grown):
+            if times is grown:
+                with open(run / "tft-77_0.out", "ab") as fh:
+                    fh.write(b"[2026-11-23 10:09:00]  launching replica 0 (attempt 1) on w-9\n")
+            for _ in range(args.repeats):
+                time.sleep(1.1)
+                times.append(_timed_get(url)[0])
+    finally:
+        _stop(proc)
+    return {"logs": args.logs, "made_s": round(made_s, 1), "first_scrape_ms": round(first_ms),
+            "logs_up_after_s": round(logs_up_s, 1), "repeats": args.repeats,
+            "unchanged_scrape_ms": stats(steady), "after_growth_scrape_ms": stats(grown)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--run", type=Path, default=RUN3, help="run dir whose logs are read")
+    ap.add_argument("--logs", type=int, default=0,
+                    help="instead: a run folder of this many small logs, no Lighthouse")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = ap.parse_args()
+    if args.logs:
+        out = bench_logs(args)
+        if args.json:
+            print(json.dumps(out))
+            return
+        print(f"{out['logs']} logs in one run folder (written in {out['made_s']} s); first "
+              f"scrape {out['first_scrape_ms']} ms; logs shown after {out['logs_up_after_s']} s")
+        for k in ("unchanged_scrape_ms", "after_growth_scrape_ms"):
+            s = out[k]
+            print(f"  {k:24s} median {s['median']} ms (min {s['min']}, max {s['max']}) over "
+                  f"{out['repeats']} scrapes, 1.1 s apart")
+        return
     ext = lh.torchft_extension()
     if ext is None:
         sys.exit("torchft's extension module is missing")
