@@ -77,7 +77,7 @@ class _Builder:
                  replica_sources: frozenset[str] = frozenset()) -> None:
         self.forced_group = group_size
         self.job = job
-        # The run's window, for the event-log lines that name no job (see _scope): the
+        # The run's window, for the event-log lines that name no job (see feed): the
         # first and last time of its replica logs' lines, and the nodes its launches name.
         self.replica_sources = replica_sources
         self.log_first: float | None = None
@@ -203,8 +203,9 @@ class _Builder:
 
     def _scope_end(self) -> None:
         """Lines of no job after the run's last replica line (beyond SLACK_S) are another
-        story's: taken back out (they could only have been pending, listed and stretched the
-        run's window: no quorum of the run comes after its last line)."""
+        story's, and are taken back out. No quorum of the run comes after its last line, so
+        such a line can only have been pending, listed in the timeline, and counted in the
+        run's span: those three are undone."""
         for e in self.held:  # no replica line at all came
             self._place(e)
         self.held = []
