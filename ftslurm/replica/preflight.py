@@ -500,9 +500,11 @@ def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, c
             )
         code = returncode if returncode >= 0 else 128 - returncode
         plan, times = _remember(plan, env, Failure(now, host, code, injected=injected), say)
-    else:
+    else:  # before_training recorded it; no history readable: the lifetime cap, as there
         injected = False
         times = counted(read_history(run_dir, _task(plan, env)))
+        if not times:
+            plan, times = replace(plan, lifetime_cap=True), [now]
     requeue, why = planlib.should_requeue(plan, returncode, cancelled, refused, times, now)
     evidence = preflight or (
         None
