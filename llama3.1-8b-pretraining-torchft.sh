@@ -95,6 +95,8 @@
 #                                        0: upstream's way [1]
 #   FTSLURM_FIX_PEER_ABORT               fix 8 (fixes.py): a silent peer fails the survivors' step
 #                                        at once; 0: upstream's way [1]
+#   FTSLURM_FIX_CONSISTENT_RESUME        fix 9 (fixes.py): a restart's data position is the model
+#                                        checkpoint's step; 0: upstream's way [1]
 #   FTSLURM_HANG_TIMEOUT_S               the launcher's watchdog (watchdog.py) restarts a worker
 #                                        whose heartbeat the Lighthouse lost, or that made no
 #                                        progress in a step for this long (the worker raises it to

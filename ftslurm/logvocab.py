@@ -421,6 +421,71 @@ def parse_titan_step(line: bytes, t: float | None) -> Event | None:
     return Event(TITAN_STEP, t, step=int(m.group(1)), detail=_dec(m.group(2)))
 
 
+# ---------------------------------------------------------------- checkpoints, resume, time limit
+# The launcher's lines about model checkpoints (fix 9, ft_checkpoints.py) and Slurm's time limit
+# (job.py): what a whole-array restart resumed from, and which data position each replica took.
+
+RESUME_PREFIX = "[ftslurm] resume:"
+_RESUME = re.compile(
+    rb"\[ftslurm\] resume: replica (\d{1,18}) model checkpoint (step-(\d{1,18})|none), data "
+    rb"position (step-(\d{1,18})|from the start)"
+)
+_DATA_POSITION = re.compile(
+    rb"\[ftslurm\] data position: replica (\d{1,18}) step (\d{1,18}) sample_idx (\d{1,18}|unknown)"
+)
+TIME_LIMIT = "time limit -> checkpoint -> requeue"
+
+
+def resume_line(replica: object, model_step: int, data_step: int | None, note: str = "") -> str:
+    """What a (re)started replica loads: `[ftslurm] resume: replica 1 model checkpoint step-20,
+    data position step-20`; `model checkpoint none` and `data position from the start` when there
+    is none (a model step 0 is a seed checkpoint: the model only)."""
+    model = f"step-{model_step}" if model_step >= 0 else "none"
+    data = f"step-{data_step}" if data_step is not None else "from the start"
+    return (f"{RESUME_PREFIX} replica {replica} model checkpoint {model}, data position {data}"
+            + (f" ({note})" if note else ""))  # fmt: skip
+
+
+def parse_resume(line: bytes) -> tuple[int, int, int | None] | None:
+    """(replica, model step or -1, data step or None) of a `resume_line`, else None."""
+    m = _RESUME.search(line)
+    if not m:
+        return None
+    return (int(m[1]), int(m[3]) if m[3] else -1, int(m[5]) if m[5] else None)
+
+
+def half_written_line(folder: object) -> str:
+    """A model checkpoint folder without `.metadata` (DCP writes it last): never loaded."""
+    return (f"{RESUME_PREFIX} skipping half-written checkpoint {folder} (no .metadata: its save "
+            "was cut off)")  # fmt: skip
+
+
+def heal_position_line(replica: object, step: object, target: int | None,
+                       kept: int | None) -> str:  # fmt: skip
+    """The first quorum healed a restarted replica from a peer whose last step was `step`:
+    which data position it takes."""
+    if target is not None:
+        return (f"{RESUME_PREFIX} replica {replica} healed after step {step} from a peer: data "
+                f"position step-{target} (its newest; the peer trained on without it)")
+    kept_text = f"step-{kept}" if kept is not None else "from the start"
+    return (f"{RESUME_PREFIX} replica {replica} healed after step {step} from a peer: data "
+            f"position stays {kept_text}")
+
+
+def data_position_line(replica: object, step: int, sample_idx: int | None) -> str:
+    """A replica's data position saved at `step`: how many documents its dataset has read."""
+    idx = "unknown" if sample_idx is None else str(sample_idx)
+    return f"[ftslurm] data position: replica {replica} step {step} sample_idx {idx}"
+
+
+def parse_data_position(line: bytes) -> tuple[int, int, int | None] | None:
+    """(replica, step, sample_idx or None) of a `data_position_line`, else None."""
+    m = _DATA_POSITION.search(line)
+    if not m:
+        return None
+    return (int(m[1]), int(m[2]), None if m[3] == b"unknown" else int(m[3]))
+
+
 # ---------------------------------------------------------------- one line
 
 def parse_line(line: bytes, t: float | None = None) -> Event | None:

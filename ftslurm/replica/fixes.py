@@ -66,6 +66,21 @@ reproduce a bug, or once upstream is fixed).
    each process reads the Lighthouse's /status page; a quorum member marked gone fails the
    step at once, so the next quorum forms as after a crash; a process that stood still
    itself does not commit that step (peer_watch.py).
+9. FTSLURM_FIX_CONSISTENT_RESUME (model checkpoints on, a restart of every replica): torchtitan
+   0.2.2 loads the model, optimizer, LR schedule and step from the newest complete model
+   checkpoint (step M, saved every `checkpoint.interval` steps) but each replica's data
+   position from its newest per-step FT dataloader checkpoint (step D, up to interval - 1
+   steps later: `CheckpointManager._ft_load` picks its own newest step), so after a
+   whole-array restart the steps M+1..D of every replica's data are never trained on (fixed
+   upstream after 0.2.2, torchtitan PR 4686); and fix 5 would delete the data position of step
+   M. A model folder without `.metadata` (a save cut off) is skipped silently. Fix
+   (ft_checkpoints.install_resume): the data positions of the model checkpoints on disk are
+   kept; a restart loads the data position of step M (none when no model checkpoint: the data
+   starts over with the model), says so, and names each half-written checkpoint it skips; if
+   its first quorum heals it from a peer that trained on without it, it takes its newest
+   position instead (a replica or node failure: its steps up to there were committed); the
+   positions of the lost steps after M are deleted before its first save. Every saved data
+   position is logged (`[ftslurm] data position: replica R step N sample_idx K`).
 """
 
 from __future__ import annotations
@@ -89,6 +104,7 @@ SWITCHES = {
     "heal_timeout_floor": "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR",
     "rendezvous_namespace": "FTSLURM_FIX_RENDEZVOUS_NAMESPACE",
     "peer_abort": "FTSLURM_FIX_PEER_ABORT",
+    "consistent_resume": "FTSLURM_FIX_CONSISTENT_RESUME",
 }
 
 
@@ -292,6 +308,13 @@ def fix_ft_checkpoint_retention() -> None:
     ft_checkpoints.install()
 
 
+def fix_consistent_resume() -> None:
+    """Fix 9: a restart's data position is the model checkpoint's step, not the newest step."""
+    from ftslurm.replica import ft_checkpoints
+
+    ft_checkpoints.install_resume()
+
+
 def rendezvous_id(quorum_id: int, max_step: int, replica_ids: Sequence[str]) -> int:
     """Fix 7: the communicator id a quorum's process group meets under (torchft uses it as the
     store prefix), in [0, 2**63): every member of a quorum gets the same quorum id, max step
@@ -388,6 +411,9 @@ FIXES = (
     Fix("peer_abort", "a quorum member whose heartbeat the Lighthouse lost fails the "
         "survivors' step at once, not after PG_TIMEOUT_S; a process that stood still does "
         "not commit that step", fix_peer_abort),
+    Fix("consistent_resume", "a restart takes each replica's data position at the model "
+        "checkpoint's step and skips half-written checkpoints with a log line",
+        fix_consistent_resume),
 )
 
 

@@ -15,6 +15,10 @@ short by a kill) is deleted only once a newer complete one exists, so a kill at 
 leaves something to load. Only the replica's rank 0 deletes, on a background thread, after
 torchtitan has waited for the previous step's asynchronous save (so that step's `.metadata` is
 written by then).
+
+With fix 9 (FTSLURM_FIX_CONSISTENT_RESUME, `install_resume`) the steps of the model checkpoints
+still on disk are kept too, and a restart takes its data position from the model checkpoint's
+step, not from the newest per-step folder (see `install_resume`).
 """
 
 from __future__ import annotations
@@ -24,22 +28,33 @@ import queue
 import re
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from ftslurm import logvocab
 
 STEP_DIR_RE = re.compile(r"step-(\d+)")
+# fix 9 on: the FT dataloader checkpoints of the model checkpoints' steps are kept
+KEEP_MODEL_STEPS = False
 
 
-def stale_steps(complete: Mapping[int, bool], writing: int) -> list[int]:
+def stale_steps(
+    complete: Mapping[int, bool], writing: int, keep: Collection[int] = ()
+) -> list[int]:
     """The step folders to delete, oldest first.
 
     `complete` maps each `step-<N>` folder's N to whether it has its `.metadata`; `writing`
-    is the step whose save was just started (its folder may be half written)."""
+    is the step whose save was just started (its folder may be half written); `keep`: steps
+    a restart may still load (fix 9: those of the model checkpoints on disk)."""
     done = [step for step, ok in complete.items() if ok and step != writing]
     if not done:
         return []
     keep_from = max(done)
-    return sorted(step for step in complete if step < keep_from and step != writing)
+    return sorted(
+        step for step in complete if step < keep_from and step != writing and step not in keep
+    )
 
 
 def scan(folder: Path) -> dict[int, bool]:
@@ -55,9 +70,11 @@ def scan(folder: Path) -> dict[int, bool]:
     return found
 
 
-def purge(folder: Path, writing: int) -> list[int]:
-    """Delete the stale step folders under `folder`; returns the steps deleted."""
-    steps = stale_steps(scan(folder), writing)
+def purge(folder: Path, writing: int, model_folder: Path | None = None) -> list[int]:
+    """Delete the stale step folders under `folder`; returns the steps deleted. With
+    `model_folder`, the steps of the model checkpoints in it (complete or being written) stay."""
+    keep = scan(model_folder) if model_folder is not None else {}
+    steps = stale_steps(scan(folder), writing, keep)
     for step in steps:
         shutil.rmtree(folder / f"step-{step}", ignore_errors=True)
     return steps
@@ -70,25 +87,25 @@ class Purger:
     tries again (deleting is housekeeping: it must never stop training)."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Path, int]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Path, int, Path | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failed: str | None = None
 
-    def request(self, folder: Path, writing: int) -> None:
+    def request(self, folder: Path, writing: int, model_folder: Path | None = None) -> None:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="ftslurm-ft-checkpoint-purge", daemon=True
                 )
                 self._thread.start()
-        self._queue.put((folder, writing))
+        self._queue.put((folder, writing, model_folder))
 
     def _run(self) -> None:
         while True:
-            folder, writing = self._queue.get()
+            folder, writing, model_folder = self._queue.get()
             try:
-                purge(folder, writing)
+                purge(folder, writing, model_folder)
             except OSError as e:
                 if self.failed is None:
                     self.failed = str(e)
@@ -111,7 +128,162 @@ def install() -> None:
     def _ft_save(self: CheckpointManager, step: int) -> None:
         upstream(self, step)
         if not dist.is_initialized() or dist.get_rank() == 0:
-            PURGER.request(Path(self._ft_folder()), step)
+            model_folder = Path(self.folder) if KEEP_MODEL_STEPS and self.enable else None
+            PURGER.request(Path(self._ft_folder()), step, model_folder)
 
     _ft_save._ftslurm = True  # type: ignore[attr-defined]
     CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------- fix 9: a consistent resume
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a (re)started replica loads: the model checkpoint's step and the data position.
+
+    `model_step`: the newest complete model checkpoint (-1: none; 0: a seed checkpoint, the
+    model only); `data_step`: the step of this replica's data position to load (None: from the
+    start of its data); `newest_data`: its newest complete per-step data position (what a heal
+    into a running group continues from); `half_written`: model step folders newer than
+    `model_step` without `.metadata` (saves cut off by the failure)."""
+
+    model_step: int
+    data_step: int | None
+    newest_data: int | None
+    half_written: tuple[int, ...] = ()
+    note: str = ""
+
+
+def plan_resume(model: Mapping[int, bool], data: Mapping[int, bool], load_step: int = -1) -> Resume:
+    """The data position that matches the model checkpoint torchtitan is about to load.
+
+    `model`/`data`: `scan` of the model checkpoint folder and of this replica's FT folder;
+    `load_step`: `--checkpoint.load_step` (-1: the newest complete one, as torchtitan picks)."""
+    model_step = load_step if load_step != -1 else max(
+        (s for s, ok in model.items() if ok), default=-1)  # fmt: skip
+    half = tuple(sorted(s for s, ok in model.items() if not ok and s > model_step))
+    done = [s for s, ok in data.items() if ok]
+    newest = max(done, default=None)
+    if model_step <= 0:
+        return Resume(model_step, None, newest, half)
+    if data.get(model_step):
+        return Resume(model_step, model_step, newest, half)
+    older = max((s for s in done if s < model_step), default=None)
+    note = (f"no complete data position at step {model_step}: "
+            + (f"step {older} (steps {older + 1}..{model_step} of this replica's data are "
+               "repeated)" if older is not None else "from the start"))  # fmt: skip
+    return Resume(model_step, older, newest, half, note)
+
+
+def heal_data_step(resume: Resume, healed_step: int) -> int | None:
+    """The data position to switch to when the first quorum heals this replica to a peer's
+    state whose last completed step is `healed_step`, or None to keep `resume.data_step`.
+
+    A peer at or past this replica's newest position trained on while it was gone (a replica
+    or node failure): its steps up to that position were committed, so it goes on from there.
+    A peer below it restarted from the model checkpoint too (a late replica of a whole-array
+    restart): the steps after the checkpoint were lost for everyone, so their data is read
+    again."""
+    newest = resume.newest_data
+    if newest is None or newest == resume.data_step or healed_step < newest:
+        return None
+    return newest
+
+
+def install_resume() -> None:
+    """Fix 9: torchtitan's CheckpointManager loads each replica's data position at the step of
+    the model checkpoint it loads (and says so), skips half-written checkpoints with a log
+    line, switches to the newest position when the first quorum heals the replica from a
+    peer, and logs each saved data position."""
+    global KEEP_MODEL_STEPS
+    import torch.distributed as dist
+    from torchtitan.components.checkpoint import CheckpointManager
+
+    upstream_load, upstream_ft_load = CheckpointManager.load, CheckpointManager._ft_load
+    upstream_ft_save = CheckpointManager._ft_save
+    if getattr(upstream_load, "_ftslurm", False):
+        return
+    KEEP_MODEL_STEPS = True
+
+    def load(self: CheckpointManager, step: int = -1) -> bool:
+        if self.enable and self.enable_ft_dataloader_checkpoints:
+            folder = Path(self.folder)
+            resume = plan_resume(scan(folder), scan(Path(self._ft_folder())), step)
+            self._ftslurm_resume = resume
+            for half in resume.half_written:
+                print(logvocab.half_written_line(folder / f"step-{half}"), flush=True)
+            _watch_first_heal(self, resume)
+        return upstream_load(self, step)
+
+    def _ft_load(self: CheckpointManager) -> None:
+        resume: Resume | None = getattr(self, "_ftslurm_resume", None)
+        if resume is None:  # no model checkpoints: upstream's newest position
+            upstream_ft_load(self)
+            return
+        print(logvocab.resume_line(self.ft_replica_id, resume.model_step, resume.data_step,
+                                   resume.note), flush=True)  # fmt: skip
+        if resume.data_step is not None:
+            _load_data(self, resume.data_step)
+
+    def _ft_save(self: CheckpointManager, step: int) -> None:
+        resume: Resume | None = getattr(self, "_ftslurm_resume", None)
+        if resume is not None and not getattr(self, "_ftslurm_saved", False):
+            # the first save after a restart: the positions of a lost lineage (steps after
+            # the one loaded) go before this lineage writes the same step numbers
+            self._ftslurm_saved = True
+            loaded = getattr(self, "_ftslurm_data_step", resume.data_step)
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                for newer in sorted(scan(Path(self._ft_folder()))):
+                    if loaded is None or newer > loaded:
+                        shutil.rmtree(Path(self._ft_folder()) / f"step-{newer}",
+                                      ignore_errors=True)  # fmt: skip
+        upstream_ft_save(self, step)
+        position = _sample_idx(self.ft_states.get("dataloader"))
+        print(logvocab.data_position_line(self.ft_replica_id, step, position), flush=True)
+
+    for f in (load, _ft_load, _ft_save):
+        f._ftslurm = True  # type: ignore[attr-defined]
+    CheckpointManager.load = load  # type: ignore[method-assign]
+    CheckpointManager._ft_load = _ft_load  # type: ignore[method-assign]
+    CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+
+
+def _load_data(manager: Any, step: int) -> None:
+    """Load this replica's data position of `step` (torchtitan's own `_ft_load`, at a step)."""
+    manager.dcp_load(manager.ft_states, checkpoint_id=manager._create_checkpoint_id(
+        step, folder=manager._ft_folder()), from_hf=False, from_quantized=False)  # fmt: skip
+    manager._ftslurm_data_step = step
+
+
+def _sample_idx(dataloader: Any) -> int | None:
+    """The live dataset's count of documents read (torchtitan's HF text datasets), if any."""
+    return getattr(getattr(dataloader, "dataset", None), "_sample_idx", None)
+
+
+def _watch_first_heal(manager: Any, resume: Resume) -> None:
+    """Wrap the torchft Manager's load of a peer's state: a heal before this replica's first
+    save (no batch read yet) moves its data position per `heal_data_step`."""
+    ft = manager.ft_manager
+    fns = getattr(ft, "_load_state_dict_fns", None)
+    if not fns:
+        return
+    for key, upstream in list(fns.items()):
+
+        def healed(state: Any, upstream: Any = upstream) -> None:
+            upstream(state)
+            if getattr(manager, "_ftslurm_saved", False) or getattr(manager, "_ftslurm_healed",
+                                                                     False):  # fmt: skip
+                return
+            manager._ftslurm_healed = True
+            # the peer's state is taken inside its step S (the trainer counts S before
+            # train_step), after its step S - 1
+            step = getattr(manager.states.get("train_state"), "step", None)
+            done = step - 1 if isinstance(step, int) else None
+            target = heal_data_step(resume, done) if done is not None else None
+            print(logvocab.heal_position_line(manager.ft_replica_id, done, target,
+                                              resume.data_step), flush=True)  # fmt: skip
+            if target is not None:
+                _load_data(manager, target)
+
+        fns[key] = healed
