@@ -182,16 +182,20 @@ def test_the_last_node_is_never_taken_out_silently(tmp_path, monkeypatch) -> Non
 
 
 @pytest.mark.parametrize("count_as_bad", [False, True])
-def test_an_injected_failure_counts_only_with_count_as_bad(tmp_path, monkeypatch,
+@pytest.mark.parametrize("where", ["FTSLURM_EVENTS", "run folder"])
+def test_an_injected_failure_counts_only_with_count_as_bad(tmp_path, monkeypatch, where: str,
                                                            count_as_bad: bool) -> None:  # fmt: skip
+    """The event log is FTSLURM_EVENTS (simulate-failure's) or the run folder's (the demo's)."""
     from ftslurm.report.events import InjectedEvent, append_event, now_iso
 
     env, run_dir = _run_dir(tmp_path)
-    env["FTSLURM_EVENTS"] = str(tmp_path / "events.jsonl")
+    log = run_dir / "events.jsonl"
+    if where == "FTSLURM_EVENTS":
+        env["FTSLURM_EVENTS"] = str(log := tmp_path / "events.jsonl")
     fake = _slurm(monkeypatch)
     for _ in range(2):
         append_event(InjectedEvent(now_iso(), "kill", 1, "worker-1", "42", "SIGKILL",
-                                   count_as_bad), Path(env["FTSLURM_EVENTS"]))  # fmt: skip
+                                   count_as_bad), log)  # fmt: skip
         (_, _, _), lines = _after(monkeypatch, env, "worker-1", started=0.0)
         assert any("injected by simulate-failure" in x for x in lines)
     drained = [c for c in fake.calls if c[:2] == ["scontrol", "update"]]

@@ -165,30 +165,40 @@ def bad_node(run_dir: Path, node: str, now: float, window_s: float, limit: int) 
 # ---- injected failures (simulate-failure's event log) ---------------------------------------
 
 
-def events_path(env: Mapping[str, str], run_outputs: Path) -> Path:
-    """The event log simulate-failure appends to, as the node sees it."""
+def events_paths(env: Mapping[str, str], outputs: Path, run_dir: Path) -> list[Path]:
+    """The event logs simulate-failure may append to, as the node sees them: FTSLURM_EVENTS
+    (else `<outputs>/events.jsonl`, the command's default) and the run folder's own
+    `events.jsonl` (`ftslurm demo`'s, which the report reads too)."""
     given = env.get("FTSLURM_EVENTS", "").strip()
-    return Path(given) if given else run_outputs / "events.jsonl"
+    return [Path(given) if given else outputs / "events.jsonl", run_dir / "events.jsonl"]
 
 
-def injected_event(path: Path, since: float, job: str | None, replicas: Sequence[int],
+def injected_event(logs: Sequence[Path], since: float, job: str | None, replicas: Sequence[int],
                    node: str, grace_s: float = INJECTED_GRACE_S,
                    sleep: Callable[[float], None] = time.sleep):  # fmt: skip
     """The simulate-failure event that explains a failure after `since` (epoch s) of this
-    task (job + one of `replicas`) or this node, or None. Waits up to `grace_s` for it when
-    the log exists (the tool writes its line right after the kill); no log, no wait."""
+    task (job + one of `replicas`) or this node, in one of the event `logs`, or None. Waits
+    up to `grace_s` for it when a log was written since the attempt started (the tool writes
+    its line right after the kill); no such log, no wait."""
     from ftslurm.report.events import find_injected
+
+    def fresh(path: Path) -> bool:
+        try:
+            return path.is_file() and path.stat().st_mtime >= since - 1.0
+        except OSError:
+            return False
 
     deadline = time.monotonic() + grace_s
     while True:
-        try:  # no log, or none written lately: no simulate-failure at work, no wait
-            if not path.is_file() or path.stat().st_mtime < since - 1.0:
-                return None
-        except OSError:
+        live = [p for p in dict.fromkeys(logs) if fresh(p)]
+        if not live:  # no simulate-failure at work during this attempt
             return None
-        ev = find_injected(path, since, job, replicas, node)
-        if ev is not None or time.monotonic() >= deadline:
-            return ev
+        for path in live:
+            ev = find_injected(path, since, job, replicas, node)
+            if ev is not None:
+                return ev
+        if time.monotonic() >= deadline:
+            return None
         sleep(0.2)
 
 
@@ -488,9 +498,9 @@ def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, c
     run_dir = planlib.run_folder(env, paths.project_root())
     now = time.time()
     if preflight is None:
-        ev = injected_event(events_path(env, planlib.outputs_folder(env, paths.project_root())),
-                            started, plan.array_job_id,
-                            sorted({plan.replica_id, _task(plan, env)}), host)  # fmt: skip
+        logs = events_paths(env, planlib.outputs_folder(env, paths.project_root()), run_dir)
+        ev = injected_event(logs, started, plan.array_job_id,
+                            sorted({plan.replica_id, _task(plan, env)}), host)
         injected = ev is not None and not ev.count_as_bad
         if ev is not None:
             say(
