@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -223,3 +224,29 @@ def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
         "Error: the local backend fails a replica one way, kill; --backend slurm for "
         "node-down, requeue, hang and freeze-node"]  # fmt: skip
     assert not any(tmp_path.iterdir())
+
+
+def test_a_holder_whose_slot_was_taken_is_fenced_before_its_next_quorum(tmp_path: Path) -> None:
+    """A frozen node's worker resumes in the middle of a step, after a spare claimed its slot:
+    in DiLoCo the next quorum comes inside that step, before the per-step check, and the
+    Lighthouse would take it as a third member beside the spare (seen in a freeze-node bench
+    run: a quorum of torchtitan_ft_0, torchtitan_ft_1:<spare>, torchtitan_ft_1:<old>). The
+    quorum call is fenced too: exit 75 and the fenced file, before the Lighthouse is asked."""
+    from ftslurm.replica import slots
+
+    root = tmp_path / "slots"
+    for epoch, task in ((0, 1), (1, 2)):
+        assert slots.try_claim(root, 1, epoch, task, "worker-1", 1, 1.0) is not None
+    fenced = tmp_path / "fenced"
+    code = ("from ftslurm.replica import standby; print(standby.install()); "
+            "from torchft.manager import Manager; Manager.start_quorum(object()); "
+            "print('asked the Lighthouse')")  # fmt: skip
+    env = {**os.environ, "FTSLURM_SLOTS_DIR": str(root), "FTSLURM_REPLICA_ID": "1",
+           "FTSLURM_SLOT_EPOCH": "0", "FTSLURM_FENCED_FILE": str(fenced)}  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 75, r.stdout + r.stderr
+    assert ("fenced: slot 1 epoch 0 was claimed by task 2 (epoch 1); stopping before its next "
+            "quorum") in r.stdout  # fmt: skip
+    assert "asked the Lighthouse" not in r.stdout
+    assert json.loads(fenced.read_text())["task"] == 2

@@ -30,7 +30,15 @@ from pathlib import Path
 
 from ftslurm import knobs, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
-from ftslurm.replica import attempt_guard, config_error, peer_watch, slots, train, watchdog
+from ftslurm.replica import (
+    attempt_guard,
+    config_error,
+    ft_checkpoints,
+    peer_watch,
+    slots,
+    train,
+    watchdog,
+)
 from ftslurm.replica import plan as planlib
 from ftslurm.replica import preflight as preflight_mod
 from ftslurm.slurm import client
@@ -290,7 +298,7 @@ def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None) -> int:
     every process under the child (torchrun's workers live in sessions of their own), and
     the attempt ends as after a crash."""
     while True:
-        rc = runner.wait_for_exit(child, None if dog is None else watchdog.CHECK_EVERY_S)
+        rc = runner.wait_for_exit(child, None if dog is None else dog.next_check_s)
         if rc is not None:
             return rc
         assert dog is not None
@@ -311,6 +319,9 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
              peer_watch.PROGRESS_ENV: str(note.with_name("progress"))}  # fmt: skip
     if plan.torchrun_is_child:
         extra[train.LAUNCHER_ENV] = str(os.getpid())
+    time_limit = note.with_name("time-limit")
+    if plan.kind == "ft":
+        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(time_limit)
     child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
     dog = _watchdog(plan, env, note.with_name("progress"))
 
@@ -320,13 +331,23 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
         if child.poll() is None:
             child.send_signal(signum)
 
+    def at_time_limit(_signum: int, _frame: object) -> None:
+        # Slurm's `--signal=B:USR1@<s>` before the time limit: the worker sees the file after
+        # its step, saves a final checkpoint and ends training (not forwarded: torchrun dies
+        # of an unhandled SIGUSR1)
+        time_limit.touch()
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
+    if plan.kind == "ft":
+        signal.signal(signal.SIGUSR1, at_time_limit)
     rc = _wait_watched(child, dog)
     code = rc if rc >= 0 else 128 - rc
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {what} exited with code {code}")
+    if time_limit.exists() and rc == 0 and not cancelled:
+        return _requeue_at_time_limit(plan, env)
     if fenced.exists() and not cancelled:
         _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
              "spare instead")  # fmt: skip
@@ -338,6 +359,22 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
     if plan.kind != "ft":
         return CONFIG_ERROR_EXIT if refused else code
     return _finish(plan, env, rc, cancelled, refused, started)
+
+
+def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    """The worker saved its final checkpoint at Slurm's time-limit signal: requeue this array
+    task so training goes on to STEPS (no failure counted, no cap applies)."""
+    target = planlib.requeue_target(plan, env)
+    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {logvocab.time_limit_line(target, None)}")
+    if target is None:
+        return 0
+    try:
+        preflight_mod.requeue(env, target, ())
+    except Exception as e:  # noqa: BLE001 - said, and the attempt ends as it is
+        _say(f"could not requeue {target} ({type(e).__name__}: {e}); resubmit the job to go "
+             "on from the final checkpoint")  # fmt: skip
+        return 1
+    return 0
 
 
 def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool,

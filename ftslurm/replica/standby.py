@@ -183,23 +183,36 @@ def install(env: dict[str, str] | None = None) -> str | None:
         upstream_init(self, ft_config)
         _record_member(self, root, env)
 
-    def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ft = self.job_config.fault_tolerance
+    def fence(slot: int, before: str) -> None:
+        """Exit (FENCED_EXIT) when a newer claim of this worker's slot exists."""
         epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
-        if epoch is not None:
-            mine = slots.Claim(ft.replica_id, epoch, -1, "", 0, 0.0)
-            if (newer := slots.fenced_by(root, mine)) is not None:
-                _say(f"[ftslurm] fenced: slot {ft.replica_id} epoch {epoch} was claimed by "
-                     f"task {newer.task} (epoch {newer.epoch}); stopping before step "
-                     f"{self.step}")  # fmt: skip
-                if note := knobs.get(env, "FTSLURM_FENCED_FILE"):
-                    safefile.write_atomic(note, newer.to_json())
-                os._exit(FENCED_EXIT)
+        if epoch is None:
+            return
+        mine = slots.Claim(slot, epoch, -1, "", 0, 0.0)
+        if (newer := slots.fenced_by(root, mine)) is not None:
+            _say(f"[ftslurm] fenced: slot {slot} epoch {epoch} was claimed by task "
+                 f"{newer.task} (epoch {newer.epoch}); stopping before {before}")  # fmt: skip
+            if note := knobs.get(env, "FTSLURM_FENCED_FILE"):
+                safefile.write_atomic(note, newer.to_json())
+            os._exit(FENCED_EXIT)
+
+    def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fence(self.job_config.fault_tolerance.replica_id, f"step {self.step}")
         return upstream_step(self, *args, **kwargs)
 
+    def start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # a worker that stood still (a frozen node) while a spare took its slot resumes in the
+        # middle of a step: in DiLoCo the quorum comes before the next step's check
+        fence(knobs.get(env, "FTSLURM_REPLICA_ID"), "its next quorum")  # a waiting spare: no epoch
+        return upstream_quorum(self, *args, **kwargs)
+
+    from torchft.manager import Manager
+
+    upstream_quorum = Manager.start_quorum
     __init__._ftslurm = True  # type: ignore[attr-defined]
     FTManager.__init__ = __init__  # type: ignore[method-assign]
     FTTrainer.train_step = train_step  # type: ignore[method-assign]
+    Manager.start_quorum = start_quorum  # type: ignore[method-assign]
     if spare:
         return ("[ftslurm] spare: imports done; waiting warm before torchft's Manager for a "
                 "slot to take (fenced at every step once it trains)")  # fmt: skip

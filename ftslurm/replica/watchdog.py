@@ -6,14 +6,14 @@ second while torchrun or the worker runs; two rules, each needing evidence:
 
 - **heartbeat**: the worker's Manager heartbeats to the Lighthouse from a thread of its own.
   When the Lighthouse lists that id (written by the worker into its progress file,
-  peer_watch.py) as old in HEARTBEAT_READS reads in a row, after it was seen live in this
-  attempt, the process is stopped or frozen (SIGSTOP, a stalled VM) or cut off from the
-  Lighthouse; its peers have dropped it already.
+  peer_watch.py) as old in HEARTBEAT_READS reads in a row (RECHECK_S apart), after it was
+  seen live in this attempt, the process is stopped or frozen (SIGSTOP, a stalled VM) or
+  cut off from the Lighthouse; its peers have dropped it already.
 - **progress**: a worker whose main thread hangs while its heartbeat thread runs (a stuck
   GPU kernel, a deadlock) still looks alive to the Lighthouse. The worker writes its
-  progress at every quorum and commit; a step (not a quorum wait, which the Lighthouse
-  bounds) older than the worker's own bound (FTSLURM_HANG_TIMEOUT_S at least, raised to
-  20 median steps or twice torchft's timeout) is a hang.
+  progress at every quorum, commit and optimizer step; a step (not a quorum wait, which the
+  Lighthouse bounds) older than the worker's own bound (FTSLURM_HANG_TIMEOUT_S at least,
+  raised to 20 median steps or twice torchft's timeout) is a hang.
 
 Then the launcher SIGKILLs the worker's processes (a stopped process dies of SIGKILL too)
 and the attempt ends as after a crash: the requeue path brings the replica back, and it
@@ -31,6 +31,7 @@ from typing import Any
 
 HEARTBEAT_READS = 2
 CHECK_EVERY_S = 1.0
+RECHECK_S = 0.25  # after a read that found the heartbeat old, the next read comes sooner
 MAX_PROGRESS_BYTES = 4096
 
 
@@ -61,6 +62,12 @@ class Watchdog:
     clock: Callable[[], float] = time.time
     _live: set[str] = field(default_factory=set)
     _old_reads: int = 0
+
+    @property
+    def next_check_s(self) -> float:
+        """When to ask again: soon while a heartbeat looks lost, else CHECK_EVERY_S (one
+        read of the Lighthouse's page per replica and second)."""
+        return RECHECK_S if self._old_reads else CHECK_EVERY_S
 
     def check(self) -> str | None:
         p = read_progress(self.progress)
