@@ -434,6 +434,15 @@ _DATA_POSITION = re.compile(
     rb"\[ftslurm\] data position: replica (\d{1,18}) step (\d{1,18}) sample_idx (\d{1,18}|unknown)"
 )
 TIME_LIMIT = "time limit -> checkpoint -> requeue"
+FINAL_CHECKPOINT_PREFIX = "[ftslurm] time limit:"
+_FINAL = re.compile(rb"\[ftslurm\] time limit: after step (\d{1,18}): ")
+
+
+def parse_final_checkpoint(line: bytes) -> int | None:
+    """The step of a `final_checkpoint_line`, else None."""
+    m = _FINAL.search(line)
+    return int(m[1]) if m else None
+
 
 
 def resume_line(replica: object, model_step: int, data_step: int | None, note: str = "") -> str:
@@ -470,6 +479,33 @@ def heal_position_line(replica: object, step: object, target: int | None,
     kept_text = f"step-{kept}" if kept is not None else "from the start"
     return (f"{RESUME_PREFIX} replica {replica} healed after step {step} from a peer: data "
             f"position stays {kept_text}")
+
+
+def final_checkpoint_line(step: int, saved: str) -> str:
+    """The worker's answer to Slurm's time-limit signal, after step `step`: `saved` (this
+    replica wrote the model checkpoint), `peer` (another replica writes it; this one its data
+    position) or `off` (model checkpoints off)."""
+    what = {"saved": f"model checkpoint step-{step} written",
+            "peer": f"data position step-{step} written (the model checkpoint is the saving "
+                    "replica's)",
+            "off": "model checkpoints are off: nothing saved but the data position"}[saved]
+    return f"{FINAL_CHECKPOINT_PREFIX} after step {step}: {what}; training ends for a requeue"
+
+
+def time_limit_line(target: str | None, step: int | None) -> str:
+    """The launcher's line for Slurm's time-limit signal: its own kind of event, not a
+    failure. `target`: the array task requeued (None: not in a job array, nothing requeued)."""
+    at = f" at step {step}" if step is not None else ""
+    then = f"requeue {target}" if target else "requeue (not inside a Slurm job array: none)"
+    return f"[ftslurm] {TIME_LIMIT}: final checkpoint{at} -> {then}"
+
+
+def parse_time_limit(line: bytes) -> int | None:
+    """The step of a `time_limit_line` (-1 when it names none), else None."""
+    if TIME_LIMIT.encode() not in line:
+        return None
+    m = re.search(rb"final checkpoint at step (\d{1,18})", line)
+    return int(m[1]) if m else -1
 
 
 def data_position_line(replica: object, step: int, sample_idx: int | None) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ftslurm.report import restarts
 from ftslurm.report.model import Baseline, Report
 from ftslurm.report.render import RenderedReport
 from ftslurm.report.sources import find_run_files
@@ -45,6 +46,7 @@ def build_report(
                     baseline=base)
     )
     rep.bad_nodes = bad_nodes(rep.stats.files)
+    rep.restarts = restarts.restarts(rep.stats.files)
     return rep
 
 

@@ -367,6 +367,8 @@ class Report:
     # nodes the run's launchers drained / avoided / kept (replica/preflight.py's nodes.jsonl):
     # node, action, time, reason, job, task, undo
     bad_nodes: list[dict[str, Any]] = field(default_factory=list)
+    # restarts from a model checkpoint and the steps each lost (restarts.py)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def false_drops(self) -> int:

@@ -218,6 +218,7 @@ def to_json(rep: Report) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "bad_nodes": [{**b, "time": _local(b["time"])} for b in rep.bad_nodes],
+        "restarts": rep.restarts,
         "files": list(s.files),
         "replica_prefixes": list(rep.prefixes),
         "quorums": [
@@ -284,7 +285,10 @@ _CLOCK_LINES = 5
 
 def to_text(rep: Report) -> str:
     """The report for a person; every line escaped (`printable`): it quotes the logs."""
-    return "".join(printable(line) + "\n" for line in _text_lines(rep) + _bad_node_lines(rep))
+    from ftslurm.report import restarts
+
+    return "".join(printable(line) + "\n" for line in
+                   _text_lines(rep) + _bad_node_lines(rep) + restarts.lines(rep.restarts))
 
 
 def _local(epoch: float) -> str:

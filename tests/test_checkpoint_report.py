@@ -1,0 +1,51 @@
+"""`ftslurm report` on restarts from a model checkpoint (report/restarts.py): the steps lost by
+a restart of every replica (at most the interval) and by the time limit (0 after the final
+checkpoint), and a healed replica (its peer's steps) not listed. The logs are built from the
+launcher's own line formatters (logvocab) and torchtitan's step lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ftslurm import logvocab
+from ftslurm.report import build_report
+from ftslurm.report.restarts import restarts
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _step(n: int) -> str:
+    return (f"[titan] 2026-11-27 10:00:{n % 60:02d},000 - root - INFO - step: {n}  loss:  7.5  "
+            "grad_norm:  0.7  memory:  1.00GiB(4.20%)  tps: 2,000")  # fmt: skip
+
+
+def _log(tmp: Path, replica: int, lines: list[str]) -> Path:
+    p = tmp / f"tft-7_{replica}.out"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_lost_steps_for_a_failure_of_all_the_time_limit_and_a_heal(tmp_path: Path) -> None:
+    # replica 0: trains 1..8 (checkpoint at 5), every replica killed; resumes at 6; trains to 9,
+    # the time limit: final checkpoint at 9; resumes at 10
+    r0 = [logvocab.resume_line(0, -1, None), *map(_step, range(1, 9)),
+          logvocab.resume_line(0, 5, 5), *map(_step, range(6, 10)),
+          logvocab.final_checkpoint_line(9, "saved"),
+          "[2026-11-27 10:01:00]  " + logvocab.time_limit_line("7_0", None),
+          logvocab.resume_line(0, 9, 9), _step(10)]  # fmt: skip
+    # replica 1: killed alone at 4, healed from replica 0 at step 7 (no restart from disk)
+    r1 = [logvocab.resume_line(1, -1, None), *map(_step, range(1, 5)),
+          logvocab.resume_line(1, 0, None), _step(7)]  # fmt: skip
+    files = [_log(tmp_path, 0, r0), _log(tmp_path, 1, r1)]
+    rows = restarts(files)
+    assert rows == [
+        {"replica": 0, "kind": "restart", "last_step": 8, "resumed_from": 5, "lost_steps": 3},
+        {"replica": 0, "kind": "time limit", "last_step": 9, "resumed_from": 9, "lost_steps": 0},
+    ]
+    text = build_report([str(f) for f in files]).to_text()
+    assert "replica 0: restart, resumed at step 6 from checkpoint step-5" in text
+    assert "steps lost 3" in text
+    assert "replica 0: time limit -> checkpoint -> requeue, resumed at step 10" in text
+    assert "steps lost 0" in text
