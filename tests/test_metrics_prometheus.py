@@ -165,7 +165,7 @@ def test_prometheus_scrapes_the_quorum_size(stack: dict):
         # the shipped rules load in a real Prometheus, and the quorum (2 of 3) is short
         code, body = lh.http_get(f"{base}/api/v1/rules", 5)
         rules = [r["name"] for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
-        assert "FtslurmQuorumBelowGroupSize" in rules and len(rules) == 5
+        assert "FtslurmQuorumBelowGroupSize" in rules and len(rules) == 6
         wait_for(lambda: _query(base, 'ALERTS{alertname="FtslurmQuorumBelowGroupSize"}'),
                  timeout=30, what="the quorum alert pending")  # fmt: skip
         # every query of the shipped Grafana dashboard is valid PromQL for this Prometheus

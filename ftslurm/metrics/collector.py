@@ -286,6 +286,28 @@ def families(snap: Snapshot, report_build_s: float | None = None) -> Iterator[Me
     for fam in (age, step, state, failures, recoveries, commits, committed, to_full):
         if fam.samples:
             yield fam
+    yield from _node_families(snap)
+
+
+def _node_families(snap: Snapshot) -> Iterator[Metric]:
+    """The nodes the run's launchers took out (the run folder's failures/nodes.jsonl)."""
+    lab = ["node", "how"]
+    out = GaugeMetricFamily("ftslurm_node_taken_out", "1 for each node the run's launchers "
+                            "took out: how is drain (scontrol DRAIN), avoid (in the requeued "
+                            "task's ExcNodeList) or kept (found bad, but the last node the "
+                            "array could run on: left in service). A node brought back by "
+                            "hand still shows: ftslurm doctor says which are drained now.",
+                            labels=lab)  # fmt: skip
+    when = GaugeMetricFamily("ftslurm_node_taken_out_timestamp_seconds", "When the launchers "
+                             "last took the node out that way (Unix time).",
+                             labels=lab)  # fmt: skip
+    for n in snap.nodes_taken_out:
+        out.add_metric([n.node, n.how], 1)
+        if n.time is not None:
+            when.add_metric([n.node, n.how], n.time)
+    for fam in (out, when):
+        if fam.samples:
+            yield fam
 
 
 def registry(sources: MetricsSources) -> CollectorRegistry:

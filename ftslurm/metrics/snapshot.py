@@ -6,6 +6,8 @@ A replica is named by its slot: the `<i>` of `<prefix>_<i>:<uuid>`, the array ta
 which stays the same across restarts (the uuid does not). Replica ids come from the network
 (anyone who can reach the Lighthouse can heartbeat any id): an id that is not a short,
 plain name is counted under the slot `unknown`, never used as a number or a label as it is.
+The nodes the run's launchers took out (the report's `bad_nodes`, read from the run folder's
+`failures/nodes.jsonl`) are named the same way: a node name that is not plain is `unknown`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ftslurm.lighthouse.status_page import Heartbeat, Member, QuorumPage
@@ -31,6 +34,9 @@ MAX_GROUP_SIZE = 10_000  # slots listed at most: each is a dozen series on every
 # what a slot name may be: a Prometheus label value that is short, printable and ASCII
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,63}")
 _INDEX_MAX = 10**9  # larger array task indices are junk, not slots
+# `how` label values: what replica/preflight.py's NodeAction.action records (any other: unknown)
+NODE_HOWS = ("drain", "avoid", "kept")
+MAX_NODES = 1_000  # (node, how) pairs listed at most, the newest kept: two series each
 
 
 def slot(replica_id: str) -> str:
@@ -46,9 +52,15 @@ def slot(replica_id: str) -> str:
 def slot_name(name: str) -> str:
     """A slot name from the logs or the page as it may be exposed: itself if plain (short
     decimals included), else `unknown`."""
-    if not _PLAIN.fullmatch(name) or _decimal(name) and int(name) >= _INDEX_MAX:
+    if plain(name) == UNKNOWN or _decimal(name) and int(name) >= _INDEX_MAX:
         return UNKNOWN
     return name
+
+
+def plain(name: str) -> str:
+    """`name` as a label value: itself when it is up to 64 of `A-Za-z0-9_.:@+-` (starting
+    with a letter or digit), else `unknown`: nothing long, spaced or escaped reaches a label."""
+    return name if _PLAIN.fullmatch(name) else UNKNOWN
 
 
 def _decimal(s: str) -> bool:
@@ -75,6 +87,17 @@ class ReplicaSample:
 
 
 @dataclass
+class NodeSample:
+    """A node the run's launchers took out, one per (node, how): `how` is drain, avoid, kept
+    (bad, but the last node the array could run on) or unknown; `time`: the newest such
+    action, Unix seconds (None: its time could not be read)."""
+
+    node: str
+    how: str
+    time: float | None = None
+
+
+@dataclass
 class Snapshot:
     """Everything one scrape exposes. `lighthouse_up` / `logs_up`: whether each source could
     be read this time (a source that is down leaves its samples out, never zeros)."""
@@ -87,6 +110,7 @@ class Snapshot:
     group_size: int | None = None
     run: str | None = None
     replicas: list[ReplicaSample] = field(default_factory=list)
+    nodes_taken_out: list[NodeSample] = field(default_factory=list)
 
 
 def _counts(items: Iterable[Mapping[str, Any]], key: str) -> Counter[str]:
@@ -170,4 +194,33 @@ def build_snapshot(
             r.steps_committed = committed.get(s, 0)
             r.last_time_to_full_strength_s = to_full.get(s)
         snap.replicas.append(r)
+    if report is not None:
+        snap.nodes_taken_out = nodes_taken_out(report.get("bad_nodes") or [])
     return snap
+
+
+def _epoch(value: Any) -> float | None:
+    """The report's node-action time (ISO-8601 with the zone, render.py) as Unix seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        dt = datetime.fromisoformat(str(value))
+    except (ValueError, TypeError):
+        return None
+    return dt.timestamp() if dt.tzinfo is not None else None
+
+
+def nodes_taken_out(bad_nodes: Iterable[Mapping[str, Any]]) -> list[NodeSample]:
+    """One sample per (node, how) from the report's `bad_nodes`, with the newest time; node
+    names through `plain`, `how` limited to NODE_HOWS; at most MAX_NODES, the newest."""
+    newest: dict[tuple[str, str], float | None] = {}
+    for b in bad_nodes:
+        if not isinstance(b, Mapping) or b.get("node") is None:
+            continue
+        how = str(b.get("action"))
+        key = (plain(str(b["node"])), how if how in NODE_HOWS else UNKNOWN)
+        t, old = _epoch(b.get("time")), newest.get(key)
+        newest[key] = t if old is None or (t is not None and t > old) else old
+    keep = sorted(newest.items(), key=lambda kv: kv[1] if kv[1] is not None else float("-inf"))
+    keep = sorted(keep[-MAX_NODES:], key=lambda kv: kv[0])
+    return [NodeSample(node, how, t) for (node, how), t in keep]
