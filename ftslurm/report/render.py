@@ -544,8 +544,36 @@ def lanes(rep: Report) -> dict[str, list[tuple[float, float, str]]]:
     return out
 
 
+_TAKEN_OUT = "#9467bd"  # the nodes the launchers took out: a colour no lane or mark uses
+_TAKEN_OUT_ROWS = 3  # label rows above the lanes: actions close in time do not overprint
+
+
+def _taken_out_marks(ax: Any, rep: Report, t0: float, top: float) -> float:
+    """A solid vertical line at each node action of `rep.bad_nodes` (drain / avoid / kept),
+    and `<node> <how>` in a row of its own above the lanes and quorum labels (`top`);
+    returns how much higher the axis must reach for those rows (0: no action). The actions
+    carry Unix times, the plot's axis is the logs' local clock: they are moved by the logs'
+    zone offset (`sources.clock_offset`), as the event log's times are."""
+    if not rep.bad_nodes:
+        return 0.0
+    from ftslurm.report.sources import clock_offset
+
+    offset = clock_offset([Path(f) for f in rep.stats.files])
+    span = max((rep.last_time or t0) - t0, 1.0)
+    rows = min(len(rep.bad_nodes), _TAKEN_OUT_ROWS)
+    for i, b in enumerate(rep.bad_nodes):
+        x = b["time"] + offset - t0
+        ax.axvline(x, color=_TAKEN_OUT, lw=1.5)
+        label = f"{printable(str(b['node']))[:40]} {printable(str(b['action']))[:10]}"
+        ax.text(x, top + 0.05 + 0.3 * (i % rows), label, fontsize=8, color=_TAKEN_OUT,
+                ha="left" if x < span / 2 else "right", va="bottom",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
+    return 0.2 + 0.3 * rows
+
+
 def to_plot(rep: Report, path: Path) -> Path:
-    """A PNG: one lane per replica, quorum changes and failures marked, step on a 2nd axis."""
+    """A PNG: one lane per replica, quorum changes, failures and the nodes the launchers took
+    out marked, step on a 2nd axis."""
     try:
         import matplotlib
 
@@ -588,10 +616,11 @@ def to_plot(rep: Report, path: Path) -> Path:
                     ax.text(f.time - t0, -0.55, f"{duration(f.time_to_full_strength_s)} to full"
                             + (" (false drop)" if f.false_drop else ""), fontsize=7,
                             color="#d62728")  # fmt: skip
+    taken = _taken_out_marks(ax, rep, t0, len(names))
     ax.set_yticks(range(len(names)), [f"replica {n}" for n in names],
                   fontsize=6 if many else None)  # fmt: skip
     ax.set_xlabel(f"seconds since {iso(rep.first_time)}")
-    ax.set_ylim(-0.6, len(names))
+    ax.set_ylim(-0.6, len(names) + taken)
     steps = [(q.time - t0, q.step) for q in rep.quorums if q.time is not None]
     if steps and rep.last_time is not None and rep.max_step is not None:
         steps.append((rep.last_time - t0, max(rep.max_step, steps[-1][1])))
@@ -604,14 +633,16 @@ def to_plot(rep: Report, path: Path) -> Path:
 
     fig.legend(
         handles=[Patch(color=c, label=k) for k, c in colors.items()]
-        + [Patch(color="#f2f2f2", label="absent")],
-        loc="upper right", fontsize=7, ncol=4,
+        + [Patch(color="#f2f2f2", label="absent")]
+        + ([Patch(color=_TAKEN_OUT, label="node taken out")] if taken else []),
+        loc="upper right", fontsize=7, ncol=5 if taken else 4,
     )
     g = rep.goodput
     good = (f"\ngoodput {_pct(g.goodput)} of replica-steps" if g is not None
             and g.goodput is not None else "")
+    nodes = "\nnodes the launchers took out: purple lines, labelled node and how" if taken else ""
     ax.set_title("replicas; quorum changes dashed, failures x, failure -> full strength shaded"
-                 + good, loc="left", fontsize=9)
+                 + nodes + good, loc="left", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
