@@ -185,3 +185,12 @@ def test_report_png_marks_each_node_taken_out(tmp_path: Path,
     assert any("nodes the launchers took out" in t for t in texts)
     # three full-height lines (1.5 px wide at 100 dpi) plus the labels: well over 200 pixels
     assert _purple_pixels(img) > 200
+
+
+def test_dashboard_has_a_table_of_the_nodes_taken_out() -> None:
+    dash = json.loads((ROOT / "docs" / "grafana" / "ftslurm-dashboard.json").read_text())
+    (panel,) = [p for p in dash["panels"] if p["title"] == "Nodes taken out"]
+    (target,) = panel["targets"]
+    assert target["expr"].startswith("ftslurm_node_taken_out_timestamp_seconds{")
+    assert panel["fieldConfig"]["defaults"]["unit"] == "dateTimeAsIso"  # ms since the epoch
+    assert "* 1000" in target["expr"] and target["instant"] and target["format"] == "table"

@@ -332,6 +332,7 @@ def test_dashboard_panels_query_metrics_we_export():
         "ftslurm_lighthouse_up", "ftslurm_quorum_id", "ftslurm_replica_step",
         "ftslurm_replica_commit_failures_total", "ftslurm_logs_up",
         "ftslurm_replica_last_time_to_full_strength_seconds",
+        "ftslurm_node_taken_out_timestamp_seconds",
     }  # fmt: skip
     import re
 
