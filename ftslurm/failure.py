@@ -288,6 +288,14 @@ class _Execution:
         append_event(InjectedEvent(now_iso(), action, replica, t.node, job, detail,
                                    self.count_as_bad), self.events_path)  # fmt: skip
 
+    def target_text(self) -> str:
+        """The target as the narration says it: in a run with warm spares array task i need
+        not be replica i, so it is called a task, with the slot it holds."""
+        if self.slot is None:
+            return self.t.describe()
+        held = f"holds slot {self.slot}" if self.slot.isdigit() else "a warm spare"
+        return f"{self.t.describe('array task')}: {held}"
+
     def phase(self, name: str) -> None:
         at = time.monotonic() - self.t0
         self.out.phases.append(Phase(name, at, at - self.last))
@@ -357,7 +365,7 @@ class _Execution:
                 self.owes_resume = bool(got)  # scontrol refused (no root): nothing to undo
                 raise
             self.record("node-down", f"State=DOWN Reason={self.plan.reason}")
-            self.say(f"{t.node} set DOWN ({t.describe()})")
+            self.say(f"{t.node} set DOWN ({self.target_text()})")
         self.phase(f"DOWN {t.node}")
         if self.watch:
             self.wait_left_running()
@@ -379,14 +387,14 @@ class _Execution:
         with atomic():
             self.slurm.requeue(a.argv[-1])
             self.record("requeue", shlex.join(a.argv))
-            self.say(f"requeued {a.argv[-1]} ({self.t.describe()})")
+            self.say(f"requeued {a.argv[-1]} ({self.target_text()})")
         self.phase(f"requeue {a.argv[-1]}")
 
     def kill_local(self, a: Action) -> None:
         with atomic():
             procs.kill_pids(list(a.pids), signal.SIGKILL)
             self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}")
-            self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.t.describe()})")
+            self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.target_text()})")
         self.phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
 
     def kill_srun(self, a: Action) -> None:
@@ -401,7 +409,7 @@ class _Execution:
                     "nothing was killed"
                 ) from e
             self.record("kill", shlex.join(a.argv))
-            self.say(f"SIGKILLed training worker(s) through srun ({self.t.describe()})")
+            self.say(f"SIGKILLed training worker(s) through srun ({self.target_text()})")
         self.phase("SIGKILL through srun")
 
     def stop_local(self, a: Action) -> None:
@@ -411,7 +419,7 @@ class _Execution:
             what = "every process of the node" if self.plan.mode == "freeze-node" else \
                 "training worker"
             self.record(self.plan.mode, f"SIGSTOP to {what} pid(s) {list(a.pids)}")
-            self.say(f"SIGSTOPped {what} pid(s) {list(a.pids)} ({self.t.describe()})")
+            self.say(f"SIGSTOPped {what} pid(s) {list(a.pids)} ({self.target_text()})")
         self.phase(f"SIGSTOP pid(s) {' '.join(map(str, a.pids))}")
 
     def cont_local(self, _: Action | None = None, why: str = "planned") -> None:
@@ -428,7 +436,7 @@ class _Execution:
             self.slurm.call(a.argv, timeout=60)
             self.owes_cont_srun = next(b.argv for b in self.plan.actions if b.kind == "cont-srun")
             self.record(self.plan.mode, shlex.join(a.argv))
-            self.say(f"SIGSTOPped training worker(s) through srun ({self.t.describe()})")
+            self.say(f"SIGSTOPped training worker(s) through srun ({self.target_text()})")
         self.phase("SIGSTOP through srun")
 
     def cont_srun(self, _: Action | None = None, why: str = "planned") -> None:

@@ -635,3 +635,25 @@ def test_cli_hang_dry_run_through_srun_and_mode_lists_only_with_chaos(dry_slurm,
                                      "hang,kill", "--dry-run", "--json"])  # fmt: skip
     assert chaos.exit_code == 0, chaos.output
     assert json.loads(chaos.stdout)["first"]["mode"] == "hang"  # the modes in turn
+
+
+def test_with_spares_the_narration_calls_the_target_an_array_task(tmp_path, monkeypatch):
+    """In a run with warm spares array task 1 may hold slot 0: the action lines say `array
+    task 1 ...: holds slot 0`, never `replica 1` (the demo printed `worker-2 set DOWN (replica
+    2 of job 3 on worker-2)` one line after calling that task replica 1)."""
+    from ftslurm.replica import slots
+
+    ops = FakeArray(monkeypatch)
+    root = slots.slots_dir(tmp_path / "run")
+    for claim in (slots.Claim(0, 0, 0, "worker-0", 1, 1.0),
+                  slots.Claim(1, 0, 2, "worker-2", 1, 1.0),
+                  slots.Claim(0, 1, 1, "worker-1", 1, 2.0, previous_task=0)):  # fmt: skip
+        path = slots.claim_path(root, claim.slot, claim.epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(claim.to_json())
+    lines: list[str] = []
+    plan = failure_plan.make_plan("requeue", resolve(replica=1))
+    failure.execute(plan, say=lines.append, events_path=tmp_path / "e",
+                    log_path=tmp_path / "run" / "tft-12_1.out")  # fmt: skip
+    assert ops.scontrol == [("requeue", "12_1")]
+    assert lines == ["requeued 12_1 (array task 1 of job 12 on worker-1: holds slot 0)"]
