@@ -341,3 +341,15 @@ def test_dashboard_panels_query_metrics_we_export():
             names = set(re.findall(r"\bftslurm_[a-z_]+", t["expr"]))
             assert names and names <= exported, (p["title"], t["expr"])
     assert "${datasource}" in json.dumps(panels["Quorum size vs group size"]["datasource"])
+
+
+def test_a_start_up_sync_is_not_counted_as_a_recovery():
+    """The report marks a heal with no failure before it (a replica that joined its first
+    quorum late) `after_failure: false`; the recoveries counter counts only the others."""
+    report = {"recoveries": [
+        {"target_replica": 1, "after_failure": False},
+        {"target_replica": 1, "after_failure": True},
+        {"target_replica": 0},  # a report from before the field: a recovery
+    ]}  # fmt: skip
+    r = by_replica(build_snapshot(None, report, group_size=2))
+    assert (r["1"].recoveries, r["0"].recoveries) == (1, 1)

@@ -163,7 +163,9 @@ def build_snapshot(
     to_full: dict[str, float] = {}
     if report is not None:
         failures = _counts(report.get("failures") or [], "replica")
-        recoveries = _counts(report.get("recoveries") or [], "target_replica")
+        # a start-up sync (a replica that joined its first quorum late) is no recovery
+        healed = [r for r in report.get("recoveries") or [] if r.get("after_failure", True)]
+        recoveries = _counts(healed, "target_replica")
         commits = _counts(report.get("commit_failures") or [], "replica")
         by_replica = summary.get("steps_by_replica") or {}
         for k, v in by_replica.items():
