@@ -126,6 +126,10 @@
 # outputs/ is $FTSLURM_OUTPUTS (`ftslurm submit` passes the checkout's), else the submit folder's.
 # Slurm's own --output below only gets Slurm's messages; its folder is committed to git,
 # because Slurm does not create output folders and a job with a missing one fails unrequeued.
+# Time limit: Slurm sends USR1 to this script (the launcher, exec'd) 300 s before it; each
+# replica finishes its step, a final model checkpoint is written and the task requeues itself,
+# so training goes on to STEPS across limits ("time limit -> checkpoint -> requeue" in the log).
+# Another margin: sbatch --signal=B:USR1@<seconds> (it must cover a step and the save).
 #
 #SBATCH --job-name=tft_replica
 #SBATCH --nodes=1
@@ -136,6 +140,7 @@
 #SBATCH --mem=0
 #SBATCH --requeue
 #SBATCH --open-mode=append
+#SBATCH --signal=B:USR1@300
 #SBATCH --export=ALL
 #SBATCH --output=outputs/torchft/slurm-%A_%a.out
 set -euo pipefail

@@ -77,3 +77,15 @@ def test_lines_round_trip() -> None:
     assert logvocab.parse_data_position(("[titan] x " + pos).encode()) == (1, 7, 1234)
     assert logvocab.parse_data_position(logvocab.data_position_line(1, 7, None).encode()) == (
         1, 7, None)
+
+
+def test_replicas_that_see_the_time_limit_a_step_apart_stop_after_the_same_step(
+    tmp_path: Path,
+) -> None:
+    from ftslurm.replica.ft_checkpoints import agree_stop_step
+
+    assert agree_stop_step(tmp_path, 5) == 6  # the first to see it: one more step, marked
+    assert agree_stop_step(tmp_path, 5) == 6  # its peer, the same step
+    assert agree_stop_step(tmp_path, 6) == 6  # a peer that saw it a step later: now
+    assert agree_stop_step(tmp_path, 9) == 10  # a later time limit: old marks are behind it
+    assert agree_stop_step(None, 4) == 4

@@ -12,7 +12,9 @@ sample is skipped or repeated. Every process is killed by pid at the end (make_r
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,59 @@ def test_every_replica_killed_at_once_resumes_bit_identically(make_run) -> None:
         model = set(_complete(run))
         assert model <= set(ft), (model, ft)
     assert f"Loading the checkpoint from {_folder(run)}/step-{m}." in res["again"][0].text()
+
+
+def _launcher_signal(rep: Replica, sig: int) -> None:
+    """What Slurm's `--signal=B:USR1@<s>` does: signal the batch shell, which the FT script
+    replaced with the launcher (exec)."""
+    os.kill(rep.proc.pid, sig)
+
+
+def test_the_time_limit_saves_a_final_checkpoint_and_training_reaches_steps(make_run) -> None:
+    steps = 11
+    run = make_run("per-step", STEPS=str(steps), FTSLURM_EXTRA_ARGS=CKPT_ARGS.replace(
+        f"interval={INTERVAL}", "interval=5"))  # fmt: skip
+    finals: list[int] = []
+    for attempt in range(3):
+        reps = [run.start(rid, attempt=attempt) for rid in (0, 1)]
+        if attempt == 2:  # the last segment runs to STEPS
+            break
+        start = 0 if not finals else finals[-1]
+        wait_for(lambda: min(_last_checksum_step(r) for r in reps) >= start + 2,  # noqa: B023
+                 timeout=200, interval=0.05, what="two steps of this segment")  # fmt: skip
+        for rep in reps:  # every task of the array reaches the limit together
+            _launcher_signal(rep, signal.SIGUSR1)
+        for rep in reps:
+            rep.proc.wait(timeout=120)
+            assert rep.proc.returncode == 0, rep.text()[-3000:]
+        saved = [logvocab.parse_final_checkpoint(ln.encode()) for rep in reps
+                 for ln in rep.text().splitlines()]  # fmt: skip
+        stops = sorted({s for s in saved if s is not None})
+        assert len(stops) == 1, stops  # both replicas stopped after the same step
+        step = stops[0]
+        assert step % 5 != 0 or attempt, "a forced save, not the interval's"
+        assert step in _complete(run), (step, _complete(run))  # the final checkpoint is complete
+        writers = [rep for rep in reps
+                   if logvocab.final_checkpoint_line(step, "saved") in rep.text()]  # fmt: skip
+        assert len(writers) == 1  # one replica writes the model checkpoint, as torchtitan's FT
+        for rep in reps:
+            text = rep.text()
+            assert logvocab.TIME_LIMIT in text and "Traceback" not in text
+            assert "not requeueing" not in text  # its own kind of event, not a failure
+        finals.append(step)
+    for rep in reps:
+        wait_for(lambda: rep.proc.poll() is not None, timeout=200,  # noqa: B023
+                 what="the last segment to reach STEPS")  # fmt: skip
+        assert rep.proc.returncode == 0
+        text = rep.text()
+        m = finals[-1]
+        assert logvocab.resume_line(rep.replica_id, m, m) in text
+        assert min(s for s, _ in rep.checksums()) == m + 1
+        assert max(s for s, _ in rep.checksums()) == steps
+        assert "Training completed" in text
+    # every step trained exactly once across the three segments, per replica
+    for rid in (0, 1):
+        lives = [sorted(_positions(r)) for r in run.replicas if r.replica_id == rid]
+        bounds = [0, *finals, steps]
+        for life, lo, hi in zip(lives, bounds[:-1], bounds[1:], strict=True):
+            assert life == list(range(lo + 1, hi + 1)), (rid, lives, finals)

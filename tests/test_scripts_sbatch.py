@@ -95,6 +95,8 @@ def test_ft_script_sbatch_header() -> None:
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
         "#SBATCH --output=outputs/torchft/slurm-%A_%a.out",
+        # the time limit: the launcher gets USR1 300 s before it (final checkpoint, requeue)
+        "#SBATCH --signal=B:USR1@300",
     ):
         assert line in text.splitlines()
     assert (ROOT / "outputs" / "torchft" / ".gitkeep").exists()

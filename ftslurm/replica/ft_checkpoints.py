@@ -250,7 +250,11 @@ def install_resume() -> None:
 
 
 def _load_data(manager: Any, step: int) -> None:
-    """Load this replica's data position of `step` (torchtitan's own `_ft_load`, at a step)."""
+    """Load this replica's data position of `step` (torchtitan's own `_ft_load`, at a step,
+    with its log line)."""
+    from torchtitan.tools.logging import logger
+
+    logger.info(f"Loading the FT checkpoint at step {step}.")
     manager.dcp_load(manager.ft_states, checkpoint_id=manager._create_checkpoint_id(
         step, folder=manager._ft_folder()), from_hf=False, from_quantized=False)  # fmt: skip
     manager._ftslurm_data_step = step
@@ -287,3 +291,89 @@ def _watch_first_heal(manager: Any, resume: Resume) -> None:
                 _load_data(manager, target)
 
         fns[key] = healed
+
+
+# ---------------------------------------------------------------- Slurm's time limit
+
+# The file the launcher creates when Slurm signals the time limit (`--signal=B:USR1@<s>`): the
+# worker finishes its step, saves a final checkpoint and ends training (job.py requeues).
+TIME_LIMIT_ENV = "FTSLURM_TIME_LIMIT_FILE"
+
+
+STOP_RE = re.compile(r"stop-after-step-(\d+)")
+
+
+def agree_stop_step(folder: Path | None, step: int) -> int:
+    """The step after which this process stops, having seen Slurm's signal after `step`.
+
+    Every replica (and every rank of one) sees the signal after its own step: one after step
+    5, its peer after step 6. So the first to see it marks `stop-after-step-<step + 1>` in the
+    shared checkpoint folder, and everyone stops after the lowest mark not behind them: all
+    save their final checkpoint at the same step (one step later at most)."""
+    if folder is None:
+        return step
+    try:
+        marks = [int(m[1]) for name in os.listdir(folder) if (m := STOP_RE.fullmatch(name))]
+    except OSError:
+        marks = []
+    ahead = [s for s in marks if s >= step]
+    if ahead:
+        return min(ahead)
+    try:
+        (folder / f"stop-after-step-{step + 1}").touch()
+    except OSError:
+        return step
+    return step + 1
+
+
+def install_time_limit(flag: Path) -> None:
+    """After each step's save, once `flag` exists and the step agreed (`agree_stop_step`) is
+    reached: save a model checkpoint at this step (unless the interval just saved one), wait
+    until it is written, and end the training loop."""
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.train import Trainer
+
+    upstream_save, upstream_should = CheckpointManager.save, CheckpointManager._should_save
+    upstream_continue = Trainer.should_continue_training
+    if getattr(upstream_save, "_ftslurm", False):
+        return
+
+    def _should_save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> bool:
+        if getattr(self, "_ftslurm_force", False) and self.enable and not self.load_only:
+            return True
+        return upstream_should(self, curr_step, last_step)
+
+    def save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> None:
+        upstream_save(self, curr_step, last_step)
+        if last_step or not flag.exists():
+            return
+        trainer = self.states.get("train_state") if hasattr(self, "states") else None
+        if getattr(trainer, "_ftslurm_stop", False):
+            return
+        folder = Path(self.folder) if getattr(self, "folder", None) else None
+        if curr_step < agree_stop_step(folder, curr_step):
+            return  # a peer saw the signal a step later: stop after the next step together
+        saved = "off"  # model checkpoints off: nothing to resume from but the data positions
+        if getattr(self, "enable", False):
+            if not upstream_should(self, curr_step, False):
+                self._ftslurm_force = True
+                try:
+                    upstream_save(self, curr_step, False)
+                finally:
+                    self._ftslurm_force = False
+            self._async_wait()  # the checkpoint is on disk before the process ends
+            saver = getattr(self, "ft_manager", None)
+            saved = "saved" if saver is None or saver.participating_rank() == 0 else "peer"
+        elif getattr(self, "enable_ft_dataloader_checkpoints", False):
+            self._async_wait()
+        print(logvocab.final_checkpoint_line(curr_step, saved), flush=True)
+        if trainer is not None:
+            trainer._ftslurm_stop = True
+
+    def should_continue_training(self: Trainer) -> bool:
+        return not getattr(self, "_ftslurm_stop", False) and upstream_continue(self)
+
+    save._ftslurm = True  # type: ignore[attr-defined]
+    CheckpointManager.save = save  # type: ignore[method-assign]
+    CheckpointManager._should_save = _should_save  # type: ignore[method-assign]
+    Trainer.should_continue_training = should_continue_training  # type: ignore[method-assign]

@@ -10,9 +10,10 @@ Order matters, and is the reason this module exists instead of calling torchtita
 3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
    import time), see cpu.py; torchtitan is imported with its import-time torch.compile calls
    deferred (startup.py, cut 2), and without torchrun the worker hosts the c10d store;
-4. the healing fixes (fixes.py), the parameter checksum (checksum.py) and a restarted
-   replica's early first sync (early_sync.py) patch torchtitan / torchft classes before the
-   trainer is built;
+4. the healing fixes (fixes.py), the parameter checksum (checksum.py), a restarted
+   replica's early first sync (early_sync.py) and the final checkpoint at Slurm's time limit
+   (ft_checkpoints.install_time_limit) patch torchtitan / torchft classes before the trainer
+   is built;
 5. a refused option is noted for the launcher (config_error.py: no requeue for a typo);
 6. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`);
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from ftslurm import knobs
@@ -73,7 +75,7 @@ def main() -> None:
         if device == "cpu":
             cpu.add_flavors()
 
-    from ftslurm.replica import checksum, config_error, early_sync, fixes, standby
+    from ftslurm.replica import checksum, config_error, early_sync, fixes, ft_checkpoints, standby
 
     config_error.install()
     print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile calls "
@@ -91,6 +93,8 @@ def main() -> None:
             print(line, flush=True)
         if (line := standby.install()) is not None:  # warm spares and slot fencing
             print(line, flush=True)
+        if flag := os.environ.get(ft_checkpoints.TIME_LIMIT_ENV):  # job.py: Slurm's signal
+            ft_checkpoints.install_time_limit(Path(flag))
 
     from torchtitan.train import Trainer
     from torchtitan.train import main as torchtitan_main
