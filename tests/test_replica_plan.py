@@ -294,7 +294,7 @@ def test_presets_point_at_existing_tomls() -> None:
         assert (REPO / planlib.CONFIG_DIR / preset.toml).is_file(), preset.toml
 
 
-def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
+def test_every_preset_saves_async_model_checkpoints_as_the_note_says() -> None:
     try:
         import tomllib
     except ImportError:  # Python 3.10: the cpu extra installs tomli
@@ -302,15 +302,19 @@ def test_every_preset_saves_no_model_checkpoints_as_the_note_says() -> None:
 
     for preset in [p for p in planlib.PRESETS.values() if p.worker == "torchtitan"]:
         with open(REPO / planlib.CONFIG_DIR / preset.toml, "rb") as f:
-            assert tomllib.load(f)["checkpoint"]["enable"] is False, preset.toml
+            ckpt = tomllib.load(f)["checkpoint"]
+        # on by default, asynchronous, every N steps, the newest 2 kept
+        assert ckpt["enable"] is True, preset.toml
+        assert ckpt["async_mode"] == "async" and ckpt["keep_latest_k"] == 2, preset.toml
+        assert ckpt["interval"] >= 1, preset.toml
 
 
 @pytest.mark.parametrize(
     ("extra", "note"),
     [
-        ("", True),
-        ("--training.steps=50", True),
-        ("--checkpoint.enable", False),
+        ("", False),
+        ("--training.steps=50", False),
+        ("--checkpoint.no-enable", True),
         ("--checkpoint.enable --checkpoint.interval=100", False),
         ("--checkpoint.enable --checkpoint.no-enable", True),
         ("--checkpoint.no_enable --checkpoint.enable", False),

@@ -90,10 +90,9 @@ class Plan:
 
 
 NO_MODEL_CHECKPOINTS_NOTE = (
-    "model checkpoints are off (every preset): a failed replica heals from a live peer, but if "
-    "every replica fails at once, training starts again from initial weights at step 1 while "
-    "each replica's data goes on where it stopped; FTSLURM_EXTRA_ARGS='--checkpoint.enable' "
-    "saves one every checkpoint.interval steps"
+    "model checkpoints are off (--checkpoint.no-enable): a failed replica heals from a live "
+    "peer, but if every replica fails at once, training starts again from initial weights at "
+    "step 1, and Slurm's time limit ends the run without a final checkpoint"
 )
 
 
@@ -113,11 +112,11 @@ def flag_values(argv: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def model_checkpoints_on(tt_args: list[str]) -> bool:
-    """Whether torchtitan will save model checkpoints: every preset TOML says `enable =
-    false`, and torchtitan's flags `--checkpoint.enable` / `--checkpoint.no-enable` (the last
-    one wins) are the way to change it."""
-    on = False
+def model_checkpoints_on(tt_args: list[str], default: bool = True) -> bool:
+    """Whether torchtitan will save model checkpoints: every preset TOML says `enable = true`
+    (`default`), and torchtitan's flags `--checkpoint.enable` / `--checkpoint.no-enable` (the
+    last one wins) are the way to change it."""
+    on = default
     for arg in tt_args:
         if arg == "--checkpoint.enable":
             on = True

@@ -1,0 +1,146 @@
+"""What asynchronous model checkpoints cost training: tokens over total time, with and without.
+
+One replica of the CPU debug model (the `debug_cpu` preset, per-step FT, the real Lighthouse,
+the launcher the sbatch script runs: `python -m ftslurm.replica job`) trains `--steps` steps
+twice per repeat, alternated (with, without; then without, with; ...): once with the preset's
+checkpoints (async, every `--interval` steps, keep_latest_k 2) and once with
+`--checkpoint.no-enable`. Each run's figure is the tokens of its steps after `--warmup` over the
+wall time between those step lines (torchtitan's own timestamps), so every save's staging and
+its background write inside that window count, start-up and the end's final save do not. Both
+arms pay fix 9's per-step data position save (torchtitan 0.2.2 writes it in every FT run).
+
+Prints `{"ratio": median(with) / median(without), "spread": [min, max] of the per-repeat
+ratios, "interval": N, ...}`; the default interval is debug_cpu's and should keep the ratio at
+or above 0.99.
+
+Run (under the shared lock on a shared machine; ~1 min per run on 2 cores at --steps 63):
+  flock /tmp/ftslurm-heavy.lock python bench/checkpoint_cost.py --json
+Measured (2 cores, shared, 3 repeats): --interval 60 --steps 63: ratio 0.9896, spread
+0.966-1.036 (the machine's noise is larger than the cost); --interval 5 --steps 23: ratio
+0.9494, spread 0.9475-0.9956, i.e. ~0.2 s a save, ~0.4 % at 60 steps of ~0.83 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the cpu extra installs tomli
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ftslurm import knobs, lighthouse, procs, runner  # noqa: E402
+from ftslurm.wait import free_port  # noqa: E402
+
+STEP_RE = re.compile(
+    r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - root - INFO - step:\s+(\d+)\s"
+)
+SAVED_RE = re.compile(r"Finished saving the checkpoint")
+TOKENS_PER_STEP = 8 * 256  # debug_cpu.toml: local_batch_size x seq_len
+
+
+def preset_interval() -> int:
+    with open(ROOT / "slurm" / "configs" / "debug_cpu.toml", "rb") as f:
+        return int(tomllib.load(f)["checkpoint"]["interval"])
+
+
+def _env(work: Path, lh: str, name: str, steps: int) -> dict[str, str]:
+    drop = ("SLURM_", "SBATCH_", "FTSLURM_", "TORCHFT_", "WANDB_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in knobs.KNOBS}
+    env.update(DEVICE="cpu", STEPS=str(steps), FT_MODE="per-step", TORCHFT_LIGHTHOUSE=lh,
+               FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1", FTSLURM_RUN_ID=name,
+               FTSLURM_OUTPUTS=str(work / "outputs"), PYTHONPATH=str(ROOT),
+               PYTHONUNBUFFERED="1")  # fmt: skip
+    return env
+
+
+def one_run(arm: str, n: int, work: Path, lh: str, steps: int, interval: int, warmup: int,
+            timeout: float) -> dict:  # fmt: skip
+    """One launcher run; tokens/s between the step line after `warmup` and the last one."""
+    name = f"ckpt-{n:02d}-{arm}"
+    env = _env(work, lh, name, steps)
+    env["FTSLURM_EXTRA_ARGS"] = (
+        f"--checkpoint.enable --checkpoint.interval={interval} --checkpoint.keep_latest_k=2"
+        if arm == "with" else "--checkpoint.no-enable"
+    )
+    log = work / f"{name}.out"
+    proc = runner.spawn([sys.executable, "-m", "ftslurm.replica", "job"], log_path=log,
+                        env=env, cwd=ROOT, detach=True)  # fmt: skip
+    try:
+        proc.wait(timeout=timeout)
+    except Exception:
+        procs.kill_pids(procs.process_tree(proc.pid), signal.SIGKILL)
+        proc.wait(timeout=30)
+    text = log.read_text(errors="replace")
+    times = {}
+    for m in STEP_RE.finditer(text):
+        t = time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1e3
+        times[int(m[3])] = t
+    first, last = warmup, max(times, default=0)
+    if first not in times or last <= first:
+        raise SystemExit(f"run {name} has no steps {first}..{steps} (exit {proc.returncode}); "
+                         f"log: {log}\n{text[-2000:]}")  # fmt: skip
+    elapsed = times[last] - times[first]
+    return {"arm": arm, "run": n, "steps": last - first, "seconds": round(elapsed, 3),
+            "tokens_per_s": round((last - first) * TOKENS_PER_STEP / elapsed, 1),
+            "saves": len(SAVED_RE.findall(text)), "returncode": proc.returncode}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--interval", type=int, default=preset_interval(),
+                    help="checkpoint every N steps (default: debug_cpu.toml's)")  # fmt: skip
+    ap.add_argument("--steps", type=int, default=0,
+                    help="steps per run (default: 3 intervals + warmup)")  # fmt: skip
+    ap.add_argument("--warmup", type=int, default=3, help="steps not counted")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per arm (>= 3)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--json", action="store_true", help="print only the JSON figures")
+    a = ap.parse_args()
+    if a.repeats < 3 or a.interval < 1 or a.warmup < 1:
+        print("Error: --repeats >= 3, --interval >= 1, --warmup >= 1", file=sys.stderr)
+        return 2
+    steps = a.steps or a.warmup + 3 * a.interval
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="checkpoint-cost-") as tmp:
+        work = Path(tmp)
+        lh = lighthouse.start(bind=f"127.0.0.1:{free_port()}", advertise="127.0.0.1",
+                              state_dir=work / "lighthouse")  # fmt: skip
+        try:
+            n = 0
+            for rep in range(a.repeats):
+                for arm in ("with", "without") if rep % 2 == 0 else ("without", "with"):
+                    row = one_run(arm, n, work, lh.address, steps, a.interval, a.warmup,
+                                  a.timeout)  # fmt: skip
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+                    n += 1
+        finally:
+            lighthouse.stop(work / "lighthouse")
+    per = {arm: [r["tokens_per_s"] for r in rows if r["arm"] == arm] for arm in ("with", "without")}
+    ratios = [w / o for w, o in zip(per["with"], per["without"], strict=True)]
+    out = {"ratio": round(statistics.median(per["with"]) / statistics.median(per["without"]), 4),
+           "spread": [round(min(ratios), 4), round(max(ratios), 4)], "interval": a.interval,
+           "steps": steps, "warmup": a.warmup, "repeats": a.repeats,
+           "tokens_per_s": {k: statistics.median(v) for k, v in per.items()},
+           "saves_per_run": [r["saves"] for r in rows if r["arm"] == "with"],
+           "device": "cpu", "cpu_count": os.cpu_count()}  # fmt: skip
+    print(json.dumps(out) if a.json else json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
