@@ -42,14 +42,8 @@ def test_hang_stops_the_workers_and_continues_them(mimic: Mimic):  # noqa: F811 
     pids = _workers(mimic, 0)
     proc = mimic.popen("simulate-failure", "--replica", "0", "--mode", "hang", "--down-for",
                        "4", "--json")  # fmt: skip
-    try:
-        wait_for(lambda: all(_state(p) == "T" for p in pids), 20, 0.1, "the workers stopped")
-        steps = mimic.steps(0)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err, steps = mimic.signal_when(proc, lambda: all(_state(p) == "T" for p in pids),
+                                        "the workers stopped", at_ready=lambda: mimic.steps(0))
     assert proc.returncode == 0, (out, err)
     assert json.loads(out)["mode"] == "hang"
     assert all(_state(p) not in ("T", "gone") for p in pids)
@@ -68,14 +62,8 @@ def test_a_signal_during_a_hang_continues_the_workers(mimic: Mimic, sig: signal.
     pids = _workers(mimic, 1)
     proc = mimic.popen("simulate-failure", "--replica", "1", "--mode", "hang", "--down-for",
                        "120")  # fmt: skip
-    try:
-        wait_for(lambda: all(_state(p) == "T" for p in pids), 20, 0.1, "the workers stopped")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err, _ = mimic.signal_when(proc, lambda: all(_state(p) == "T" for p in pids),
+                                    "the workers stopped", sig)
     assert proc.returncode == 128 + sig, (out, err)
     assert "Traceback" not in err
     assert all(_state(p) not in ("T", "gone") for p in pids)
@@ -99,17 +87,9 @@ def test_freeze_node_stops_every_process_of_the_node_and_every_way_out_undoes_it
         assert dry.returncode == 0 and "kill -STOP" in dry.stdout and "kill -CONT" in dry.stdout
     proc = mimic.popen("simulate-failure", "--replica", "1", "--mode", "freeze-node",
                        "--down-for", "4" if sig is None else "120")  # fmt: skip
-    try:
-        wait_for(lambda: all(_state(p) in ("T", "gone") for p in slurmd), 20, 0.1,
-                 "slurmd stopped")  # fmt: skip
-        frozen = [p for p in pids if _state(p) == "T"]
-        if sig is not None:
-            proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err, frozen = mimic.signal_when(
+        proc, lambda: all(_state(p) in ("T", "gone") for p in slurmd), "slurmd stopped", sig,
+        at_ready=lambda: [p for p in pids if _state(p) == "T"])
     assert proc.returncode == (0 if sig is None else 128 + sig), (out, err)
     assert "Traceback" not in err
     assert len(frozen) >= 3, frozen  # slurmd, the step, the worker at least

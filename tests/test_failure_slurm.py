@@ -68,6 +68,22 @@ class Mimic:
             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         )  # fmt: skip
 
+    def signal_when(self, proc: subprocess.Popen, ready, what: str,
+                    sig: signal.Signals | None = None, at_ready=None) -> tuple[str, str, object]:
+        """Wait until `ready()`, note `at_ready()` then, send `sig` (None: the command ends by
+        itself), and return its stdout, stderr and the note; killed if anything fails."""
+        try:
+            wait_for(ready, 20, 0.1, what)
+            noted = at_ready() if at_ready else None
+            if sig is not None:
+                proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return out, err, noted
+
     def events_list(self) -> list[dict]:
         if not self.events.exists():
             return []
@@ -217,14 +233,8 @@ def test_a_signal_in_the_middle_resumes_the_node(mimic: Mimic, sig: signal.Signa
     """Ctrl-C, kill, and a closed terminal or dropped ssh (SIGHUP) while the node is DOWN."""
     node = mimic.tasks()[0].node
     proc = mimic.popen("simulate-failure", "--replica", "0", "--down-for", "120")
-    try:
-        wait_for(lambda: client.current().nodes()[node].startswith("down"), 20, 0.1, f"{node} DOWN")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err, _ = mimic.signal_when(
+        proc, lambda: client.current().nodes()[node].startswith("down"), f"{node} DOWN", sig)
     assert proc.returncode == 128 + sig, (out, err)
     assert "Traceback" not in err
     assert f"Interrupted ({sig.name}): every node this run took down was RESUMEd." in err

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,13 @@ import pytest
 from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage, parse_status_html
 from ftslurm.replica import peer_watch, watchdog
 from ftslurm.wait import wait_for
-from tests.test_replica_training import Replica, Run, _children, _cmdline
+from tests.test_replica_training import (  # noqa: F401 - make_run: the fixture
+    Replica,
+    Run,
+    _children,
+    _cmdline,
+    make_run,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lighthouse"
 
@@ -85,20 +90,10 @@ def test_watchdog_heartbeat_rule_needs_a_live_sighting_and_two_old_reads(tmp_pat
 
 
 @pytest.fixture
-def make_run(tmp_path: Path) -> Iterator:
-    runs: list[Run] = []
-
-    def make(**extra_env: str) -> Run:
-        run = Run(tmp_path, "per-step", {"FTSLURM_PRESET": "tiny", "FTSLURM_TINY_STEP_S": "0.2",
-                                         **extra_env})  # fmt: skip
-        runs.append(run)
-        return run
-
-    try:
-        yield make
-    finally:
-        for run in runs:
-            run.close()
+def tiny_run(make_run):  # noqa: F811 - test_replica_training's fixture
+    """A Run of two tiny replicas (per-step FT, 0.2 s steps), torn down by make_run."""
+    return lambda **env: make_run("per-step", FTSLURM_PRESET="tiny", FTSLURM_TINY_STEP_S="0.2",
+                                  **env)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -122,14 +117,14 @@ def _two_stepping(run: Run) -> tuple[Replica, Replica, int]:
 
 @pytest.mark.training
 @pytest.mark.timeout(300)
-def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(make_run) -> None:
+def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(tiny_run) -> None:
     """PG_TIMEOUT_S=60 and the watchdog off: replica 1's worker is SIGSTOPped inside its
     step (the tiny worker's pause sits between the quorum and the all-reduce, as compute
     does). Replica 0 commits again well inside the timeout (the test Lighthouse's 5 s
     heartbeat timeout and a step), says why, and trains alone. SIGCONT: replica 1 does not
     commit the step it was frozen in, joins again, heals, and both replicas' checksums agree
     after."""
-    run = make_run(PG_TIMEOUT_S="60", FTSLURM_HANG_TIMEOUT_S="0", FTSLURM_CHECKSUM_EVERY="1")
+    run = tiny_run(PG_TIMEOUT_S="60", FTSLURM_HANG_TIMEOUT_S="0", FTSLURM_CHECKSUM_EVERY="1")
     r0, r1, worker = _two_stepping(run)
     assert "[ftslurm] fix peer_abort: ON" in r0.text()
     t_stop = time.time()
@@ -157,11 +152,11 @@ def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(
 
 @pytest.mark.training
 @pytest.mark.timeout(300)
-def test_the_watchdog_ends_a_stopped_worker(make_run) -> None:
+def test_the_watchdog_ends_a_stopped_worker(tiny_run) -> None:
     """The launcher's watchdog on: a SIGSTOPped worker is SIGKILLed once the Lighthouse has
     lost its heartbeat (2 s timeout, two reads), and the attempt ends as after a crash (here
     outside a job array: nothing to requeue)."""
-    run = make_run(PG_TIMEOUT_S="30", FTSLURM_HANG_TIMEOUT_S="60")
+    run = tiny_run(PG_TIMEOUT_S="30", FTSLURM_HANG_TIMEOUT_S="60")
     r0, r1, worker = _two_stepping(run)
     t_stop = time.time()
     _signal(worker, signal.SIGSTOP)
