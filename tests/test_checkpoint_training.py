@@ -21,6 +21,7 @@ import pytest
 
 from ftslurm import logvocab
 from ftslurm.replica import ft_checkpoints
+from ftslurm.replica.job import TIME_LIMIT_EXIT
 from ftslurm.wait import wait_for
 from tests.test_replica_training import Replica, Run, _kill
 from tests.test_replica_training import make_run as make_run  # the fixture
@@ -139,7 +140,8 @@ def test_the_time_limit_saves_a_final_checkpoint_and_training_reaches_steps(make
             _launcher_signal(rep, signal.SIGUSR1)
         for rep in reps:
             rep.proc.wait(timeout=120)
-            assert rep.proc.returncode == 0, rep.text()[-3000:]
+            # not 0: the replica has not finished (job.TIME_LIMIT_EXIT)
+            assert rep.proc.returncode == TIME_LIMIT_EXIT, rep.text()[-3000:]
         saved = [logvocab.parse_final_checkpoint(ln.encode()) for rep in reps
                  for ln in rep.text().splitlines()]  # fmt: skip
         stops = sorted({s for s in saved if s is not None})

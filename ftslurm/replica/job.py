@@ -218,6 +218,8 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
 CONFIG_ERROR_EXIT = 2
 # torchrun ended because this replica was fenced out of its slot (standby.FENCED_EXIT)
 FENCED_EXIT = 75
+# the attempt stopped at Slurm's time limit after its final checkpoint (and requeued itself)
+TIME_LIMIT_EXIT = 77
 
 
 ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
@@ -363,18 +365,16 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
 
 def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     """The worker saved its final checkpoint at Slurm's time-limit signal: requeue this array
-    task so training goes on to STEPS (no failure counted, no cap applies)."""
+    task so training goes on to STEPS (no failure counted, no cap applies). TIME_LIMIT_EXIT,
+    not 0: the replica has not finished (a warm-spare run must not mark its slot done)."""
     target = planlib.requeue_target(plan, env)
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {logvocab.time_limit_line(target, None)}")
-    if target is None:
-        return 0
-    try:
-        preflight_mod.requeue(env, target, ())
-    except Exception as e:  # noqa: BLE001 - said, and the attempt ends as it is
-        _say(f"could not requeue {target} ({type(e).__name__}: {e}); resubmit the job to go "
-             "on from the final checkpoint")  # fmt: skip
-        return 1
-    return 0
+    if target is not None:
+        try:
+            preflight_mod.requeue(env, target, ())
+        except (runner.CommandError, UserError) as e:
+            _say(f"requeue failed: {e}; resubmit the job to go on from the final checkpoint")
+    return TIME_LIMIT_EXIT
 
 
 def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool,
