@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import io
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from ftslurm.demo import DemoConfig
 from ftslurm.report import build_report
+from tests.test_bench_recovery import _load
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "report"
@@ -22,12 +22,6 @@ FIX = ROOT / "tests" / "fixtures" / "report"
 pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(120)]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _control(tmp_path: Path) -> Path:

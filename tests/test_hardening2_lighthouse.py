@@ -31,6 +31,7 @@ from ftslurm import procs
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
 from ftslurm.wait import wait_for
+from tests.test_hardening_lighthouse import one_error_line
 
 pytestmark = pytest.mark.timeout(120)
 needs_torchft = pytest.mark.skipif(
@@ -52,13 +53,6 @@ def cli(state_dir: Path | None, *args: str | bytes, timeout: float = 60,
     )  # fmt: skip
 
 
-def one_error_line(r: subprocess.CompletedProcess) -> str:
-    """The run was a user error: exit 2, nothing on stdout, one `Error:` line on stderr."""
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert r.stdout == "" and "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
-    return lines[0]
 
 
 def no_escapes(text: str) -> None:
