@@ -338,6 +338,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          public=False),
     Knob("FTSLURM_FENCED_FILE", "path", "where a fenced worker tells the launcher",
          public=False),
+    Knob("FTSLURM_TIME_LIMIT_FILE", "path", "where the launcher tells the worker that Slurm "
+         "signalled the time limit (a final checkpoint, then a requeue)", public=False),
     Knob("FTSLURM_PROGRESS_FILE", "path", "where the worker tells the launcher's watchdog "
          "its progress (peer_watch.py)", public=False),
     Knob("FTSLURM_LIGHTHOUSE_LOG", "path", "the managed Lighthouse's log", where="cli",

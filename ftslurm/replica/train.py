@@ -93,7 +93,7 @@ def main() -> None:
             print(line, flush=True)
         if (line := standby.install()) is not None:  # warm spares and slot fencing
             print(line, flush=True)
-        if flag := os.environ.get(ft_checkpoints.TIME_LIMIT_ENV):  # job.py: Slurm's signal
+        if flag := knobs.get(os.environ, ft_checkpoints.TIME_LIMIT_ENV):  # job.py: Slurm's signal
             ft_checkpoints.install_time_limit(Path(flag))
 
     from torchtitan.train import Trainer
