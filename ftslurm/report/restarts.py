@@ -26,7 +26,7 @@ def restarts(files: Sequence[str | Path]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for path in files:
         name = logvocab.parse_log_name(Path(path).name)
-        if name is None:
+        if name is None or not _resumed_twice(Path(path)):
             continue
         try:
             with open_log(Path(path)) as fh:
@@ -34,6 +34,28 @@ def restarts(files: Sequence[str | Path]) -> list[dict[str, Any]]:
         except (OSError, EOFError, zlib.error):
             continue
     return out
+
+
+_MARKER = logvocab.RESUME_PREFIX.encode()
+_CHUNK = 4 << 20
+
+
+def _resumed_twice(path: Path) -> bool:
+    """A row needs an attempt after the first, so two resume lines: found by a bytes search
+    of large chunks (the line-by-line scan below runs only then; most logs have no second
+    attempt, and the report's one pass already read them)."""
+    seen, tail = 0, b""
+    try:
+        with open_log(path) as fh:
+            while chunk := fh.read(_CHUNK):
+                buf = tail + chunk
+                seen += buf.count(_MARKER)  # the tail is shorter than the marker
+                if seen >= 2:
+                    return True
+                tail = buf[-len(_MARKER) + 1:]
+    except (OSError, EOFError, zlib.error):
+        return False
+    return False
 
 
 def _scan(lines: Any, replica: int) -> list[dict[str, Any]]:
