@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm import stdout_pipe
-from ftslurm.commands.params import FiniteFloat, milliseconds
+from ftslurm.commands.params import FiniteFloat, milliseconds, replicas
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
 from ftslurm.textsafe import printable
@@ -57,18 +57,18 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 "= port 29510, but a ':' with no port after it is an error.",
             ),
             click.option(
-                "--min-replicas", type=click.IntRange(min=1), default=d(DEFAULTS.min_replicas),
+                "--min-replicas", type=replicas(1), default=d(DEFAULTS.min_replicas),
                 show_default=defaults, help="Minimum number of replicas for a quorum. With 3 or "
                 "more replicas, more than half of them (5 of 8): two groups that ask apart "
                 "(after a restart) cannot both get a quorum and train apart.",
             ),
             click.option(
-                "--quorum-tick-ms", type=click.IntRange(min=1),
+                "--quorum-tick-ms", type=milliseconds(1),
                 default=d(DEFAULTS.quorum_tick_ms), show_default=defaults,
                 help="How often to check for a quorum while waiting for stragglers.",
             ),
             click.option(
-                "--join-timeout-ms", type=click.IntRange(min=0),
+                "--join-timeout-ms", type=milliseconds(0),
                 default=d(DEFAULTS.join_timeout_ms), show_default=defaults,
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ftslurm import knobs
+from ftslurm.commands.params import replicas
 from ftslurm.errors import UserError
 from ftslurm.resources import device_overrides
 
@@ -262,7 +263,7 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print {job_id, log_dir} as JSON.")
 @click.option(
-    "--spares", type=click.IntRange(min=0), default=None,
+    "--spares", type=replicas(0), default=None,
     help="Warm spares (FT_SPARES): of --array=0-<N-1+S>, the last S tasks wait warm and take "
     "a failed replica's slot [$FT_SPARES, else 0].",
 )  # fmt: skip
