@@ -147,3 +147,14 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return http_get(url, timeout)[0] == 200
     except (OSError, ValueError):
         return False
+
+
+def fetch(lighthouse: str, timeout: float = 1.0) -> QuorumPage | None:
+    """The parsed /status page of the Lighthouse at `lighthouse` (its base address), or None
+    when it does not answer 200: what the replicas' watchers read (a spare's, the peer watch,
+    the launcher's watchdog)."""
+    try:
+        code, text = http_get(lighthouse.rstrip("/") + "/status", timeout=timeout)
+    except (OSError, ValueError):
+        return None
+    return parse_status_html(text) if code == 200 else None

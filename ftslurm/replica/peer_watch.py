@@ -98,17 +98,17 @@ def _lost(members: list[str], me: str, page: Any, absent: dict[str, int]) -> lis
 
 
 class PeerWatch:
-    """The watch of one Manager; see the module docstring. `read_page(url)` returns the parsed
-    /status page or None (tests give their own)."""
+    """The watch of one Manager; see the module docstring. `read_page(lighthouse)` returns
+    the parsed /status page or None (tests give their own)."""
 
     def __init__(self, manager: Any, lighthouse: str | None, progress: Path | None,
                  hang_floor_s: float, read_page: Callable[[str], Any] | None = None,
                  say: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.manager = manager
-        self.url = lighthouse.rstrip("/") + "/status" if lighthouse else None
+        self.url = lighthouse or None  # the Lighthouse's base address
         self.progress = progress
         self.hang_floor_s = hang_floor_s
-        self.read_page = read_page or _read_page
+        self.read_page = read_page or _fetch
         self.say = say or (lambda line: print(line, flush=True))
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -293,6 +293,12 @@ class PeerWatch:
             pass  # a full or gone folder: the watchdog then keeps to the heartbeat rule
 
 
+def _fetch(lighthouse: str) -> Any:
+    from ftslurm.lighthouse.status_page import fetch
+
+    return fetch(lighthouse)
+
+
 def _own_id(manager: Any) -> str:
     """The Manager's replica id as the Lighthouse knows it (with its per-process uuid)."""
     return str(getattr(getattr(manager, "_logger", None), "_replica_id", "") or "")
@@ -303,16 +309,6 @@ def _backend(pg: Any) -> str:
         return str(pg.getBackendName()).lower()
     except Exception:  # noqa: BLE001 - not configured yet
         return ""
-
-
-def _read_page(url: str) -> Any:
-    from ftslurm.lighthouse.status_page import http_get, parse_status_html
-
-    try:
-        code, text = http_get(url, timeout=1.0)
-    except (OSError, ValueError):
-        return None
-    return parse_status_html(text) if code == 200 else None
 
 
 def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,

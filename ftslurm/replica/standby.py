@@ -45,13 +45,10 @@ def _heartbeats(lighthouse: str) -> tuple[list[str], list[str]] | None:
     """(live, old) heartbeat ids at the Lighthouse, or None when it does not answer."""
     from ftslurm.lighthouse import status_page
 
-    try:
-        code, page = status_page.http_get(lighthouse.rstrip("/") + "/status", timeout=1.0)
-    except (OSError, ValueError):
+    page = status_page.fetch(lighthouse)
+    if page is None:
         return None
-    if code != 200:
-        return None
-    beats = status_page.parse_status_html(page).heartbeats
+    beats = page.heartbeats
     return [h.replica_id for h in beats if not h.old], [h.replica_id for h in beats if h.old]
 
 

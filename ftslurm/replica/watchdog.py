@@ -86,9 +86,9 @@ class Watchdog:
     def _heartbeat(self, rid: str) -> str | None:
         if not rid or not self.lighthouse:
             return None
-        from ftslurm.replica.peer_watch import _read_page
+        from ftslurm.lighthouse.status_page import fetch
 
-        page = (self.read_page or _read_page)(self.lighthouse.rstrip("/") + "/status")
+        page = (self.read_page or fetch)(self.lighthouse)
         beat = next((h for h in page.heartbeats if h.replica_id == rid), None) if page else None
         if beat is None:
             self._old_reads = 0
