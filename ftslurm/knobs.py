@@ -6,7 +6,8 @@ disagreed (`FTSLURM_CHECKSUM_ASYNC=off` left it on). Now every read goes through
 parser per type; a bad value is a `UserError` naming the knob); `check`, which the launcher's
 plan calls, makes `ftslurm submit`, the Python API and the launcher refuse a bad value in one
 line before the queue wait, not on every rank after it; and the knob tables of the scripts
-and the README are rendered from here (`--write`; tests/test_knobs.py fails when they drift).
+and of docs/settings.md are rendered from here (`--write`; tests/test_knobs.py fails when they
+drift).
 
 Imports nothing heavy (the standard library, ftslurm.errors and ftslurm.paths' file names):
 the launcher, the training worker and the CLI all read it.
@@ -384,18 +385,18 @@ def check(env: Mapping[str, str]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The tables in the scripts' headers and the README, rendered from the registry
+# The tables in the scripts' headers and docs/settings.md, rendered from the registry
 
-README = "README.md"
+SETTINGS_PAGE = "docs/settings.md"
 _HOW = "generated from ftslurm/knobs.py by `python -m ftslurm.knobs --write`"
-README_BEGIN = f"<!-- knobs: {_HOW}; edit them there -->"
-README_END = "<!-- end of knobs -->"
+PAGE_BEGIN = f"<!-- knobs: {_HOW}; edit them there -->"
+PAGE_END = "<!-- end of knobs -->"
 SCRIPT_BEGIN = "# Knobs ("
 BOOLEANS = "booleans take 1/0, true/false, yes/no or on/off"
 
 
 def _description(knob: Knob, script: str | None = None) -> str:
-    """What the knob does and takes; in the README (no `script`) also its range and which
+    """What the knob does and takes; in docs/settings.md (no `script`) also its range and which
     script reads it."""
     notes = []
     if knob.kind == "choice":
@@ -424,7 +425,8 @@ def _default(knob: Knob) -> str:
 
 
 def markdown() -> str:
-    """The README's knob tables (variable | default | description) between their markers."""
+    """The knob tables of docs/settings.md (variable | default | description) between their
+    markers."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
@@ -434,9 +436,9 @@ def markdown() -> str:
         return rows + [f"| `{k.name}` | {cell(_default(k))} | {cell(_description(k))} |"
                        for k in knobs]  # fmt: skip
 
-    lines = [README_BEGIN, f"Read on the nodes (export them before `ftslurm submit` or `sbatch`; "
+    lines = [PAGE_BEGIN, f"Read on the nodes (export them before `ftslurm submit` or `sbatch`; "
              f"{BOOLEANS}):", "", *table(public("job")), "", "Read by the `ftslurm` commands:",
-             "", *table(public("cli")), README_END]  # fmt: skip
+             "", *table(public("cli")), PAGE_END]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -468,8 +470,8 @@ def _replace(text: str, begin: str, end: str, block: str) -> str:
 def rendered(root: Path) -> dict[Path, str]:
     """Each generated file's text with its knob block as the registry renders it now."""
     out = {}
-    readme = root / README
-    out[readme] = _replace(readme.read_text(), README_BEGIN, README_END, markdown())
+    page = root / SETTINGS_PAGE
+    out[page] = _replace(page.read_text(), PAGE_BEGIN, PAGE_END, markdown())
     for script, name in SCRIPTS.items():
         path = root / name
         out[path] = _replace(path.read_text(), SCRIPT_BEGIN, "#", shell_comment(script))
@@ -480,10 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftslurm.knobs", description=__doc__.split(
         "\n", 1)[0])  # fmt: skip
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--markdown", action="store_true", help="the README's knob tables")
+    what.add_argument("--markdown", action="store_true", help="the knob tables of docs/settings.md")
     what.add_argument("--shell-comment", choices=sorted(SCRIPTS), help="a script's knob list")
     what.add_argument("--write", action="store_true",
-                      help="rewrite the knob blocks of the README and both scripts")  # fmt: skip
+                      help="rewrite the knob blocks of docs/settings.md and both scripts")
     a = parser.parse_args(argv)
     if a.markdown:
         sys.stdout.write(markdown())
@@ -497,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                     path.write_text(text)
                     print(f"rewrote the knobs of {path}")
         except (OSError, UnicodeDecodeError, UserError) as e:
-            # outside a checkout (an installed package, another folder) there is no README
+            # outside a checkout (an installed package, another folder) there is no docs/settings.md
             why = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else e
             print(f"Error: cannot rewrite the knob blocks under {root} ({why}); run it in the "
                   "checkout (or set FTSLURM_PROJECT to it)", file=sys.stderr)  # fmt: skip

@@ -292,7 +292,7 @@ def test_knobs_write_outside_a_checkout_is_one_error_line(tmp_path: Path) -> Non
                          capture_output=True, text=True, timeout=30,
                          env={**os.environ, "FTSLURM_PROJECT": str(tmp_path)})  # fmt: skip
     line = _one_error_line(out)
-    assert "README.md" in line
+    assert "docs/settings.md" in line
     assert list(tmp_path.iterdir()) == []
 
 

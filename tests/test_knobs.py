@@ -1,5 +1,5 @@
 """The knob registry (ftslurm/knobs.py): its parsers, its checks, the readers that use it, and
-the tables generated from it (README, both sbatch scripts), which must not drift."""
+the tables generated from it (docs/settings.md, both sbatch scripts), which must not drift."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def test_the_launcher_dry_run_takes_yes_as_true(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.parametrize("path", sorted(knobs.rendered(ROOT)), ids=lambda p: p.name)
 def test_committed_knob_tables_match_the_registry(path: Path) -> None:
-    """Fails when README.md or a script's header no longer says what the registry says:
+    """Fails when docs/settings.md or a script's header no longer says what the registry says:
     run `python -m ftslurm.knobs --write`."""
     assert path.read_text() == knobs.rendered(ROOT)[path], (
         f"{path.name}: its knob table drifted from ftslurm/knobs.py; run "
@@ -195,11 +195,12 @@ def test_the_tables_name_every_public_knob_once_and_no_internal_one() -> None:
 
 
 def test_a_drifted_block_is_found_and_rewritten(tmp_path: Path) -> None:
-    for name in [knobs.README, *knobs.SCRIPTS.values()]:
+    for name in [knobs.SETTINGS_PAGE, *knobs.SCRIPTS.values()]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((ROOT / name).read_text())
-    readme = tmp_path / knobs.README
-    readme.write_text(readme.read_text().replace("| `STEPS` |", "| `STEPZ` |"))
-    assert knobs.rendered(tmp_path)[readme] == (ROOT / knobs.README).read_text()
+    page = tmp_path / knobs.SETTINGS_PAGE
+    page.write_text(page.read_text().replace("| `STEPS` |", "| `STEPZ` |"))
+    assert knobs.rendered(tmp_path)[page] == (ROOT / knobs.SETTINGS_PAGE).read_text()
     (tmp_path / knobs.SCRIPTS["ft"]).write_text("#!/bin/bash\n# no knob block\n")
     with pytest.raises(UserError, match="no knob block"):
         knobs.rendered(tmp_path)
