@@ -232,7 +232,8 @@ class Outcome:
     phases: list[Phase] = field(default_factory=list)
     recovered: bool | None = None  # None: not waited for
     new_node: str | None = None
-    restarts: int | None = None
+    restarts: int | None = None  # Slurm's restart count of the task
+    in_place: bool = False  # the launcher restarted the training in its allocation
 
     def to_dict(self) -> dict[str, Any]:
         t = self.plan.target
@@ -243,6 +244,7 @@ class Outcome:
                 for p in self.phases
             ],
             "recovered": self.recovered, "new_node": self.new_node, "restarts": self.restarts,
+            "restarted_in_place": self.in_place,
         }  # fmt: skip
 
 
@@ -456,11 +458,35 @@ class _Execution:
         if self.owes_cont_srun:
             self.cont_srun(why="guard: interrupted or failed")
 
+    def in_place(self) -> JobInfo | None:
+        """The task, once its launcher restarted the training in its allocation (job.py,
+        FT_MAX_RESTARTS): still RUNNING, the same restart count, a new banner in its log."""
+        log = self.log_path
+        if log is None or logvocab.count_banners(log) <= self.banners_before:
+            return None
+        cur = self.task()
+        good = cur and cur.state == "RUNNING" and cur.restarts == self.t.restarts
+        return cur if good else None
+
     def recover(self) -> None:
         """Wait until the task runs again (restart count above the one seen at resolve time,
-        state RUNNING) and, when its log is known, until its new attempt's launching line."""
+        state RUNNING, or restarted in place in its allocation) and, when its log is known,
+        until its new attempt's launching line."""
         if self.plan.mode != "node-down":
-            self.wait_left_running()
+            key = self.t.task_key
+
+            def either() -> tuple[str, JobInfo] | None:
+                if cur := self.in_place():
+                    return "in place", cur
+                return ("left", cur) if (cur := self.left_running()) else None
+
+            how, cur = self.wait_until(either, min(self.timeout, 60),
+                                       f"{key} to stop or restart in place")  # fmt: skip
+            if how == "in place":  # no Slurm restart follows
+                self.running_again, self.out.in_place = cur, True
+                self.phase(f"task {key} restarted in place on {cur.node}")
+            else:
+                self.phase(f"task {key} left RUNNING ({_state_text(cur)})")
         if self.running_again is None:
             what = f"task {self.t.task_key} RUNNING again"
             self.note_back(self.wait_until(self.back, self.timeout, what))

@@ -199,8 +199,9 @@ def simulate_failure(
         ctx.exit(128 + e.signum)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
         return
     if out.recovered:
-        say(f"{noun} {plan.target.replica} RUNNING again on {out.new_node} "
-            f"(restart count {out.restarts})")
+        how = ("restarted in place by its launcher" if out.in_place
+               else f"restart count {out.restarts}")
+        say(f"{noun} {plan.target.replica} RUNNING again on {out.new_node} ({how})")
         say("timeline (at: since the start; took: since the previous line):")
         for p in out.phases:
             say(f"  at {p.at_s:6.1f} s  took {p.took_s:6.1f} s  {p.name}")
