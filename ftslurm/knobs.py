@@ -211,6 +211,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FT_FAIL_WINDOW_MIN", "int", "the window of `FT_MAX_FAILS` and `FT_NODE_MAX_FAILS`, "
          "minutes: 30 holds 5 restarts of an 8B replica (load, heal) with room to spare",
          30, minimum=1, maximum=DAY_S // 60, scripts=FT),
+    Knob("FT_MAX_RESTARTS", "int", "a failed replica whose node is fine (still allocated, not "
+         "down or drained) restarts its training in place, in the same allocation, up to this "
+         "many times per allocation before it requeues through Slurm: no requeue hold, no "
+         "new allocation; `FT_MAX_FAILS` and `FT_NODE_MAX_FAILS` still apply; 0: always requeue",
+         3, minimum=0, maximum=1000, scripts=FT),
     Knob("FT_NODE_MAX_FAILS", "int", "a node on which this array's replicas failed this often "
          "within `FT_FAIL_WINDOW_MIN`, over twice as often as on any other node, is drained "
          "(or avoided); 2: one failure is retried in place, a second moves the replica; "
@@ -312,6 +317,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          maximum=MAX_REPLICAS, public=False),
     Knob("FTSLURM_ATTEMPT", "int", "attempt number (else SLURM_RESTART_COUNT)", 0, minimum=0,
          public=False),
+    Knob("FTSLURM_RESTART", "int", "restarts in place so far in this allocation (set by the "
+         "launcher)", 0, minimum=0, maximum=1000, public=False),
     Knob("FTSLURM_RUN_ID", "str", "names the run folder tft-<id> outside a Slurm job", "local",
          public=False),
     Knob("FTSLURM_DEVICE", "choice", "the device the launcher resolved, for the workers",

@@ -134,6 +134,7 @@ class Event:
     seq: int = 0
     prev_round_time: float | None = None  # QUORUM: time of the previous round (last seen alive)
     node: str = ""  # LAUNCH / INJECTED: the node
+    restart: int = 0  # LAUNCH: the restart in place within the attempt (0: Slurm started it)
     job: str = ""  # INJECTED: the Slurm job id
 
 
@@ -224,10 +225,11 @@ def line_time(line: str, year: int | None = None) -> float | None:
 # ---------------------------------------------------------------- banner, steps, colours
 
 BANNER = b"launching replica "  # what readers look for; one per attempt
-# groups 4-6 when the run has warm spares (FT_SPARES): the array task that holds the slot (the
+# group 3: the restart in place within the attempt (job.py), when there was one; groups 5-7
+# when the run has warm spares (FT_SPARES): the array task that holds the slot (the
 # replica) now, the claim's fencing epoch, and the task it was taken from
 _BANNER = re.compile(
-    rb"launching replica (\d{1,18}) \(attempt (\d{1,18})\)(?: on (\S+))?"
+    rb"launching replica (\d{1,18}) \(attempt (\d{1,18})(?:, restart (\d{1,18}))?\)(?: on (\S+))?"
     rb"(?: as task (\d{1,18}) \(slot epoch (\d{1,18})(?:, taken from task (\d{1,18}))?\))?"
 )
 # a warm spare's start (no slot yet): `launching spare (attempt 0) on node-2 as task 2`
@@ -237,24 +239,28 @@ STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
-def banner(time_text: str, plan: Plan, hostname: str) -> str:
+def _attempt(attempt: int, restart: int) -> str:
+    return f"attempt {attempt}" + (f", restart {restart}" if restart else "")
+
+
+def banner(time_text: str, plan: Plan, hostname: str, restart: int = 0) -> str:
     """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
-    `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`."""
+    `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`; a restart in place
+    within Slurm's attempt (job.py) adds its number: `(attempt 1, restart 2)`."""
     if plan.kind == "classic":
         return f"[{time_text}]  launching classic job {plan.run_id} on {hostname}"
     if plan.spare:
-        return (f"[{time_text}]  launching spare (attempt {plan.attempt}) on {hostname} as "
-                f"task {plan.task}")
+        return (f"[{time_text}]  launching spare ({_attempt(plan.attempt, restart)}) on "
+                f"{hostname} as task {plan.task}")
     if plan.task is not None and plan.slot_epoch is not None:
         return slot_banner(time_text, plan.replica_id, plan.attempt, hostname, plan.task,
-                           plan.slot_epoch)  # fmt: skip
-    return (
-        f"[{time_text}]  launching replica {plan.replica_id} (attempt {plan.attempt}) on {hostname}"
-    )
+                           plan.slot_epoch, restart=restart)  # fmt: skip
+    return (f"[{time_text}]  launching replica {plan.replica_id} "
+            f"({_attempt(plan.attempt, restart)}) on {hostname}")
 
 
 def slot_banner(time_text: str, slot: int, attempt: int, hostname: str, task: int, epoch: int,
-                taken_from: int | None = None) -> str:  # fmt: skip
+                taken_from: int | None = None, restart: int = 0) -> str:  # fmt: skip
     """The banner of a replica in a run with spares: the slot is the replica, `task` the array
     task holding it; a spare that claims a slot writes one too (`taken from task U`), so the
     report starts a new attempt of that replica in the spare's log."""
@@ -262,13 +268,20 @@ def slot_banner(time_text: str, slot: int, attempt: int, hostname: str, task: in
     if taken_from is not None and taken_from != task:
         taken = f", taken from task {taken_from}"
     return (
-        f"[{time_text}]  launching replica {slot} (attempt {attempt}) on {hostname} as task "
-        f"{task} (slot epoch {epoch}{taken})"
+        f"[{time_text}]  launching replica {slot} ({_attempt(attempt, restart)}) on {hostname} "
+        f"as task {task} (slot epoch {epoch}{taken})"
     )
 
 
+def restart_line(node: str, state: str, why: str, restart: int, cap: int, attempt: int) -> str:
+    """The launcher's line when it restarts the training in place (job.py), before the next
+    banner: `restarting in place on worker-1 (mixed): ... (restart 1 of 3, attempt 0)`."""
+    return (f"restarting in place on {node} ({state}): {why} (restart {restart} of "
+            f"FT_MAX_RESTARTS={cap}, attempt {attempt})")
+
+
 def last_banner(data: bytes) -> re.Match[bytes] | None:
-    """The last banner in `data`: group 1 the replica, 2 the attempt, 3 the node."""
+    """The last banner in `data`: group 1 the replica, 2 the attempt, 4 the node."""
     found = list(_BANNER.finditer(data))
     return found[-1] if found else None
 
@@ -402,14 +415,15 @@ def parse_launch(line: bytes, t: float | None) -> Event | None:
     m = _BANNER.search(line)
     if not m:
         return None
-    idx, attempt, node, task, epoch, taken = m.groups()
-    detail = ""
+    idx, attempt, restart, node, task, epoch, taken = m.groups()
+    parts = [f"restart {int(restart)}"] if restart is not None else []
     if task is not None:  # a run with spares: which array task holds the slot, at which epoch
-        detail = f"task {int(task)} epoch {int(epoch)}"
-        detail += f" taken from task {int(taken)}" if taken is not None else ""
+        parts.append(f"task {int(task)} epoch {int(epoch)}"
+                     + (f" taken from task {int(taken)}" if taken is not None else ""))
+    detail = ", ".join(parts)
     return Event(
         LAUNCH, t, replica=idx.decode(), rank=int(attempt), node=_dec(node) if node else "",
-        detail=detail,
+        detail=detail, restart=int(restart) if restart is not None else 0,
     )
 
 

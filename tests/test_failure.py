@@ -265,7 +265,7 @@ def test_execute_node_down_with_recovery_timeline(tmp_path, monkeypatch):
     d = json.loads(json.dumps(out.to_dict()))  # JSON-clean, and says what happened
     assert {k: v for k, v in d.items() if k != "phases"} == {
         "mode": "node-down", "node": "worker-1", "job": 12, "replica": 1,
-        "recovered": True, "new_node": "worker-2", "restarts": 1,
+        "recovered": True, "new_node": "worker-2", "restarts": 1, "restarted_in_place": False,
     }  # fmt: skip
     assert [p["what"] for p in d["phases"]] == names
     assert d["phases"][2]["took_s"] >= 0.2

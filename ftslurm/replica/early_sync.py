@@ -16,9 +16,9 @@ Why it is safe: the hook is what the first inner step would have run, minus a st
 result the heal overwrites; which fragment syncs is chosen from the manager step after the
 quorum (the survivor's, once healed), and the counter is reset at that sync, so the replicas
 are in phase from then on -- the parameter checksums after each heal compare them (tests,
-bench/soak.py). Only attempts > 0 and warm spares (FTSLURM_ATTEMPT, FTSLURM_SPARE): a first
-start forms the first quorum as upstream does. Switch: FTSLURM_EARLY_FIRST_SYNC=0 runs
-upstream behaviour.
+bench/soak.py). Only attempts > 0, restarts in place and warm spares (FTSLURM_ATTEMPT,
+FTSLURM_RESTART, FTSLURM_SPARE): a first start forms the first quorum as upstream does.
+Switch: FTSLURM_EARLY_FIRST_SYNC=0 runs upstream behaviour.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def install(env: Mapping[str, str] | None = None) -> str | None:
     """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None."""
     env = os.environ if env is None else env
     spare = knobs.get(env, "FTSLURM_SPARE")  # a spare joins a running group, as a restart
-    if knobs.get(env, "FTSLURM_ATTEMPT") <= 0 and not spare:
+    restarted = knobs.get(env, "FTSLURM_ATTEMPT") > 0 or knobs.get(env, "FTSLURM_RESTART") > 0
+    if not restarted and not spare:
         return None
     if not fixes.switch_on(SWITCH, env):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"

@@ -7,9 +7,12 @@ Why a wrapper and not a bare torchrun line in the script:
   cancel / requeue / node-down tears the replica down (torchrun then stops its worker, which
   lives in its own session and would otherwise keep training); with one rank per node the
   training worker itself is that child, without torchrun (FTSLURM_SKIP_TORCHRUN, startup.py);
-- a crash that Slurm did not cause (OOM kill, a SIGKILLed worker, a Python exception) is
-  turned into `scontrol requeue <array job>_<task>`: Slurm's --requeue only covers node
-  failures, and a replica that simply exits would leave the group short for good.
+- a crash that Slurm did not cause (OOM kill, a SIGKILLed worker, a Python exception) on a
+  node that is still fine restarts the training in place, in this allocation (up to
+  FT_MAX_RESTARTS times): no requeue hold, no new allocation, the imports warm in the page
+  cache. Otherwise it is turned into `scontrol requeue <array job>_<task>`: Slurm's --requeue
+  only covers node failures, and a replica that simply exits would leave the group short for
+  good.
 `FTSLURM_DRY_RUN=1` prints the banner and the exact command and runs nothing.
 """
 
@@ -100,6 +103,7 @@ def _ensure_cpu_assets(root: Path) -> None:
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run one attempt. argv[0] is `job` (fault-tolerant replica) or `classic`."""
     env = dict(os.environ if env is None else env)
+    _STOP.clear()
     what = argv[0] if argv else "job"
     root = paths.project_root()
     torchrun = default_torchrun(env)
@@ -114,16 +118,23 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
 
-    if _announce(plan, env):
-        return 0
-    _prepare(plan, root)
-    return _run_attempt(plan, env)
+    restart = 0
+    while True:
+        run_env = {**env, RESTART_ENV: str(restart)}
+        if _announce(plan, run_env):
+            return 0
+        _prepare(plan, root)
+        code = _run_attempt(plan, run_env)
+        if code != RESTART_IN_PLACE:
+            return code
+        restart += 1
 
 
 def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
     """The banner, env, command and notes; True on a dry run (nothing to start)."""
     host = socket.gethostname()
-    _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host))
+    restart = knobs.get(env, RESTART_ENV)
+    _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host, restart))
     _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
     _say("command: " + plan.command_line())
     for note in plan.notes:
@@ -182,15 +193,19 @@ def _run_with_slots(env: Mapping[str, str], root: Path, torchrun: list[str],
     """An attempt of a run with warm spares: claim a slot or wait as a spare; a replica fenced
     out of its slot (a spare took it while it was away) carries on as a spare, in this same
     attempt, rather than stopping."""
-    spare_only = False
+    spare_only, restart = False, 0
     while True:
-        task_env = slot_env(env, root, layout, spare_only)
+        task_env = slot_env({**env, RESTART_ENV: str(restart)}, root, layout, spare_only)
         plan = planlib.build_ft_plan(task_env, root, torchrun)
         if _announce(plan, task_env):
             return 0
         _prepare(plan, root)
         code = _run_attempt(plan, task_env)
-        if code != FENCED_EXIT:
+        if code == RESTART_IN_PLACE:
+            # back as a spare: a warm spare, if one is free, is already taking the slot over;
+            # if none is, this task's own standby claims the slot it left
+            restart += 1
+        elif code != FENCED_EXIT:
             if code == 0 and not plan.spare:
                 slots.mark_finished(Path(task_env["FTSLURM_SLOTS_DIR"]), plan.replica_id)
             return code
@@ -220,6 +235,13 @@ CONFIG_ERROR_EXIT = 2
 FENCED_EXIT = 75
 # the attempt stopped at Slurm's time limit after its final checkpoint (and requeued itself)
 TIME_LIMIT_EXIT = 77
+# _finish's answer when the training restarts in this allocation; never an exit code
+RESTART_IN_PLACE = -1
+# how many restarts in place this allocation has had, for the banner and the worker
+RESTART_ENV = "FTSLURM_RESTART"
+# a SIGTERM / SIGINT / SIGHUP the launcher got: Slurm is ending the allocation, so nothing
+# restarts in it, also when the signal comes between two runs of the training
+_STOP: list[int] = []
 
 
 ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
@@ -258,6 +280,8 @@ def remove_stale_attempt_dirs(tmp: Path, host: str) -> list[Path]:
 
 
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    if _STOP:  # stopped between a failed run and its restart in place
+        return 128 + _STOP[0]
     started = time.time()
     failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
     if failed is not None:
@@ -330,6 +354,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
         cancelled = True
+        _STOP.append(signum)
         if child.poll() is None:
             child.send_signal(signum)
 
@@ -343,6 +368,8 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
         signal.signal(sig, forward)
     if plan.kind == "ft":
         signal.signal(signal.SIGUSR1, at_time_limit)
+    if _STOP:  # a signal that came before the handlers above: forwarded now
+        forward(_STOP[0], None)
     rc = _wait_watched(child, dog)
     code = rc if rc >= 0 else 128 - rc
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
@@ -377,6 +404,27 @@ def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     return TIME_LIMIT_EXIT
 
 
+def _restart_in_place(plan: planlib.Plan, env: Mapping[str, str], why: str) -> bool:
+    """Whether the failed training restarts in this allocation: restarts left
+    (FT_MAX_RESTARTS), no stop signal, and the node usable as Slurm sees it (a node that is
+    down, draining or unknown requeues, so Slurm places the replica). Says which and why."""
+    used, cap = knobs.get(env, RESTART_ENV), knobs.get(env, "FT_MAX_RESTARTS")
+    if _STOP or not cap:
+        return False
+    if used >= cap:
+        _say(f"restarts in place used up ({used} of FT_MAX_RESTARTS={cap}): requeueing "
+             "through Slurm")  # fmt: skip
+        return False
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    state = preflight_mod.node_state(env, node)
+    if state is None or not preflight_mod.state_usable(state):
+        _say(f"not restarting in place: node {node} is {state or 'unknown to sinfo'}")
+        return False
+    line = logvocab.restart_line(node, state, why, used + 1, cap, plan.attempt)
+    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {line}")
+    return True
+
+
 def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool,
             refused: str | None, started: float, preflight: str | None = None) -> int:
     """Requeue a failed FT attempt or not (preflight.after_failure: the rate cap, the node
@@ -391,6 +439,8 @@ def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool
     if target is None:
         _say(f"not requeueing ({why}): not inside a Slurm job array")
         return code
+    if preflight is None and not avoid and _restart_in_place(plan, env, why):
+        return RESTART_IN_PLACE
     away = f"; it will not start on {', '.join(avoid)} (ExcNodeList)" if avoid else ""
     _say(f"requeueing {target}: {why} (attempt {plan.attempt}){away}")
     try:

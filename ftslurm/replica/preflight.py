@@ -368,12 +368,26 @@ def read_actions(run_dir: Path) -> list[NodeAction]:
 _DOWN = ("drain", "down", "fail", "maint", "reboot", "inval", "future", "unk")
 
 
+def state_usable(state: str) -> bool:
+    """Whether a node in sinfo's `state` (%T, with its flag suffixes) can run work: not
+    drained, draining, down, failing or unknown."""
+    return not state.rstrip("*~#!%$@^").lower().startswith(_DOWN)
+
+
 def usable_nodes(slurm: client.SlurmClient, partition: str | None) -> list[str]:
     """The nodes of `partition` (None: every partition) that can take a job: not drained,
     draining, down or failing."""
     return sorted({r.name for r in slurm.node_rows()
-                   if (partition in (None, r.partition))
-                   and not r.state.rstrip("*~#!%$@^").lower().startswith(_DOWN)})  # fmt: skip
+                   if (partition in (None, r.partition)) and state_usable(r.state)})  # fmt: skip
+
+
+def node_state(env: Mapping[str, str], node: str) -> str | None:
+    """`node`'s state as sinfo prints it; None when Slurm cannot say (the caller then treats
+    the node as unknown, never as healthy)."""
+    try:
+        return client.current(env=env, timeout=15).nodes().get(node)
+    except (runner.CommandError, UserError):
+        return None
 
 
 def take_out(env: Mapping[str, str], run_dir: Path, node: str, evidence: str,

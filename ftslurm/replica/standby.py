@@ -124,11 +124,11 @@ def _await_published(path: Path) -> slots.Claim | None:
         time.sleep(POLL_S)
 
 
-def claim_banner(claim: slots.Claim, attempt: int, host: str) -> str:
+def claim_banner(claim: slots.Claim, attempt: int, host: str, restart: int = 0) -> str:
     from ftslurm import logvocab
 
     return logvocab.slot_banner(_now_text(), claim.slot, attempt, host, claim.task, claim.epoch,
-                                claim.previous_task)  # fmt: skip
+                                claim.previous_task, restart)  # fmt: skip
 
 
 def _become(claim: slots.Claim, job_config_ft: Any, env: dict[str, str]) -> None:
@@ -170,7 +170,8 @@ def install(env: dict[str, str] | None = None) -> str | None:
                 _publish(path, claim)
                 if claim is not None:
                     _say(claim_banner(claim, knobs.get(env, "FTSLURM_ATTEMPT"),
-                                      socket.gethostname()))  # fmt: skip
+                                      socket.gethostname(),
+                                      knobs.get(env, "FTSLURM_RESTART")))  # fmt: skip
             else:
                 claim = _await_published(path)
             if claim is None:

@@ -149,6 +149,7 @@ class Attempt:
     healed_time: float | None = None  # first committed step of this attempt
     manager_started: bool = False
     launch_number: int | None = None  # the launcher's own attempt number (Slurm restarts)
+    restart: int = 0  # the launcher's restart in place within that attempt (not a requeue)
 
 
 @dataclass
@@ -382,5 +383,11 @@ class Report:
 
     @property
     def requeues(self) -> int:
-        """Attempts after the first of their replica: every restart, by Slurm or by hand."""
-        return sum(1 for a in self.attempts if a.number > 0)
+        """Attempts after the first of their replica: every restart, by Slurm or by hand, but
+        not the launcher's restarts in place (`restarts_in_place`)."""
+        return sum(1 for a in self.attempts if a.number > 0 and not a.restart)
+
+    @property
+    def restarts_in_place(self) -> int:
+        """Trainings the launcher restarted in their allocation, without Slurm."""
+        return sum(1 for a in self.attempts if a.restart)

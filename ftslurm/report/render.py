@@ -151,6 +151,7 @@ def summary_dict(rep: Report) -> dict[str, Any]:
         "quorum_changes": max(0, len(rep.quorums) - 1),
         "failures": len(rep.failures),
         "requeues": rep.requeues,
+        "restarts_in_place": rep.restarts_in_place,
         "recoveries": len(rep.recoveries) - rep.startup_syncs,
         "startup_syncs": rep.startup_syncs,
         "commit_failures": len(rep.commit_failures),
@@ -242,6 +243,7 @@ def to_json(rep: Report) -> dict[str, Any]:
             {
                 "replica": idx(a.replica), "attempt": a.number, "start_time": iso(a.start_time),
                 "source": a.source, "uuid": a.uuid, "node": a.node or None,
+                "restart_in_place": a.restart,
                 "restart_time": iso(a.restart_time), "restart_source": a.restart_source or None,
                 "quorum_time": iso(a.quorum_time), "first_commit_time": iso(a.healed_time),
                 "first_commit_step": a.healed_step,
@@ -335,7 +337,9 @@ def _text_lines(rep: Report) -> list[str]:
     for f in rep.failures:
         step = f" at step {f.step}" if f.step is not None else ""
         out.append(f"    replica {idx(f.replica)}{step} ({f.kind}) at {hms(f.time)}")
-    out.append(f"  requeues          {rep.requeues}")
+    out.append(f"  requeues          {rep.requeues}"
+               + (f" (and {rep.restarts_in_place} restarts in place)"
+                  if rep.restarts_in_place else ""))
     out.append(f"  recoveries        {sm['recoveries']}")
     for r in rep.recoveries:
         if r.after_failure:

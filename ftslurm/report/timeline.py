@@ -159,9 +159,9 @@ class _Builder:
         return a
 
     def _new_attempt(self, gkey: str, t: float | None, source: str, node: str = "",
-                     number: int | None = None) -> Attempt:
+                     number: int | None = None, restart: int = 0) -> Attempt:
         atts = self._atts(gkey)
-        a = Attempt(gkey, len(atts), t, source, node=node, launch_number=number)
+        a = Attempt(gkey, len(atts), t, source, node=node, launch_number=number, restart=restart)
         atts.append(a)
         return a
 
@@ -446,7 +446,8 @@ class _Builder:
         if ev.node:
             self.nodes.add(ev.node)
         gkey = self._gkey_for_index(ev.replica or "?")
-        a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank)
+        a = self._new_attempt(gkey, ev.time, "launch", ev.node, number=ev.rank,
+                              restart=ev.restart)
         self.unclaimed[(ev.source, _idx(gkey)[1])] = a
         where = (f" on {ev.node}" if ev.node else "") + (f" ({ev.detail})" if ev.detail else "")
         self._entry(ev.time, "attempt",

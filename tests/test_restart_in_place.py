@@ -1,0 +1,120 @@
+"""The launcher's restart in place (job.py, FT_MAX_RESTARTS), without processes: the banner it
+writes and how readers take it, the node states it restarts on, and simulate-failure's wait
+for a replica that comes back inside its allocation. The real path on the local Slurm:
+tests/test_restart_in_place_slurm.py."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from ftslurm import failure, failure_plan, knobs
+from ftslurm import logvocab as L
+from ftslurm.replica import job, preflight
+from ftslurm.replica import plan as planlib
+from tests.test_failure import FakeArray, resolve
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _plan(**env: str) -> planlib.Plan:
+    base = {"DEVICE": "cpu", "FTSLURM_PRESET": "tiny", "SLURM_ARRAY_JOB_ID": "12",
+            "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "2",
+            "SLURM_RESTART_COUNT": "2"}  # fmt: skip
+    return planlib.build_ft_plan({**base, **env}, ROOT, ["torchrun"])
+
+
+def test_the_banner_of_a_restart_in_place_keeps_the_attempt_and_adds_the_restart():
+    plan = _plan()
+    first = L.banner("2026-11-27 17:00:00", plan, "worker-1")
+    again = L.banner("2026-11-27 17:00:09", plan, "worker-1", restart=1)
+    assert first.endswith("launching replica 1 (attempt 2) on worker-1")
+    assert again.endswith("launching replica 1 (attempt 2, restart 1) on worker-1")
+    ev = L.parse_line(again.encode())
+    assert (ev.kind, ev.replica, ev.rank, ev.restart, ev.node) == (L.LAUNCH, "1", 2, 1, "worker-1")
+    assert L.parse_line(first.encode()).restart == 0
+    m = L.last_banner((first + "\nstep: 3  loss: 1.0\n" + again + "\n").encode())
+    assert m is not None and (m[1], m[2], m[3], m[4]) == (b"1", b"2", b"1", b"worker-1")
+
+
+def test_a_slot_banner_of_a_restart_in_place_still_names_the_task_and_epoch():
+    line = L.slot_banner("2026-11-27 17:00:00", 1, 0, "worker-2", 3, 4, taken_from=1, restart=2)
+    assert "(attempt 0, restart 2) on worker-2 as task 3 (slot epoch 4, taken from task 1)" in line
+    ev = L.parse_line(line.encode())
+    assert (ev.replica, ev.rank, ev.restart) == ("1", 0, 2)
+    assert ev.detail == "restart 2, task 3 epoch 4 taken from task 1"
+
+
+@pytest.mark.parametrize("state, usable", [
+    ("mixed", True), ("allocated", True), ("idle", True), ("mixed-", True),
+    ("draining", False), ("drained", False), ("down*", False), ("mixed~", True),
+    ("unknown", False), ("fail", False), ("reboot^", False),
+])  # fmt: skip
+def test_node_states_a_restart_in_place_trusts(state: str, usable: bool):
+    assert preflight.state_usable(state) is usable
+
+
+def test_the_knob_has_a_default_and_refuses_junk():
+    assert knobs.get({}, "FT_MAX_RESTARTS") == knobs.KNOBS["FT_MAX_RESTARTS"].default > 0
+    assert knobs.get({"FT_MAX_RESTARTS": "0"}, "FT_MAX_RESTARTS") == 0
+    with pytest.raises(Exception, match="FT_MAX_RESTARTS"):
+        knobs.get({"FT_MAX_RESTARTS": "-1"}, "FT_MAX_RESTARTS")
+
+
+def test_no_restart_in_place_once_used_up_or_stopped(monkeypatch, capsys):
+    plan = _plan()
+    seen: list[str] = []
+    monkeypatch.setattr(preflight, "node_state", lambda env, node: seen.append(node) or "mixed")
+    env = {"SLURMD_NODENAME": "worker-1", "FT_MAX_RESTARTS": "2"}
+    assert job._restart_in_place(plan, {**env, job.RESTART_ENV: "1"}, "why") is True
+    assert "restarting in place on worker-1 (mixed): why (restart 2 of FT_MAX_RESTARTS=2, " \
+        "attempt 2)" in capsys.readouterr().out
+    assert job._restart_in_place(plan, {**env, job.RESTART_ENV: "2"}, "why") is False
+    assert "restarts in place used up (2 of FT_MAX_RESTARTS=2)" in capsys.readouterr().out
+    assert job._restart_in_place(plan, {**env, "FT_MAX_RESTARTS": "0"}, "why") is False
+    job._STOP.append(15)  # Slurm is ending the allocation
+    try:
+        assert job._restart_in_place(plan, env, "why") is False
+        assert job._run_attempt(plan, env) == 128 + 15  # nothing starts after the signal
+    finally:
+        job._STOP.clear()
+    assert seen == ["worker-1"]
+
+
+def test_a_node_slurm_cannot_vouch_for_is_not_restarted_on(monkeypatch, capsys):
+    plan, env = _plan(), {"SLURMD_NODENAME": "worker-1"}
+    for state, said in (("drained", "is drained"), (None, "is unknown to sinfo")):
+        monkeypatch.setattr(preflight, "node_state", lambda e, n, s=state: s)
+        assert job._restart_in_place(plan, env, "why") is False
+        assert f"not restarting in place: node worker-1 {said}" in capsys.readouterr().out
+
+
+def test_wait_recovered_takes_a_restart_in_place(tmp_path: Path, monkeypatch):
+    """The task stays RUNNING with the same Slurm restart count; its log gets a new banner."""
+    FakeArray(monkeypatch)  # task 12_1 RUNNING on worker-1, restart count 0, as it stays
+    log = tmp_path / "tft-12" / "tft-12_1.out"
+    log.parent.mkdir()
+    log.write_text("[2026-11-27 17:00:00]  launching replica 1 (attempt 0) on worker-1\n")
+    plan = failure_plan.make_plan(
+        "kill", resolve(replica=1), kill=failure_plan.KillSelection(True, (4242,), ("x",))
+    )
+    run = failure._Execution(plan, True, 5, lambda s: None, None, 0.01, log)
+
+    def restarted() -> None:
+        with open(log, "a") as f:
+            f.write("[2026-11-27 17:00:03]  launching replica 1 (attempt 0, restart 1) on "
+                    "worker-1\n")  # fmt: skip
+
+    timer = threading.Timer(0.3, restarted)
+    timer.start()
+    try:
+        run.recover()
+    finally:
+        timer.cancel()
+    out = run.out.to_dict()
+    assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, True, 0)
+    assert out["new_node"] == "worker-1"
+    assert [p.name for p in run.out.phases][0] == "task 12_1 restarted in place on worker-1"
