@@ -16,6 +16,7 @@ Everything started is tracked by pid and stopped in a `finally`, also on Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -65,6 +66,13 @@ class DemoConfig:
     modes: tuple[str, ...] = ()
     every: float = 0.0  # seconds from one failure to the next at least (0: steps_between only)
     heartbeat_timeout_ms: int | None = None  # the Lighthouse's; None: its default
+    # ranks per replica (GPUS_PER_NODE), the model FSDP-sharded across them; with more than
+    # one, a kill on Slurm hits the last rank alone (simulate-failure --rank), as a GPU's
+    # error kills one rank of a node
+    ranks: int = 1
+    # after the failures: every replica lost at once past a model checkpoint, the array
+    # restarted, every replica resumed from that checkpoint (no peer is left to heal from)
+    all_fail: bool = False
     # the story lasts at least this long from the full quorum (0: as long as its failures):
     # a failure-free control run (failures=0) as long as the run it is compared with
     min_run_s: float = 0.0
@@ -110,6 +118,10 @@ class DemoConfig:
             raise UserError("--every must be a number of seconds >= 0")
         if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms < 1:
             raise UserError("--heartbeat-timeout-ms must be at least 1")
+        if not 1 <= self.ranks <= 8:
+            raise UserError("--ranks must be between 1 and 8")
+        if self.all_fail and self.spares:
+            raise UserError("--all-fail takes every node down, spares too: drop --spares")
 
     def mode(self, k: int) -> str:
         """The failure mode of failure k (0-based)."""
@@ -130,8 +142,9 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         else []
     )
     spares = f"--spares {s} " if s else ""
+    ranks = f"GPUS_PER_NODE={cfg.ranks} " if cfg.ranks > 1 else ""
     submit = (
-        f"DEVICE=cpu ftslurm submit {spares}--array=0-{t - 1} {paths.FT_SCRIPT}"
+        f"DEVICE=cpu {ranks}ftslurm submit {spares}--array=0-{t - 1} {paths.FT_SCRIPT}"
         if b == "slurm"
         else f"{t} x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES={s}, supervised by "
         "ftslurm)"
@@ -141,7 +154,8 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
             return f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
         timed = cfg.mode(i) == "node-down" or cfg.mode(i) in SILENT_MODES
         down = f" --down-for {cfg.down_for:g}" if timed else ""
-        return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{down}"
+        rank = f" --rank {cfg.ranks - 1}" if cfg.mode(i) == "kill" and cfg.ranks > 1 else ""
+        return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{rank}{down}"
 
     every = f" (at least {cfg.every:g} s after the previous one's turn)" if cfg.every else ""
     survivors = "survivor commits alone" if n == 2 else f"the other {n - 1} commit without it"
@@ -159,8 +173,31 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         *[f"failure {i + 1}/{k}{every if i else ''}: {fail(i)}; {survivors}; "
           + ("a warm spare claims the slot and heals; the failed task comes back as a spare"
              if s else "heal") for i in range(k)],
+        *(_all_fail_plan(cfg) if cfg.all_fail else []),
         "stop the job, the Lighthouse" + (" and the cluster" if b == "slurm" else ""),
         "ftslurm report <run dir> --plot <run dir>/report.png",
+    ]
+
+
+# --all-fail's checkpoint interval: two DiLoCo outer syncs of the debug preset (sync_steps 6),
+# so the story waits for a checkpoint a few seconds, not the preset's 60 steps
+ALL_FAIL_INTERVAL = 12
+
+
+def _all_fail_plan(cfg: DemoConfig) -> list[str]:
+    """--all-fail's lines of the plan."""
+    if cfg.resolved_backend() == "slurm":
+        down = (f"scontrol update State=DOWN on all {cfg.replicas} nodes at once, wait "
+                f"{cfg.down_for:g} s, RESUME them: Slurm requeues every task")  # fmt: skip
+    else:
+        down = (f"SIGKILL all {cfg.replicas} replicas' process trees at once, wait "
+                f"{cfg.down_for:g} s, start each again (attempt+1)")  # fmt: skip
+    return [
+        f"wait for a model checkpoint (every {ALL_FAIL_INTERVAL} steps: --checkpoint.interval="
+        f"{ALL_FAIL_INTERVAL}) and a step past it on every replica",
+        f"every replica at once: {down}",
+        "each replica resumes from that checkpoint (model, optimizer, step, data position), "
+        "not step 1; the steps past it are lost and trained again",
     ]
 
 
@@ -179,12 +216,20 @@ class ReplicaLog:
         self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
         self.heals = 0  # heals after the start (> step 0), of every attempt
         self.last_healed_step = -1
+        # this attempt's resume line: (model checkpoint step or -1, data position step)
+        self.resumed: tuple[int, int | None] | None = None
+        self.first_step: int | None = None  # this attempt's first training step
 
     def poll(self) -> None:
-        for ev in filter(None, map(logvocab.parse_line, self.appended.lines())):
+        for line in self.appended.lines():
+            if (got := logvocab.parse_resume(line)) is not None:
+                self.resumed = got[1:]
+            if (ev := logvocab.parse_line(line)) is None:
+                continue
             if ev.kind == logvocab.LAUNCH and ev.rank is not None:
                 self.attempt = ev.rank
                 self.commits_in_attempt = 0
+                self.resumed = self.first_step = None
                 if "taken from task" in ev.detail:
                     self.claims += 1
                     self.claim_healed, self.commits_since_claim = None, 0
@@ -200,6 +245,8 @@ class ReplicaLog:
                 self.commits_since_claim += 1 if self.claims else 0
             elif ev.kind == logvocab.TITAN_STEP and ev.step is not None:
                 self.last_step = ev.step
+                if self.first_step is None:
+                    self.first_step = ev.step
 
 
 class Backend:
@@ -287,6 +334,14 @@ class Backend:
     def restore(self, replica: int) -> None:
         raise NotImplementedError
 
+    def fail_all(self) -> None:
+        """Every replica lost at once (--all-fail)."""
+        raise NotImplementedError
+
+    def restore_all(self) -> None:
+        """Every replica started again, as after the outage."""
+        raise NotImplementedError
+
     def teardown(self) -> None:
         raise NotImplementedError
 
@@ -299,10 +354,14 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
         "FTSLURM_OUTPUTS": str(cfg.outputs),
         "FTSLURM_GROUP_SIZE": str(cfg.replicas),
         "FTSLURM_PYTHON": paths.job_python(),
+        "GPUS_PER_NODE": str(cfg.ranks),
         # the demo's --spares, not a FT_SPARES left in the shell (the array is sized for it)
         "FT_SPARES": str(cfg.spares),
         # each failure may restart the same task: the story must not run out of requeues
         "FT_MAX_REQUEUES": str(max(knobs.get(os.environ, "FT_MAX_REQUEUES"), cfg.failures + 1)),
+        # --all-fail: a checkpoint soon (a user's own interval, given after it, wins)
+        **({"FTSLURM_EXTRA_ARGS": f"--checkpoint.interval={ALL_FAIL_INTERVAL} "
+            + (knobs.get(os.environ, "FTSLURM_EXTRA_ARGS") or "")} if cfg.all_fail else {}),
     }
 
 
@@ -314,6 +373,7 @@ class SlurmBackend(Backend):
         self.cluster_dir = paths.cluster_dir()
         self.started_cluster = False
         self.job: int | None = None
+        self.down_nodes: list[str] = []  # set DOWN by --all-fail and not RESUMEd yet
 
     def setup(self) -> None:
         from ftslurm.cluster import local
@@ -367,6 +427,8 @@ class SlurmBackend(Backend):
             slurm.jobs(), slurm.nodes(), replica=replica, node=None, job=self.job,
             here=failure.hostname(),
         )  # fmt: skip
+        if mode == "kill" and self.cfg.ranks > 1:  # one rank's death, as a GPU's error
+            target = dataclasses.replace(target, rank=self.cfg.ranks - 1)
         plan = failure_plan.make_plan(mode, target, down_for=self.cfg.down_for,
                                       reason="ftslurm demo", kill=failure.selection(mode, target))
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
@@ -378,10 +440,40 @@ class SlurmBackend(Backend):
         what = "array task" if self.cfg.spares else "replica"
         self.say(f"Slurm requeues {what} {replica} on the RESUMEd node")
 
+    def fail_all(self) -> None:
+        """Every node of the array DOWN at once: Slurm requeues every task (a whole-array
+        outage: a power or network loss, the shared file system gone)."""
+        from ftslurm.slurm import client
+
+        slurm = client.current()
+        tasks = slurm.array_tasks(self.job) if self.job is not None else {}
+        for task, info in sorted(tasks.items()):
+            if info.state != "RUNNING" or not info.node:
+                continue
+            self.down_nodes.append(info.node)  # before the call: RESUMEd on every way out
+            slurm.update_node(info.node, "DOWN", "ftslurm demo --all-fail")
+            self.record("node-down", task, info.node,
+                        "State=DOWN Reason=ftslurm demo --all-fail (every node at once)")
+        self.say(f"{', '.join(self.down_nodes)} set DOWN together: every replica lost, no "
+                 "peer left to heal from; Slurm requeues every task")  # fmt: skip
+
+    def restore_all(self) -> None:
+        from ftslurm.slurm import client
+
+        while self.down_nodes:
+            node = self.down_nodes[0]
+            client.current().update_node(node, "RESUME")
+            self.down_nodes.pop(0)
+            self.record("resume", None, node, "RESUME (ftslurm demo --all-fail)")
+        self.say("every node RESUMEd: Slurm starts the requeued tasks again")
+
     def teardown(self) -> None:
         from ftslurm.cluster import local
         from ftslurm.slurm import client
 
+        if self.down_nodes:  # interrupted while every node was DOWN
+            with contextlib.suppress(Exception):
+                self.restore_all()
         if self.job is not None:
             client.current().scancel(str(self.job), check=False)
             self.say(f"job {self.job} cancelled")
@@ -460,6 +552,26 @@ class LocalBackend(Backend):
         self.record("restart", replica, None, f"attempt {attempt} (ftslurm demo)")
         self.say(f"replica {replica} started again (attempt {attempt}), as a requeue would")
 
+    def fail_all(self) -> None:
+        """SIGKILL every replica's process tree in one go (no replica outlives another)."""
+        trees = {r: procs.process_tree(pid) for r, pid in self.procs.items()}
+        every = [p for tree in trees.values() for p in tree]
+        procs.kill_pids(every, signal.SIGKILL)
+        for replica in trees:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.procs.pop(replica), 0)  # our child: reap it
+            (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
+        procs.wait_gone(lambda: any(procs.pid_alive(p) for p in every), timeout=10.0)
+        for replica, tree in trees.items():
+            self.record("kill", replica, None,
+                        f"SIGKILL to {len(tree)} processes, every replica at once (ftslurm demo)")
+        self.say(f"every replica killed at once (SIGKILL to {sum(map(len, trees.values()))} "
+                 "processes): no peer left to heal from")  # fmt: skip
+
+    def restore_all(self) -> None:
+        for replica in range(self.cfg.tasks):
+            self.restore(replica)
+
     def teardown(self) -> None:
         for replica in list(self.procs):
             self._kill(replica)
@@ -510,6 +622,8 @@ def _story(b: Backend, cfg: DemoConfig, say: Say) -> None:
             time.sleep(max(0.0, turn + cfg.every - time.monotonic()))
         turn = time.monotonic()
         (_one_failure_with_spare if cfg.spares else _one_failure)(b, cfg, k, say)
+    if cfg.all_fail:
+        _all_fail(b, cfg, say)
     if (rest := t_quorum + cfg.min_run_s - time.monotonic()) > 0:
         say(f"training on for {rest:.0f} s more (min_run_s {cfg.min_run_s:g})")
         time.sleep(rest)
@@ -580,6 +694,59 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
                          "full_strength_s": round(full, 2)})  # fmt: skip
     say(f"quorum of {n} again: full strength {full:.1f} s after the failure (the restarted "
         "replica healed and committed with all)")  # fmt: skip
+
+
+# ---------------------------------------------------------------- every replica at once
+
+
+def _checkpoints(b: Backend) -> list[int]:
+    """The complete model checkpoints' steps in the run's checkpoint folder (the dump folder's
+    `checkpoint`, or CHECKPOINT_FOLDER), a seed checkpoint (step 0) left out."""
+    from ftslurm.replica import ft_checkpoints
+
+    given = knobs.get(os.environ, "CHECKPOINT_FOLDER")
+    folder = Path(given) if given else b.run_dir / "checkpoint"
+    return sorted(s for s, ok in ft_checkpoints.scan(folder).items() if ok and s > 0)
+
+
+def _all_fail(b: Backend, cfg: DemoConfig, say: Say) -> None:
+    """Every replica lost at once after a model checkpoint, every one started again: each
+    resumes from the checkpoint (model, optimizer, step, data position), not from step 1; the
+    steps trained past it are lost (at most the interval) and trained again."""
+    n = cfg.replicas
+    say(f"waiting for a model checkpoint (every {ALL_FAIL_INTERVAL} steps) and a step past it "
+        "on every replica ...")  # fmt: skip
+
+    def past_a_checkpoint() -> int | None:
+        done, logs = _checkpoints(b), b.poll()
+        return done[-1] if done and min(x.last_step for x in logs) > done[-1] else None
+
+    ckpt = wait_for(past_a_checkpoint, cfg.timeout, interval=0.2,
+                    what="a model checkpoint and a step past it")  # fmt: skip
+    before = [x.attempt for x in b.logs]
+    say(f"checkpoint step-{ckpt} written; replicas at training steps "
+        f"{', '.join(str(x.last_step) for x in b.logs)}: taking every replica down at once")
+    t_fail = time.monotonic()
+    b.fail_all()
+    last = [x.last_step for x in b.poll()]  # what each trained before the outage
+    time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
+    b.restore_all()
+
+    def resumed() -> bool:
+        return all(x.attempt > a and x.first_step is not None
+                   for x, a in zip(b.poll(), before, strict=True))  # fmt: skip
+
+    wait_for(resumed, cfg.timeout, interval=0.2, what="every replica to train again")
+    for i, x in enumerate(b.logs):
+        model = x.resumed[0] if x.resumed else -1
+        where = (f"checkpoint step-{model} (model, optimizer, step and its data position "
+                 f"step-{x.resumed[1]})" if x.resumed and model > 0 else "no checkpoint")
+        say(f"replica {i} (attempt {x.attempt}) resumed from {where}: first step "
+            f"{x.first_step}, not 1; it had trained to step {last[i]} before the outage: "
+            f"{max(0, last[i] - max(model, 0))} steps lost and trained again")  # fmt: skip
+    wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.2, what=f"a quorum of {n}")
+    say(f"quorum of {n} again {time.monotonic() - t_fail:.1f} s after the outage; `ftslurm "
+        "report` lists each restart and its lost steps")  # fmt: skip
 
 
 # ---------------------------------------------------------------- with warm spares

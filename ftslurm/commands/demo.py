@@ -14,8 +14,8 @@ from ftslurm.failure_plan import MODES
     help="Replicas (= nodes).",
 )  # fmt: skip
 @click.option(
-    "--failures", "-k", type=int, default=2, show_default=True,
-    help="Failures to inject.",
+    "--failures", "-k", type=int, default=None,
+    help="Failures to inject.  [default: 2; 0 with --all-fail]",
 )  # fmt: skip
 @click.option(
     "--backend",
@@ -61,9 +61,15 @@ from ftslurm.failure_plan import MODES
     help="The Lighthouse's heartbeat timeout (detection time; see `ftslurm lighthouse start "
     "--help`)  [default: the Lighthouse's]",
 )
+@click.option(
+    "--all-fail", is_flag=True,
+    help="Then take every replica down at once after a model checkpoint (every node DOWN on "
+    "Slurm): the array restarts and each replica resumes from the checkpoint, not step 1; "
+    "the report lists the restarts and the steps lost.",
+)
 def demo(
     replicas: int,
-    failures: int,
+    failures: int | None,
     backend: str,
     steps: int,
     down_for: float,
@@ -74,6 +80,7 @@ def demo(
     modes: tuple[str, ...],
     every: float,
     heartbeat_timeout_ms: int | None,
+    all_fail: bool,
 ) -> None:
     """Run the whole fault-tolerance story on this machine, with real parts.
 
@@ -94,16 +101,19 @@ def demo(
     Examples:
       ftslurm demo                          # 2 replicas, 2 failures, Slurm if root
       ftslurm demo --backend local -k 1     # no Slurm needed
+      ftslurm demo --all-fail               # every node at once: resume from a checkpoint
       ftslurm demo --spares 1               # a warm spare takes over
       ftslurm demo -k 3 --mode kill --mode requeue --mode node-down
       ftslurm demo --dry-run
     """
     from ftslurm.demo import DemoConfig, plan_lines, run_demo
 
+    if failures is None:
+        failures = 0 if all_fail else 2
     cfg = DemoConfig(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
         down_for=down_for, timeout=timeout, spares=spares, modes=modes, every=every,
-        heartbeat_timeout_ms=heartbeat_timeout_ms,
+        heartbeat_timeout_ms=heartbeat_timeout_ms, all_fail=all_fail,
     )  # fmt: skip
     cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:
@@ -111,6 +121,7 @@ def demo(
             click.echo(line)
         return
     extra = f", {spares} warm spare(s)" if spares else ""
+    extra += ", then every replica at once" if all_fail else ""
     click.echo(
         f"ftslurm demo: {replicas} replicas{extra}, {failures} failures, backend "
         f"{cfg.resolved_backend()}"
