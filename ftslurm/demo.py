@@ -76,6 +76,9 @@ class DemoConfig:
     # the story lasts at least this long from the full quorum (0: as long as its failures):
     # a failure-free control run (failures=0) as long as the run it is compared with
     min_run_s: float = 0.0
+    # the local Slurm cluster's nodes (0: one per array task): more leave a free node that a
+    # replica whose node was taken out (drained) requeues onto
+    nodes: int = 0
     # what the story measured, one dict per failure (bench/spares.py reads it)
     measured: list[dict[str, float | int]] = field(default_factory=list)
 
@@ -83,6 +86,11 @@ class DemoConfig:
     def tasks(self) -> int:
         """Array tasks (= nodes): the replicas and the spares."""
         return self.replicas + self.spares
+
+    @property
+    def cluster_nodes(self) -> int:
+        """The local Slurm cluster's nodes: one per array task, or `nodes` if more."""
+        return max(self.nodes, self.tasks)
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -114,6 +122,8 @@ class DemoConfig:
                             "freeze-node")  # fmt: skip
         if not (math.isfinite(self.min_run_s) and self.min_run_s >= 0):
             raise UserError("min_run_s must be a number of seconds >= 0")
+        if not 0 <= self.nodes <= 64:
+            raise UserError("nodes must be between 0 (one per array task) and 64")
         if not (math.isfinite(self.every) and self.every >= 0):
             raise UserError("--every must be a number of seconds >= 0")
         if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms < 1:
@@ -135,9 +145,9 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
     from ftslurm.lighthouse.config import safe_min_replicas
 
     b = cfg.resolved_backend()
-    n, k, s, t = cfg.replicas, cfg.failures, cfg.spares, cfg.tasks
+    n, k, s, t, c = cfg.replicas, cfg.failures, cfg.spares, cfg.tasks, cfg.cluster_nodes
     start = (
-        [f"ftslurm cluster up --nodes {t}   (local Slurm: slurmctld + {t} slurmd nodes)"]
+        [f"ftslurm cluster up --nodes {c}   (local Slurm: slurmctld + {c} slurmd nodes)"]
         if b == "slurm"
         else []
     )
@@ -389,7 +399,7 @@ class SlurmBackend(Backend):
                 f"`scancel {' '.join(busy)}` first, or set FTSLURM_CLUSTER_DIR to another "
                 "folder for a cluster of the demo's own"
             )
-        spec = local.up(nodes=self.cfg.tasks, state_dir=self.cluster_dir, progress=self.say)
+        spec = local.up(nodes=self.cfg.cluster_nodes, state_dir=self.cluster_dir, progress=self.say)
         self.started_cluster = not was_up
         os.environ["SLURM_CONF"] = str(spec.conf_path)
         addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
