@@ -29,6 +29,14 @@
 #   PG_TIMEOUT_S                         cross-replica process-group timeout, seconds [from the
 #                                        TOML]
 #   CHECKPOINT_FOLDER                    torchtitan's checkpoint folder [<dump folder>/checkpoint]
+#   FTSLURM_TIME_LIMIT_SIGNAL_S          seconds before Slurm's time limit at which the FT job gets
+#                                        USR1: each replica finishes its step, saves a final
+#                                        checkpoint and requeues; ftslurm submit
+#                                        (--time-limit-signal) passes it as --signal=B:USR1@<s>
+#                                        (with a bare sbatch, pass that yourself), the launcher logs
+#                                        it; it must cover a step and the save, and Slurm may signal
+#                                        up to 60 s early [300 (the FT script's #SBATCH
+#                                        --signal=B:USR1@300)]
 #   TORCHFT_LIGHTHOUSE                   the address ftslurm lighthouse start prints
 #                                        [http://login-0:29510]
 #   TORCHFT_QUORUM_RETRIES               quorum retries: replicas outlive a Lighthouse restart [3]
@@ -43,6 +51,12 @@
 #   FT_FAIL_WINDOW_MIN                   the window of FT_MAX_FAILS and FT_NODE_MAX_FAILS, minutes:
 #                                        30 holds 5 restarts of an 8B replica (load, heal) with room
 #                                        to spare [30]
+#   FT_MAX_RESTARTS                      a failed replica whose node is fine (still allocated, not
+#                                        down or drained) restarts its training in place, in the
+#                                        same allocation, up to this many times per allocation
+#                                        before it requeues through Slurm: no requeue hold, no new
+#                                        allocation; FT_MAX_FAILS and FT_NODE_MAX_FAILS still apply;
+#                                        0: always requeue [3]
 #   FT_NODE_MAX_FAILS                    a node on which this array's replicas failed this often
 #                                        within FT_FAIL_WINDOW_MIN, over twice as often as on any
 #                                        other node, is drained (or avoided); 2: one failure is
@@ -129,7 +143,9 @@
 # Time limit: Slurm sends USR1 to this script (the launcher, exec'd) 300 s before it; each
 # replica finishes its step, a final model checkpoint is written and the task requeues itself,
 # so training goes on to STEPS across limits ("time limit -> checkpoint -> requeue" in the log).
-# Another margin: sbatch --signal=B:USR1@<seconds> (it must cover a step and the save).
+# Another margin: ftslurm submit --time-limit-signal <seconds> (FTSLURM_TIME_LIMIT_SIGNAL_S;
+# with a bare sbatch: --signal=B:USR1@<seconds>). It must cover a step and the save; Slurm
+# checks limits every 30 s and may signal up to 60 s early.
 #
 #SBATCH --job-name=tft_replica
 #SBATCH --nodes=1

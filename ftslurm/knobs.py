@@ -39,6 +39,10 @@ FT, CLASSIC, BOTH = ("ft",), ("classic",), ("ft", "classic")
 MAX_REPLICAS = 10_000  # replicas (and spares) of one run: more is a typo, not a cluster
 MAX_MS = DAY_S * 1000  # a duration in milliseconds: at most a day, as for seconds
 INT64 = 2**63 - 1  # the largest value any knob is passed on as (Rust's and C's int64)
+# the FT job's warning before the time limit, seconds (sbatch --signal=B:USR1@<s>, whose
+# sig_time Slurm takes from 0 to 65535)
+TIME_LIMIT_SIGNAL = "FTSLURM_TIME_LIMIT_SIGNAL_S"
+SIGNAL_MAX_S = 65535
 # ASCII decimal only: int() also takes "١٢٣" (Arabic-Indic digits), "٢", "1_0" and " +5 "
 _INT = re.compile(r"[+-]?[0-9]{1,4000}")  # int() refuses over 4300 digits
 
@@ -196,6 +200,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
              default_doc="from the TOML", scripts=FT),
     Knob("CHECKPOINT_FOLDER", "path", "torchtitan's checkpoint folder",
          default_doc="`<dump folder>/checkpoint`"),
+    Knob(TIME_LIMIT_SIGNAL, "int", "seconds before Slurm's time limit at which the FT job gets "
+         "USR1: each replica finishes its step, saves a final checkpoint and requeues; "
+         "`ftslurm submit` (`--time-limit-signal`) passes it as `--signal=B:USR1@<s>` (with a "
+         "bare `sbatch`, pass that yourself), the launcher logs it; it must cover a step and "
+         "the save, and Slurm may signal up to 60 s early", 300, minimum=1,
+         maximum=SIGNAL_MAX_S, too_big=f"is more than Slurm takes ({SIGNAL_MAX_S} s)",
+         default_doc="`300` (the FT script's `#SBATCH --signal=B:USR1@300`)", scripts=FT),
     Knob("TORCHFT_LIGHTHOUSE", "str", "the address `ftslurm lighthouse start` prints",
          "http://login-0:29510", scripts=FT),
     Knob("TORCHFT_QUORUM_RETRIES", "int", "quorum retries: replicas outlive a Lighthouse "

@@ -191,9 +191,12 @@ def test_export_none_reaches_sbatch_with_the_outputs_folder_and_the_knobs(
     assert r.exit_code == 0, r.output
     got = json.loads(fake_sbatch.read_text())
     exports = [a for a in got["argv"] if a.startswith("--export")]
-    assert exports == ["--export=FTSLURM_OUTPUTS,FTSLURM_PYTHON,DEVICE=cpu"], got["argv"]
+    # the time limit's margin too (the script's #SBATCH --signal): the launcher says it
+    assert exports == ["--export=FTSLURM_OUTPUTS,FTSLURM_PYTHON,FTSLURM_TIME_LIMIT_SIGNAL_S,"
+                       "DEVICE=cpu"], got["argv"]  # fmt: skip
     assert "NONE" not in got["argv"] and got["outputs"] == str(tmp_path / "o")
-    assert "also passing FTSLURM_OUTPUTS, FTSLURM_PYTHON, DEVICE=cpu" in r.stderr
+    assert ("also passing FTSLURM_OUTPUTS, FTSLURM_PYTHON, FTSLURM_TIME_LIMIT_SIGNAL_S, "
+            "DEVICE=cpu") in r.stderr
 
 
 def test_array_in_the_script_and_chdir(tmp_path: Path, fake_sbatch: Path):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ftslurm import knobs
-from ftslurm.commands.params import replicas
+from ftslurm import knobs, paths
+from ftslurm.commands.params import Count, replicas
 from ftslurm.errors import UserError
 from ftslurm.resources import device_overrides
 
@@ -177,6 +177,73 @@ def _last_option(options: list[str], long: str, short: str) -> str | None:
     return found
 
 
+# sbatch's --signal=[{R|B}:]<sig_num>[@sig_time]; sig_time defaults to 60 s
+_SIGNAL_SPEC = re.compile(
+    r"(?:(?P<flags>[RB]{1,2}):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<at>[0-9]{1,6}))?"
+)
+_USR1 = ("USR1", "SIGUSR1", "10")
+
+
+def _signal_option(options: list[str]) -> str | None:
+    """The value of the last `--signal=V` / `--signal V` among sbatch's options."""
+    found = None
+    for i, o in enumerate(options):
+        if o.startswith("--signal="):
+            found = o.split("=", 1)[1]
+        elif o == "--signal" and i + 1 < len(options):
+            found = options[i + 1]
+    return found
+
+
+def _signal_in_script(script: str) -> str | None:
+    """The last `#SBATCH --signal` of the script's header."""
+    found = None
+    for line in _directives(script):
+        if m := re.match(r"#SBATCH\s+--signal[=\s]\s*(\S+)", line):
+            found = m.group(1)
+    return found
+
+
+def launcher_signal_margin(spec: str) -> int | None:
+    """Seconds before the time limit at which `--signal=<spec>` reaches the launcher: it
+    must be USR1 to the batch shell (`B:`), which the FT script replaced with the launcher;
+    None for any other signal or target (the launcher then gets no warning)."""
+    m = _SIGNAL_SPEC.fullmatch(spec.strip())
+    if not m or "B" not in (m["flags"] or "") or m["sig"].upper() not in _USR1:
+        return None
+    return int(m["at"]) if m["at"] is not None else 60
+
+
+def _time_limit_signal(ctx: click.Context, margin: int | None, options: list[str],
+                       script: str) -> tuple[list[str], int | None]:  # fmt: skip
+    """The sbatch options with `--signal=B:USR1@<margin>` added when asked for, and the
+    margin the launcher will get (sbatch's order: the command line, $SBATCH_SIGNAL, the
+    script's #SBATCH line), or None when no USR1 reaches it (said on stderr)."""
+    from click.core import ParameterSource
+
+    given = _signal_option(options)
+    from_env = ctx.get_parameter_source("time_limit_signal") == ParameterSource.ENVIRONMENT
+    if margin is not None and Path(script).name == paths.CLASSIC_SCRIPT:
+        if from_env:  # a knob of the FT script's, exported for both
+            return options, None
+        raise UserError(f"--time-limit-signal is for {paths.FT_SCRIPT}: the classic job takes "
+                        "no final checkpoint and would die of the signal")  # fmt: skip
+    if margin is not None and given is not None and not from_env:
+        raise UserError(f"--time-limit-signal {margin} and --signal={given}: give the margin "
+                        f"once (--time-limit-signal {margin} is --signal=B:USR1@{margin})")
+    if margin is not None and given is None:
+        return [*options, f"--signal=B:USR1@{margin}"], margin
+    spec = given or os.environ.get("SBATCH_SIGNAL") or _signal_in_script(script)
+    if spec is None:
+        return options, None
+    found = launcher_signal_margin(spec)
+    if found is None and Path(script).name == paths.FT_SCRIPT:
+        click.echo(f"warning: --signal={spec} sends the batch shell (the launcher) no USR1: "
+                   "at the time limit no final checkpoint is taken and nothing requeues; "
+                   "use --time-limit-signal SECONDS (--signal=B:USR1@SECONDS)", err=True)
+    return options, found
+
+
 # sbatch reads #SBATCH lines only before the first command: a script may be large (a data
 # blob after `exit`), its header never is
 HEADER_MAX_BYTES = 1 << 20
@@ -267,9 +334,19 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
     help="Warm spares (FT_SPARES): of --array=0-<N-1+S>, the last S tasks wait warm and take "
     "a failed replica's slot [$FT_SPARES, else 0].",
 )  # fmt: skip
+@click.option(
+    "--time-limit-signal", "time_limit_signal", metavar="SECONDS",
+    type=Count(1, knobs.SIGNAL_MAX_S), envvar=knobs.TIME_LIMIT_SIGNAL, default=None,
+    help="Seconds before the job's time limit at which Slurm signals the FT replicas (sbatch "
+    "--signal=B:USR1@SECONDS): each finishes its step, saves a final checkpoint and requeues. "
+    "It must cover a step and the save; Slurm may signal up to 60 s early. E.g. 600 "
+    f"for a 10-minute warning  [${knobs.TIME_LIMIT_SIGNAL}, else 300: the FT script's "
+    "#SBATCH --signal=B:USR1@300]",
+)  # fmt: skip
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[str, ...]) -> None:
+def submit(ctx: click.Context, as_json: bool, spares: int | None, time_limit_signal: int | None,
+           argv: tuple[str, ...]) -> None:  # fmt: skip
     """Submit SCRIPT with sbatch, creating `outputs/torchft/` first.
 
     Options before SCRIPT go to sbatch unchanged (use the --opt=value form). Slurm does not
@@ -288,6 +365,7 @@ def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[st
       ftslurm submit --nodes=2 llama3.1-8b-pretraining.sh
       DEVICE=cpu ftslurm submit --array=0-1 llama3.1-8b-pretraining-torchft.sh   # local CPU
       ftslurm submit --spares 1 --array=0-2 llama3.1-8b-pretraining-torchft.sh  # 2 + 1 spare
+      ftslurm submit --time-limit-signal 600 --array=0-1 llama3.1-8b-pretraining-torchft.sh
     """
     from ftslurm.slurm import client
 
@@ -295,7 +373,7 @@ def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[st
         click.echo(ctx.get_help())
         return
     options, script, script_args = split_submit_args(list(argv))
-    from ftslurm import logvocab, paths
+    from ftslurm import logvocab
 
     overrides = device_overrides(dict(os.environ), script)
     job_dir = _chdir(options)
@@ -314,6 +392,9 @@ def submit(ctx: click.Context, as_json: bool, spares: int | None, argv: tuple[st
     spare_count = spares if spares is not None else knobs.get(os.environ, "FT_SPARES")
     _check_spares(options, spare_count)
     _warn_split_brain(options, spare_count)
+    options, margin = _time_limit_signal(ctx, time_limit_signal, options, script)
+    if margin is not None:  # the launcher logs it: Slurm does not tell the job
+        outputs[knobs.TIME_LIMIT_SIGNAL] = str(margin)
     sbatch_options = _with_exports(overrides, options, outputs, script)
     job_id = client.current().sbatch(script, sbatch_options, script_args, extra_env=outputs)
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(script)

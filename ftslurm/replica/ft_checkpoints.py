@@ -326,10 +326,25 @@ def agree_stop_step(folder: Path | None, step: int) -> int:
     return step + 1
 
 
-def install_time_limit(flag: Path) -> None:
+def signal_margin_line(env: Mapping[str, str]) -> str | None:
+    """The line that says how long before the time limit Slurm signals this job, when known:
+    Slurm does not tell a job its `--signal`, so only what `ftslurm submit` passed on
+    (FTSLURM_TIME_LIMIT_SIGNAL_S, from --time-limit-signal, sbatch's --signal or the script's
+    #SBATCH line) is said; None without it (a bare `sbatch`)."""
+    from ftslurm import knobs
+
+    if not knobs.is_set(env, knobs.TIME_LIMIT_SIGNAL):
+        return None
+    margin = knobs.get(env, knobs.TIME_LIMIT_SIGNAL)
+    return (f"[ftslurm] time-limit signal: USR1 {margin} s before the limit (up to 60 s "
+            "earlier): the replicas then finish their step, save a final checkpoint and "
+            f"requeue ({knobs.TIME_LIMIT_SIGNAL}={margin})")
+
+
+def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None:
     """After each step's save, once `flag` exists and the step agreed (`agree_stop_step`) is
     reached: save a model checkpoint at this step (unless the interval just saved one), wait
-    until it is written, and end the training loop."""
+    until it is written, and end the training loop. Says the signal's margin when known."""
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.train import Trainer
 
@@ -337,6 +352,8 @@ def install_time_limit(flag: Path) -> None:
     upstream_continue = Trainer.should_continue_training
     if getattr(upstream_save, "_ftslurm", False):
         return
+    if (line := signal_margin_line(os.environ if env is None else env)) is not None:
+        print(line, flush=True)
 
     def _should_save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> bool:
         if getattr(self, "_ftslurm_force", False) and self.enable and not self.load_only:
