@@ -43,7 +43,8 @@ def test_the_plan_says_every_replica_at_once_and_the_resume() -> None:
     text = "\n".join(local)
     assert f"every {ALL_FAIL_INTERVAL} steps" in text
     assert "SIGKILL all 2 replicas' process trees at once" in text
-    assert "resumes from that checkpoint (model, optimizer, step, data position), not step 1" in text
+    assert ("resumes from that checkpoint (model, optimizer, step, data position), not "
+            "step 1") in text
     slurm = "\n".join(plan_lines(DemoConfig(backend="slurm", failures=1, all_fail=True)))
     assert "failure 1/1" in slurm
     assert "State=DOWN on all 2 nodes at once" in slurm and "Slurm requeues every task" in slurm
@@ -65,7 +66,8 @@ def test_the_cli_dry_run_defaults_to_no_single_failures_and_refuses_spares(tmp_p
     out = subprocess.run([*base, "--all-fail", "--spares", "1"], env=env, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2
-    assert out.stderr.strip() == "Error: --all-fail takes every node down, spares too: drop --spares"
+    assert out.stderr.strip() == ("Error: --all-fail takes every node down, spares too: drop "
+                                  "--spares")
     assert not any(tmp_path.iterdir())
 
 
