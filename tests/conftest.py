@@ -3,9 +3,15 @@ so it never touches a user's cluster), stopped by pid at the end."""
 
 from __future__ import annotations
 
+import _posixsubprocess
+import multiprocessing.process
 import os
 import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +19,108 @@ from ftslurm.cluster import local
 from ftslurm.cluster.config import ClusterSpec
 
 CLUSTER_NODES = 3
+
+# --------------------------------------------------------------------------------------------
+# Test tiers (docs/development.md): `unit` tests start no process, and the guard below makes
+# one that does fail; every other test is `process`, `slurm` or `training`.
+
+TIERS = ("unit", "process", "slurm", "training")
+# the fixtures that start the real local Slurm cluster: a test that asks for one is `slurm`,
+# so that `-m "not slurm"` never starts Slurm as root, whatever the test's own marks say
+SLURM_FIXTURES = {"slurm_cluster", "_session_cluster"}
+
+
+class ProcessInUnitTest(AssertionError):
+    """A test marked `unit` started (or tried to start) a process."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Before `-m` selects, give each test its tier: a test that asks for the cluster is
+    `slurm`; a module's (or class's) `unit` reaches only its tests that carry no heavier tier
+    of their own (`@pytest.mark.process` on the few tests of a pure module that start one);
+    a test in no tier is `process` (the default for a test nobody has sorted)."""
+    heavier = set(TIERS) - {"unit"}
+    holders = {id(node): node for item in items for node in item.listchain()[:-1]
+               if any(m.name == "unit" for m in node.own_markers)}  # fmt: skip
+    for node in holders.values():
+        node.own_markers[:] = [m for m in node.own_markers if m.name != "unit"]
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())) and "slurm" not in names:
+            item.add_marker("slurm")
+            names.add("slurm")
+        inherits_unit = any(id(node) in holders for node in item.listchain()[:-1])
+        if inherits_unit and not names & heavier:
+            item.add_marker("unit")
+        elif not names & set(TIERS):
+            item.add_marker("process")
+
+
+def _refuse(what: str, started: list[str]) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        shown = " ".join(map(str, args[0])) if args and isinstance(args[0], list) else ""
+        message = (f"a test marked unit started a process ({what}{f': {shown}' if shown else ''})"
+                   "; start none, or take the test out of the unit tier")  # fmt: skip
+        started.append(message)
+        raise ProcessInUnitTest(message)
+
+    return refuse
+
+
+@contextmanager
+def _no_processes(started: list[str]) -> Iterator[None]:
+    """Every way this interpreter starts a process raises `ProcessInUnitTest` (and records
+    it, for code that swallows the error): subprocess (so ftslurm.runner too), fork, exec,
+    posix_spawn, os.system, multiprocessing."""
+
+    def popen_child(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
+        _refuse("subprocess.Popen", started)(list(args) if isinstance(args, (list, tuple))
+                                             else [args])  # fmt: skip
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess.Popen, "_execute_child", popen_child)
+        mp.setattr(_posixsubprocess, "fork_exec", _refuse("_posixsubprocess.fork_exec", started))
+        mp.setattr(multiprocessing.process.BaseProcess, "start",
+                   _refuse("multiprocessing start", started))  # fmt: skip
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv",
+                     "execve"):  # fmt: skip
+            if hasattr(os, name):
+                mp.setattr(os, name, _refuse(f"os.{name}", started))
+        yield
+
+
+def _guard(item: pytest.Item, whole: bool = True) -> Iterator[None]:
+    """Runs one phase of a unit test with processes refused; fails the phase when a process
+    start was refused, even if the code under test caught the error. `whole` False: the phase
+    may also run other tests' fixtures (the module's or session's teardown), not guarded."""
+    if item.get_closest_marker("unit") is None or not whole:
+        return (yield)
+    started: list[str] = []
+    with _no_processes(started):
+        result = yield
+    if started:
+        raise ProcessInUnitTest("; ".join(dict.fromkeys(started)))
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guard(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guard(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # after a module's last test, its module fixtures (and the session's) are torn down here:
+    # stopping what a process test started runs commands, which is not this test's doing
+    same_module = nextitem is not None and getattr(nextitem, "module", None) is getattr(
+        item, "module", None)
+    return (yield from _guard(item, same_module))
 
 
 def pytest_configure(config: pytest.Config) -> None:
