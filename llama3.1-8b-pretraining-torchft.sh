@@ -111,6 +111,8 @@
 #                                        at once; 0: upstream's way [1]
 #   FTSLURM_FIX_CONSISTENT_RESUME        fix 9 (fixes.py): a restart's data position is the model
 #                                        checkpoint's step; 0: upstream's way [1]
+#   FTSLURM_FIX_GLOO_FSDP                fix 10 (fixes.py): replicas of several ranks on CPU: FSDP
+#                                        reduces with SUM over gloo; 0: upstream's way [1]
 #   FTSLURM_HANG_TIMEOUT_S               the launcher's watchdog (watchdog.py) restarts a worker
 #                                        whose heartbeat the Lighthouse lost, or that made no
 #                                        progress in a step for this long (the worker raises it to

@@ -275,6 +275,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_PEER_ABORT", 8, "a silent peer fails the survivors' step at once"),
     _fix("FTSLURM_FIX_CONSISTENT_RESUME", 9, "a restart's data position is the model "
          "checkpoint's step"),
+    _fix("FTSLURM_FIX_GLOO_FSDP", 10, "replicas of several ranks on CPU: FSDP reduces with "
+         "SUM over gloo"),
     Knob("FTSLURM_HANG_TIMEOUT_S", "int", "the launcher's watchdog (watchdog.py) restarts a "
          "worker whose heartbeat the Lighthouse lost, or that made no progress in a step for "
          "this long (the worker raises it to 20 median steps or twice torchft's timeout); "

@@ -13,7 +13,7 @@ from ftslurm import logvocab
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 ROOT = Path("/srv/ftslurm")  # where the plans say the project is installed
 REPO = Path(__file__).resolve().parent.parent  # this checkout: its preset TOMLs
@@ -211,12 +211,12 @@ def test_replica_and_attempt_precedence() -> None:
         ),
         (
             {
-                "DEVICE": "cpu",
+                "FTSLURM_PRESET": "tiny",
                 "GPUS_PER_NODE": "2",
                 "FTSLURM_REPLICA_ID": "0",
                 "FTSLURM_GROUP_SIZE": "1",
             },
-            "GPUS_PER_NODE=1",
+            "unset GPUS_PER_NODE",
         ),
         (
             {"FT_MODE": "async", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"},
@@ -326,6 +326,7 @@ def test_ft_plan_says_when_model_checkpoints_are_off(extra: str, note: bool) -> 
     assert ("# " + planlib.NO_MODEL_CHECKPOINTS_NOTE in p.describe()) is note
 
 
+@pytest.mark.process
 def test_launcher_modules_do_not_import_torch() -> None:
     code = (
         "import sys, ftslurm.replica.plan, ftslurm.replica.job, ftslurm.commands.assets;"

@@ -3,7 +3,8 @@
 Why: after a heal the replicas must hold identical weights. A loss curve cannot show a tiny
 constant offset (bug 2 in fixes.py); a sha256 over the raw bytes of every parameter can.
 
-When a line is logged (one per rank; each rank hashes its local shard, in name order):
+When a line is logged (one per rank; each rank hashes its local shard, in name order, so
+replicas are compared rank k with rank k: `compare`):
 - per-step mode: after every step whose commit succeeded (the torchft manager's step grew),
   every FTSLURM_CHECKSUM_EVERY-th step [1 on cpu, 50 on cuda; 0 = off];
 - DiLoCo: right after each successful outer sync, over the fragment that was synced (the
@@ -78,6 +79,23 @@ def parse(lines: Iterable[str]) -> Iterator[Record]:
                 tensors=int(m["tensors"]),
                 sha256=m["sha256"],
             )
+
+
+Key = tuple[int, int, str]  # (rank, step, scope)
+
+
+def by_key(records: Iterable[Record]) -> dict[Key, str]:
+    """One replica's checksums by (rank, step, scope): with several ranks, each rank hashes
+    its own shard, so rank k of one replica is compared with rank k of another, never with
+    another rank (the last line of a key wins)."""
+    return {(r.rank, r.step, r.scope): r.sha256 for r in records}
+
+
+def compare(a: Iterable[Record], b: Iterable[Record]) -> tuple[list[Key], list[Key]]:
+    """(keys both replicas logged, those of them whose sha256 differ), sorted."""
+    ka, kb = by_key(a), by_key(b)
+    both = sorted(ka.keys() & kb.keys())
+    return both, [k for k in both if ka[k] != kb[k]]
 
 
 def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:

@@ -81,6 +81,15 @@ reproduce a bug, or once upstream is fixed).
    position instead (a replica or node failure: its steps up to there were committed); the
    positions of the lost steps after M are deleted before its first save. Every saved data
    position is logged (`[ftslurm] data position: replica R step N sample_idx K`).
+10. FTSLURM_FIX_GLOO_FSDP (replicas of several ranks on CPU, GPUS_PER_NODE > 1 with
+   DEVICE=cpu): torchtitan sets every FSDP module's gradient divide factor to 1.0 (it divides
+   the loss by the global token count itself), so FSDP2 reduce-scatters gradients with
+   `ReduceOp.PREMUL_SUM(1.0)`, and gloo has no PREMUL_SUM: the first backward fails with
+   "Cannot use ReduceOp.PREMUL_SUM with Gloo". Fix: every module `fully_shard` shards on a CPU
+   mesh gets FSDP's own `set_force_sum_reduction_for_comms(True)`: a SUM reduce-scatter and a
+   post-division by the same factor (1.0, exact: the gradients are bit-for-bit those of
+   PREMUL_SUM(1.0)). A GPU mesh is left as it is. `fully_shard` is wrapped where torchtitan
+   looks it up (torch.distributed.fsdp, and each torchtitan module that imported it by name).
 """
 
 from __future__ import annotations
@@ -105,6 +114,7 @@ SWITCHES = {
     "rendezvous_namespace": "FTSLURM_FIX_RENDEZVOUS_NAMESPACE",
     "peer_abort": "FTSLURM_FIX_PEER_ABORT",
     "consistent_resume": "FTSLURM_FIX_CONSISTENT_RESUME",
+    "gloo_fsdp": "FTSLURM_FIX_GLOO_FSDP",
 }
 
 
@@ -315,6 +325,41 @@ def fix_consistent_resume() -> None:
     ft_checkpoints.install_resume()
 
 
+def force_sum_on_cpu(fully_shard: Callable[..., Any]) -> Callable[..., Any]:
+    """Fix 10: `fully_shard` that makes the module it returns reduce with SUM when its mesh
+    is a CPU (gloo) one; anything else it returns as `fully_shard` made it."""
+    if getattr(fully_shard, "_ftslurm", False):
+        return fully_shard
+
+    def wrapped(module: Any, *args: Any, **kwargs: Any) -> Any:
+        sharded = fully_shard(module, *args, **kwargs)
+        mesh = kwargs.get("mesh")
+        if getattr(mesh, "device_type", None) == "cpu" and hasattr(
+            sharded, "set_force_sum_reduction_for_comms"
+        ):
+            sharded.set_force_sum_reduction_for_comms(True)
+        return sharded
+
+    wrapped._ftslurm = True  # type: ignore[attr-defined]
+    wrapped.__wrapped__ = fully_shard  # type: ignore[attr-defined]
+    wrapped.__doc__ = fully_shard.__doc__
+    return wrapped
+
+
+def fix_gloo_fsdp() -> None:
+    """Fix 10: FSDP on a CPU mesh reduce-scatters with SUM (gloo has no PREMUL_SUM)."""
+    import sys
+
+    import torch.distributed.fsdp as fsdp
+
+    upstream = fsdp.fully_shard
+    wrapped = force_sum_on_cpu(upstream)
+    fsdp.fully_shard = wrapped
+    for name, module in list(sys.modules.items()):
+        if name.startswith("torchtitan") and getattr(module, "fully_shard", None) is upstream:
+            module.fully_shard = wrapped  # type: ignore[attr-defined]
+
+
 def rendezvous_id(quorum_id: int, max_step: int, replica_ids: Sequence[str]) -> int:
     """Fix 7: the communicator id a quorum's process group meets under (torchft uses it as the
     store prefix), in [0, 2**63): every member of a quorum gets the same quorum id, max step
@@ -414,6 +459,8 @@ FIXES = (
     Fix("consistent_resume", "a restart takes each replica's data position at the model "
         "checkpoint's step and skips half-written checkpoints with a log line",
         fix_consistent_resume),
+    Fix("gloo_fsdp", "FSDP on a CPU (gloo) mesh reduce-scatters with SUM, not PREMUL_SUM, "
+        "which gloo lacks: replicas of several ranks on CPU", fix_gloo_fsdp),
 )
 
 

@@ -235,12 +235,15 @@ def _common_tt_args(
     return args
 
 
-def _gpus(env: Mapping[str, str], device: str) -> int:
+def _gpus(env: Mapping[str, str], device: str, classic: bool = False) -> int:
+    """Ranks per node. On CPU an FT replica may have several (FSDP over gloo: fix 10 in
+    fixes.py makes its reduce-scatter a SUM); the classic CPU job runs one rank per node,
+    the nodes replicating (DDP) as its GPU baseline's nodes do."""
     gpus = knobs.get(env, "GPUS_PER_NODE", device)
-    if device == "cpu" and gpus != 1:
+    if classic and device == "cpu" and gpus != 1:
         raise UserError(
-            "DEVICE=cpu runs one rank per replica (FSDP's reduce-scatter needs PREMUL_SUM, "
-            "which gloo lacks); unset GPUS_PER_NODE or set GPUS_PER_NODE=1"
+            "the classic script on DEVICE=cpu runs one rank per node (the nodes replicate); "
+            "unset GPUS_PER_NODE or set GPUS_PER_NODE=1"
         )
     return gpus
 
@@ -404,6 +407,9 @@ def build_ft_plan(
         if task is not None:
             raise UserError("FTSLURM_PRESET=tiny has no warm spares (they wait inside "
                             "torchtitan's trainer): unset FT_SPARES")  # fmt: skip
+        if gpus != 1:
+            raise UserError(f"FTSLURM_PRESET=tiny runs one process per replica, not "
+                            f"GPUS_PER_NODE={gpus}: unset GPUS_PER_NODE")  # fmt: skip
         argv = _tiny(env, device, pg, ft_mode)
         notes = ["FTSLURM_PRESET=tiny: no torchtitan, torchrun or TOML; STEPS, "
                  "TORCHFT_LIGHTHOUSE and the checksum knobs apply"]  # fmt: skip
@@ -485,7 +491,7 @@ def build_classic_plan(
         if local
         else _first_int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
     )
-    gpus = _gpus(env, device)
+    gpus = _gpus(env, device, classic=True)
     run_id = env.get("SLURM_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
     dump = _dump(env, _outputs(env, root) / f"classic-{run_id}")
     port = knobs.get(env, "RDZV_PORT")
