@@ -86,15 +86,19 @@ def local_node_ns(node: str) -> str | None:
 
 
 def find_local_workers(
-    ns: str, raw_job_id: int, regex: str = failure_plan.TRAIN_CMD_RE
+    ns: str, raw_job_id: int, regex: str = failure_plan.TRAIN_CMD_RE, rank: int | None = None
 ) -> KillSelection:
-    """Training workers of Slurm job `raw_job_id` in the node namespace `ns`."""
+    """Training workers of Slurm job `raw_job_id` in the node namespace `ns`; with `rank`,
+    only the one whose RANK is that (torchrun gives each worker its own)."""
     pids, described = [], []
     for pid in sorted(procs.pids_in_uts_ns(ns)):
         cmd = procs.cmdline(pid)
         if not failure_plan.is_training_worker(cmd, _comm(pid), regex):
             continue
-        if _environ(pid).get("SLURM_JOB_ID") != str(raw_job_id):
+        environ = _environ(pid)
+        if environ.get("SLURM_JOB_ID") != str(raw_job_id):
+            continue
+        if rank is not None and environ.get("RANK") != str(rank):
             continue
         pids.append(pid)
         described.append(f"{pid}: {shlex.join(cmd)[:120]}")
@@ -134,7 +138,7 @@ def kill_selection(target: Target) -> KillSelection:
                 "unset it"
             )
         return KillSelection(local=False)
-    return find_local_workers(ns, target.raw_job_id)
+    return find_local_workers(ns, target.raw_job_id, rank=target.rank)
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,7 +243,7 @@ class Outcome:
         t = self.plan.target
         return {
             "mode": self.plan.mode, "node": t.node, "job": t.job, "replica": t.replica,
-            "phases": [
+            **({"rank": t.rank} if t.rank is not None else {}), "phases": [
                 {"what": p.name, "at_s": round(p.at_s, 2), "took_s": round(p.took_s, 2)}
                 for p in self.phases
             ],
@@ -288,7 +292,7 @@ class _Execution:
             held = f"holds slot {self.slot}" if replica is not None else "a warm spare"
             detail = f"{detail} (array task {t.replica}: {held})"
         append_event(InjectedEvent(now_iso(), action, replica, t.node, job, detail,
-                                   self.count_as_bad), self.events_path)  # fmt: skip
+                                   self.count_as_bad, t.rank), self.events_path)  # fmt: skip
 
     def target_text(self) -> str:
         """The target as the narration says it: in a run with warm spares array task i need
@@ -395,7 +399,8 @@ class _Execution:
     def kill_local(self, a: Action) -> None:
         with atomic():
             procs.kill_pids(list(a.pids), signal.SIGKILL)
-            self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}")
+            rank = f" (rank {self.t.rank})" if self.t.rank is not None else ""
+            self.record("kill", f"SIGKILL to worker pid(s) {list(a.pids)}{rank}")
             self.say(f"SIGKILLed training worker pid(s) {list(a.pids)} ({self.target_text()})")
         self.phase(f"SIGKILL pid(s) {' '.join(map(str, a.pids))}")
 

@@ -50,6 +50,7 @@ class Target:
     replica: int | None = None  # the array task id
     raw_job_id: int | None = None  # Slurm's own id of that task (srun --jobid)
     restarts: int = 0  # the task's restart count when resolved
+    rank: int | None = None  # kill mode: only the worker of this rank of the replica (RANK)
 
     @property
     def task_key(self) -> str | None:
@@ -61,7 +62,8 @@ class Target:
         """`noun`: "array task" in a run with warm spares, where task i need not be replica i."""
         if self.replica is None:
             return f"node {self.node}"
-        return f"{noun} {self.replica} of job {self.job} on {self.node}"
+        rank = f"rank {self.rank} of " if self.rank is not None else ""
+        return f"{rank}{noun} {self.replica} of job {self.job} on {self.node}"
 
 
 def is_ft_array_task(j: JobInfo) -> bool:
@@ -201,6 +203,7 @@ class FailurePlan:
         t = self.target
         return {
             "mode": self.mode, "node": t.node, "job": t.job, "replica": t.replica,
+            **({"rank": t.rank} if t.rank is not None else {}),  # --rank: one rank's worker
             "down_for": self.down_for, "reason": self.reason, "commands": self.lines(),
         }  # fmt: skip
 
@@ -220,6 +223,15 @@ class KillSelection:
 # node of the local cluster (its own UTS namespace, but one /proc for all) it keeps pkill off
 # the other nodes' replicas, so the very command a real cluster gets is tested here.
 PKILL_ON_NODE = 'exec pkill --ns "$$" --nslist uts -KILL -f -- "$1"'
+
+
+# The same for one rank of the replica (`--rank K`): the workers matching "$1" whose
+# environment holds RANK="$2" (each of torchrun's workers has its own; the rank within the
+# replica, as torchft's `/<rank>` and the checksum lines say it). Exit 1 when none matched,
+# as pkill's.
+KILL_RANK_ON_NODE = ('k=1; for p in $(pgrep --ns "$$" --nslist uts -f -- "$1"); do '
+                     'if tr "\\0" "\\n" < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2"; '
+                     'then kill -KILL "$p" && k=0; fi; done; exit $k')
 
 
 def pkill_on_node(sig: str) -> str:
@@ -267,6 +279,9 @@ def make_plan(
     """The exact actions of one failure."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    if target.rank is not None and mode != "kill":
+        raise UserError(f"--rank {target.rank}: only with --mode kill (one rank's worker; "
+                        f"--mode {mode} hits the whole replica)")  # fmt: skip
     reason = reason or f"ftslurm simulate-failure {mode} by {getpass.getuser()}"
     if mode == "node-down":
         acts = [
@@ -288,12 +303,18 @@ def make_plan(
         raise UserError(f"--mode kill needs a replica; {target.node} runs no task")
     elif kill and kill.local:
         if not kill.pids:
+            rank = f" of rank {target.rank}" if target.rank is not None else ""
             raise UserError(
-                f"no training worker of job {target.task_key} found on {target.node} "
+                f"no training worker{rank} of job {target.task_key} found on {target.node} "
                 "(it may be starting or restarting; try again)"
             )
         note = "local cluster: training worker(s) " + "; ".join(kill.described)[:300]
         acts = [Action("kill-local", pids=kill.pids, note=note)]
+    elif target.rank is not None:
+        script = ["sh", "-c", KILL_RANK_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE, str(target.rank)]
+        argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, script))
+        acts = [Action("kill-srun", argv,
+                       note=f"SIGKILL the training worker of rank {target.rank} on the node")]
     else:
         pkill = ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE]
         argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, pkill))

@@ -9,6 +9,7 @@ tested on recorded output; only `collect` touches Slurm and the files.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,11 @@ from ftslurm.slurm.parse import JobInfo, array_tasks
 from ftslurm.textsafe import printable
 
 TAIL_BYTES = 256 * 1024
+# torchft's manager line of a committed step, as each rank of a replica logs its own:
+# `[torchtitan_ft_1:<uuid>/<rank> - step <N>] should_commit=True`
+_RANK_COMMIT = re.compile(rb"/(\d{1,6}) - step (\d{1,18})\] should_commit=True")
+_NPROC = re.compile(rb"--nproc[_-]per[_-]node[= ](\d{1,6})")  # the attempt's torchrun line
+_EXITED = re.compile(rb"\]  (?:torchrun|training worker) exited with code ")  # job.py's line
 
 
 @dataclass
@@ -34,6 +40,10 @@ class LogSummary:
     mtime: float | None = None
     commits: int = 0  # `should_commit=True` lines of the current attempt
     torchft: bool = False  # the tail has torchft commit lines at all
+    ranks: int = 1  # ranks per replica (torchrun's --nproc_per_node, or the ranks seen)
+    # ranks of the current attempt that committed its newest step (or the one before: ranks
+    # log in any order); 0 once its torchrun / worker exited; None without commit lines
+    ranks_alive: int | None = None
 
     @property
     def training(self) -> bool:
@@ -54,6 +64,7 @@ def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> Log
         # only the current attempt's steps: a restarted replica shows '-' until it trains
         data = data[banner.end() :]
     s.commits = data.count(b"should_commit=True")
+    s.ranks, s.ranks_alive = _ranks(data)
     steps = logvocab.STEP.findall(data)
     if steps:
         s.last_step = int(steps[-1][0])
@@ -62,6 +73,19 @@ def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> Log
         except ValueError:
             s.last_loss = None
     return s
+
+
+def _ranks(attempt: bytes) -> tuple[int, int | None]:
+    """(ranks per replica, ranks alive) from the current attempt's part of a log tail."""
+    nproc = _NPROC.findall(attempt)
+    commits = [(int(step), int(rank)) for rank, step in _RANK_COMMIT.findall(attempt)]
+    ranks = max([int(nproc[-1]) if nproc else 1, *(r + 1 for _, r in commits)])
+    if _EXITED.search(attempt):
+        return ranks, 0
+    if not commits:
+        return ranks, None
+    newest = max(step for step, _ in commits)
+    return ranks, len({r for step, r in commits if step >= newest - 1})
 
 
 def read_summary(path: Path, tail_bytes: int = TAIL_BYTES) -> LogSummary:
@@ -87,6 +111,8 @@ class Row:
     job_id: int  # Slurm's own id of the task
     log: str
     slot: str = ""  # a run with warm spares: the slot (replica) this task holds, or "spare"
+    ranks: int = 1  # ranks per replica
+    ranks_alive: int | None = None  # see LogSummary.ranks_alive
 
 
 def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: float,
@@ -110,6 +136,8 @@ def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: 
                 job_id=t.job_id,
                 log=s.path,
                 slot="" if task_slots is None else task_slots.get(i, "spare"),
+                ranks=s.ranks,
+                ranks_alive=s.ranks_alive,
             )
         )
     return rows
@@ -161,11 +189,18 @@ def _fmt_age(s: float | None) -> str:
     return f"{s / 3600:.1f}h"
 
 
-def _cells(r: Row, with_slot: bool = False) -> list[str]:
+def _ranks_cell(r: Row) -> str:
+    """`alive/ranks`, e.g. `2/2`; `-/2` before the attempt's first commit."""
+    alive = "-" if r.ranks_alive is None else str(r.ranks_alive)
+    return f"{alive}/{r.ranks}"
+
+
+def _cells(r: Row, with_slot: bool = False, with_ranks: bool = False) -> list[str]:
     return [
         str(r.replica),
         *([r.slot or "-"] if with_slot else []),
         r.state,
+        *([_ranks_cell(r)] if with_ranks else []),
         r.reason or "-",
         r.node or "-",
         str(r.restarts),
@@ -183,7 +218,12 @@ def render_table(job: int, rows: list[Row], quorum: Quorum | None) -> str:
     with_slot = any(r.slot for r in rows)  # a run with warm spares: which task holds which slot
     if with_slot:
         head = ["TASK", "SLOT", *head[1:]]
-    body = [[printable(c) for c in _cells(r, with_slot)] for r in rows]
+    # replicas of several ranks: how many of them are training (torchrun ends all at once)
+    with_ranks = any(r.ranks > 1 for r in rows)
+    if with_ranks:
+        at = head.index("STATE") + 1
+        head = [*head[:at], "RANKS", *head[at:]]
+    body = [[printable(c) for c in _cells(r, with_slot, with_ranks)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     lines = [f"job {job}: {len(rows)} array task(s)"]
     for cells in [head, *body]:

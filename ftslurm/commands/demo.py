@@ -67,6 +67,12 @@ from ftslurm.failure_plan import MODES
     "Slurm): the array restarts and each replica resumes from the checkpoint, not step 1; "
     "the report lists the restarts and the steps lost.",
 )
+@click.option(
+    "--ranks", type=click.IntRange(1, 8), default=1, show_default=True,
+    help="Ranks per replica (GPUS_PER_NODE on CPU): torchrun starts them, the model is "
+    "FSDP-sharded across them, torchft's Manager runs on each; a kill hits the last rank "
+    "alone (simulate-failure --rank) and the replica comes back whole.",
+)  # fmt: skip
 def demo(
     replicas: int,
     failures: int | None,
@@ -81,6 +87,7 @@ def demo(
     every: float,
     heartbeat_timeout_ms: int | None,
     all_fail: bool,
+    ranks: int,
 ) -> None:
     """Run the whole fault-tolerance story on this machine, with real parts.
 
@@ -103,6 +110,7 @@ def demo(
       ftslurm demo --backend local -k 1     # no Slurm needed
       ftslurm demo --all-fail               # every node at once: resume from a checkpoint
       ftslurm demo --spares 1               # a warm spare takes over
+      ftslurm demo --ranks 2 --mode kill    # replicas of 2 ranks, one rank killed
       ftslurm demo -k 3 --mode kill --mode requeue --mode node-down
       ftslurm demo --dry-run
     """
@@ -113,7 +121,7 @@ def demo(
     cfg = DemoConfig(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
         down_for=down_for, timeout=timeout, spares=spares, modes=modes, every=every,
-        heartbeat_timeout_ms=heartbeat_timeout_ms, all_fail=all_fail,
+        heartbeat_timeout_ms=heartbeat_timeout_ms, all_fail=all_fail, ranks=ranks,
     )  # fmt: skip
     cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:

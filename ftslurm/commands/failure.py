@@ -12,8 +12,11 @@ from ftslurm.commands.params import ArrayJobId, seconds
 from ftslurm.errors import UserError
 
 
-def _resolve(replica, node, job, mode, down_for, reason, force):
-    """Slurm look-ups + safety checks + plan (what both a single failure and chaos use)."""
+def _resolve(replica, node, job, mode, down_for, reason, force, rank=None):
+    """Slurm look-ups + safety checks + plan (what both a single failure and chaos use).
+    `rank`: kill mode hits only that rank's worker of the replica."""
+    import dataclasses
+
     from ftslurm import failure, failure_plan
     from ftslurm.slurm import client
 
@@ -28,6 +31,8 @@ def _resolve(replica, node, job, mode, down_for, reason, force):
         user=getpass.getuser(),
         force=force,
     )
+    if rank is not None:
+        target = dataclasses.replace(target, rank=rank)
     return failure_plan.make_plan(mode, target, down_for=down_for, reason=reason,
                                   kill=failure.selection(mode, target))  # fmt: skip
 
@@ -66,6 +71,12 @@ def _modes(ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str
     "--replica", type=click.IntRange(min=0), help="Array task index of the FT job to hit."
 )
 @click.option("--node", help="Node to hit (instead of --replica).")
+@click.option(
+    "--rank", type=click.IntRange(min=0),
+    help="With --mode kill: SIGKILL only this rank's worker of the replica (its RANK, as "
+    "torchft's `/<rank>` and the checksum lines say it); torchrun then ends the replica's "
+    "other ranks and the launcher brings the whole replica back.",
+)  # fmt: skip
 @click.option(
     "--job", "job_task", type=ArrayJobId(),
     help="FT array job id; 42_1 as squeue shows a task = --job 42 --replica 1 [newest "
@@ -120,6 +131,7 @@ def simulate_failure(
     ctx: click.Context,
     replica: int | None,
     node: str | None,
+    rank: int | None,
     job_task: tuple[int, int | None] | None,
     mode: tuple[str, ...],
     down_for: float,
@@ -149,6 +161,7 @@ def simulate_failure(
       sudo ftslurm simulate-failure --replica 1 --down-for 30 --wait-recovered
       ftslurm simulate-failure --replica 1 --dry-run
       ftslurm simulate-failure --replica 0 --mode kill --wait-recovered
+      ftslurm simulate-failure --replica 1 --mode kill --rank 1
       ftslurm simulate-failure --node worker-1 --mode requeue --job 12
       sudo ftslurm simulate-failure --replica 1 --mode hang --down-for 20
       sudo ftslurm simulate-failure --chaos --every 60 --count 5 --seed 1 --down-for 20
@@ -170,6 +183,9 @@ def simulate_failure(
         raise UserError(f"{' '.join(given)}: only with --chaos")
     if chaos and count_as_bad:
         raise UserError("--count-as-bad: only for one failure, not with --chaos")
+    if rank is not None and (chaos or mode != ("kill",)):
+        raise UserError(f"--rank {rank}: only with --mode kill, for one failure (not with "
+                        "--chaos)")  # fmt: skip
     if chaos:
         _chaos(
             ctx, job, mode, down_for, reason, every, count, seed, events, dry_run, force, as_json
@@ -177,7 +193,7 @@ def simulate_failure(
         return
     if len(mode) > 1:
         raise UserError(f"--mode {','.join(mode)}: a list of modes only with --chaos")
-    plan = _resolve(replica, node, job, mode[0], down_for, reason, force)
+    plan = _resolve(replica, node, job, mode[0], down_for, reason, force, rank)
     role = _slot_role(plan.target.job, plan.target.replica)
     # with warm spares, array task i need not be replica i: say task, and the role says which
     noun = "replica" if role is None else "array task"

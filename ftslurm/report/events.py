@@ -14,8 +14,10 @@ Schema (version 1), one object per line, UTF-8::
      "node": "worker-0",                         # node name, null if none
      "job": "12",                                # Slurm job (array) id, null if none
      "detail": "SIGKILL to worker pid 29490",    # optional free text; other keys are ignored
-     "count_as_bad": false}                      # optional: `simulate-failure --count-as-bad`
+     "count_as_bad": false,                      # optional: `simulate-failure --count-as-bad`
                                                  # (the launcher may drain the node for it)
+     "rank": 1}                                  # optional: `--mode kill --rank 1` killed only
+                                                 # that rank's worker of the replica
 
 Actions:
 - `node-down`  a node taken DOWN (`scontrol update State=DOWN`): the replica on it dies.
@@ -61,6 +63,7 @@ class InjectedEvent:
     job: str | None = None
     detail: str = ""
     count_as_bad: bool = False
+    rank: int | None = None  # the one rank killed (`simulate-failure --rank`), else None
 
     def to_json_line(self) -> str:
         """What `simulate-failure` writes (one line, no trailing newline)."""
@@ -68,6 +71,8 @@ class InjectedEvent:
                "node": self.node, "job": self.job, "detail": self.detail}  # fmt: skip
         if self.count_as_bad:
             obj["count_as_bad"] = True
+        if self.rank is not None:
+            obj["rank"] = self.rank
         return json.dumps(obj, separators=(", ", ": "))
 
 
@@ -115,12 +120,16 @@ def parse_event_line(line: str | bytes) -> InjectedEvent | None:
     if not isinstance(replica, int) or isinstance(replica, bool):
         replica = None
     node, job = obj.get("node"), obj.get("job")
+    rank = obj.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 10**MAX_DIGITS:
+        rank = None
     return InjectedEvent(
         t, action, replica,
         str(node) if node is not None else None,
         str(job) if job is not None else None,
         str(obj.get("detail") or ""),
         obj.get("count_as_bad") is True,
+        rank,
     )
 
 
@@ -175,8 +184,10 @@ def iter_event_log(path: Path, stats: ParseStats, *, utc_offset: float = 0.0) ->
             if ev is None:
                 stats.bad_events += 1
                 continue
+            # `rank`: the one rank of the replica a kill hit (None: the whole replica)
             yield Event(
                 INJECTED, to_seconds(ev.time, utc_offset),
                 replica=str(ev.replica) if ev.replica is not None else None,
-                detail=ev.action, source=path.name, seq=seq, node=ev.node or "", job=ev.job or "",
+                rank=ev.rank, detail=ev.action, source=path.name, seq=seq, node=ev.node or "",
+                job=ev.job or "",
             )

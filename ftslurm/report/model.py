@@ -81,6 +81,7 @@ class Failure:
     full_quorum_time: float | None = None  # the next quorum at the group size (from that one)
     full_strength_time: float | None = None  # the failed slot's first commit in that quorum
     false_drop: bool = False  # left the quorum, yet the same process (uuid) came back
+    rank: int | None = None  # the one rank of the replica an injected kill hit, if one
 
     @property
     def to_next_commit_s(self) -> float | None:

@@ -100,7 +100,7 @@ class RenderedReport(Report):
 def failure_json(f: Failure) -> dict[str, Any]:
     return {
         "time": iso(f.time), "replica": idx(f.replica), "replica_id": f.replica_id,
-        "step": f.step, "kind": f.kind, "time_source": f.time_source,
+        "step": f.step, "kind": f.kind, "rank": f.rank, "time_source": f.time_source,
         "detected_time": iso(f.detected_time), "last_seen_time": iso(f.last_seen_time),
         "quorum_id": f.quorum_id, "node": f.node or None,
         "survivor": idx(f.survivor), "next_commit_time": iso(f.next_commit_time),
@@ -336,7 +336,8 @@ def _text_lines(rep: Report) -> list[str]:
     out.append(f"  failures          {len(rep.failures)}")
     for f in rep.failures:
         step = f" at step {f.step}" if f.step is not None else ""
-        out.append(f"    replica {idx(f.replica)}{step} ({f.kind}) at {hms(f.time)}")
+        kind = f.kind if f.rank is None else f"{f.kind}, rank {f.rank}"
+        out.append(f"    replica {idx(f.replica)}{step} ({kind}) at {hms(f.time)}")
     out.append(f"  requeues          {rep.requeues}"
                + (f" (and {rep.restarts_in_place} restarts in place)"
                   if rep.restarts_in_place else ""))

@@ -348,6 +348,7 @@ class _Builder:
             inj = self._take_injected(gkey, ev.time)
             if inj is not None:
                 f.time, f.kind, f.time_source, f.node = inj.time, inj.detail, "injected", inj.node
+                f.rank = inj.rank
             else:
                 cands = [
                     c.time for c in self.recent_commit_fail
@@ -376,6 +377,8 @@ class _Builder:
         self.injected_all.append(ev)
         where = f" on {ev.node}" if ev.node else ""
         who = f"replica {ev.replica}" if ev.replica is not None else "no replica"
+        if ev.rank is not None:  # one rank's worker (simulate-failure --rank)
+            who = f"rank {ev.rank} of {who}"
         self._entry(ev.time, "injected", f"injected {ev.detail}: {who}{where}", ev.replica)
         if ev.replica is None:
             return
@@ -584,7 +587,7 @@ class _Builder:
                 gkey = self._gkey_for_index(e.replica or "?")
                 failures.append(Failure(
                     e.time, gkey, gkey, self._step_at(quorums, e.time), e.detail,
-                    "injected-only", node=e.node,
+                    "injected-only", node=e.node, rank=e.rank,
                 ))
         failures.sort(key=lambda f: (f.time is None, f.time or 0.0))
         attempts = []
@@ -800,7 +803,8 @@ def _failure_text(f: Failure) -> str:
     step = f" at step {f.step}" if f.step is not None else ""
     how = {"injected": "injected", "commit-failure": "first failed commit",
            "quorum-change": "seen by quorum change", "injected-only": "no quorum change seen"}
-    return f"replica {_short(f.replica)} failed{step} ({f.kind}; time: {how.get(f.time_source)})"
+    kind = f.kind if f.rank is None else f"{f.kind} of rank {f.rank}"
+    return f"replica {_short(f.replica)} failed{step} ({kind}; time: {how.get(f.time_source)})"
 
 
 def _quorum_text(q: Quorum, prev: Quorum | None, group: int) -> str:
