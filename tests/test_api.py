@@ -29,6 +29,8 @@ from tests.ftjob import (
     start_lighthouse,
 )
 
+pytestmark = pytest.mark.unit
+
 submitit = pytest.importorskip("submitit")
 
 
@@ -171,6 +173,7 @@ def _portable(sbatch: str, tmp_path: Path) -> str:
     return sbatch.replace(sys.executable, "<python>").replace(str(tmp_path), "<tmp>")
 
 
+@pytest.mark.process
 def test_ft_array_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
     out = tmp_path / "outputs"
     run = api.submit_ft_array(
@@ -188,6 +191,7 @@ def test_ft_array_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
         assert (sub.function, sub.args) == (api.ReplicaTask("job", knobs, str(out)), (i,))
 
 
+@pytest.mark.process
 def test_classic_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
     out = tmp_path / "outputs"
     job = api.submit_classic(2, {"DEVICE": "cuda"}, outputs=out, partition="main",

@@ -11,6 +11,8 @@ import pytest
 from ftslurm.replica import plan as planlib
 from ftslurm.replica import preflight
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path("/opt/ftslurm")
 ENV = {"SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "2"}
 MIN = 60.0

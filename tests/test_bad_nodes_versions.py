@@ -14,6 +14,8 @@ from ftslurm import doctor as d
 from ftslurm.errors import UserError
 from ftslurm.replica import job, startup
 
+pytestmark = pytest.mark.unit
+
 PINS = {"torch": "==2.13.0", "torchtitan": "==0.2.2", "torchft-nightly": "==2026.10.26"}
 GOOD = {"torch": "2.13.0+cpu", "torchtitan": "0.2.2", "torchft-nightly": "2026.10.26"}
 

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "report"
 
-pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
 
 
 def _load(name: str):

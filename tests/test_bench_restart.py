@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "docs" / "cpu" / "2026-11-25" / "restart"

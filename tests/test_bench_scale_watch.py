@@ -17,7 +17,7 @@ from ftslurm.logtail import Appended
 ROOT = Path(__file__).resolve().parents[1]
 LH = ROOT / "tests" / "fixtures" / "report" / "slurm-tft-11" / "lighthouse.log.gz"
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def _scale():

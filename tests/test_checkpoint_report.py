@@ -13,7 +13,7 @@ from ftslurm import logvocab
 from ftslurm.report import build_report
 from ftslurm.report.restarts import restarts
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def _step(n: int) -> str:

@@ -11,7 +11,7 @@ import pytest
 from ftslurm import logvocab
 from ftslurm.replica.ft_checkpoints import heal_data_step, plan_resume, purge, stale_steps
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def test_a_restart_reads_the_data_position_of_the_model_checkpoint_not_the_newest() -> None:

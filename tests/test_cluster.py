@@ -23,6 +23,8 @@ from ftslurm.wait import wait_for
 from tests.fakeslurm import FakeSlurm, recorded
 from tests.ftjob import env_without
 
+pytestmark = pytest.mark.unit
+
 GOLDEN = Path(__file__).parent / "fixtures" / "cluster"
 
 

@@ -23,6 +23,8 @@ from ftslurm.slurm.parse import parse_partitions, parse_sinfo_rows
 from tests.fakeslurm import FakeSlurm, recorded
 from tests.ftjob import ROOT
 
+pytestmark = pytest.mark.unit
+
 # hand-written, not recorded (no GPU cluster here): `sinfo -N -o '%N|%P|%T|%G'` rows as Slurm
 # prints GRES with socket affinity, `gpu:<type>:<count>(S:<sockets>)`
 SINFO_GPU = (
@@ -239,6 +241,7 @@ def _probe(script: str, *args: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.process
 def test_address_probes_run_and_parse():
     import socket
 
@@ -328,6 +331,7 @@ def _doctor(tmp_path, monkeypatch, fake: FakeSlurm, conf: Path) -> dict[str, d.C
 UP = "Slurmctld(primary) at vm is UP\n"
 
 
+@pytest.mark.process
 def test_run_checks_probe_an_idle_node_through_slurm(tmp_path, monkeypatch):
     """The runner layer on recorded sinfo (2 idle nodes): the probes go to those nodes
     through srun (here: run on this machine) and are judged."""
@@ -384,6 +388,7 @@ def test_render_and_json_say_the_fix_and_the_verdict():
     assert "all pass" in d.render_text(checks[:1], cfg)
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_doctor_help_has_an_example():
     out = subprocess.run([sys.executable, "-m", "ftslurm", "doctor", "--help"], cwd=ROOT,
@@ -393,6 +398,7 @@ def test_doctor_help_has_an_example():
     )
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_doctor_without_slurm_tools_fails_with_the_fix(tmp_path):
     """No Slurm client in PATH: tools and controller fail, the rest is still judged; exit 1."""

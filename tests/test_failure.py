@@ -27,6 +27,8 @@ from ftslurm.slurm import args
 from ftslurm.slurm.parse import JobInfo, parse_squeue_json
 from tests.fakeslurm import FakeSlurm
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "failure"
 NODES = {"worker-0": "allocated", "worker-1": "allocated", "worker-2": "idle"}
 
@@ -150,6 +152,7 @@ def test_worker_matcher_takes_workers_only():
     assert not failure_plan.is_training_worker([])
 
 
+@pytest.mark.process
 def test_pkill_regex_is_posix_ere_with_the_same_meaning():
     """What the real-cluster path sends to pkill must select the same processes: checked
     with grep -E, the same regex dialect as pkill -f."""
@@ -161,6 +164,7 @@ def test_pkill_regex_is_posix_ere_with_the_same_meaning():
     assert out.stdout.splitlines() == [lines[0]]
 
 
+@pytest.mark.process
 def test_local_workers_found_by_namespace_env_and_cmdline(monkeypatch):
     me = os.getpid()
     child = subprocess.Popen(
@@ -571,6 +575,7 @@ def test_cli_refuses_the_node_it_runs_on(dry_slurm, monkeypatch):
     assert r.exit_code != 0 and "this command runs on it" in str(r.exception)
 
 
+@pytest.mark.process
 def test_console_script_errors_are_one_line(tmp_path):
     env = {**os.environ, "FTSLURM_EVENTS": str(tmp_path / "e")}
     cases = [

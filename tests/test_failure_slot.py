@@ -8,8 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from ftslurm.failure import slot_of
 from ftslurm.replica import slots
+
+pytestmark = pytest.mark.unit
 
 
 def test_slot_of_reads_the_given_run_dir(tmp_path: Path, monkeypatch) -> None:

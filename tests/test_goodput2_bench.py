@@ -19,7 +19,7 @@ from tests.test_bench_recovery import _load
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "report"
 
-pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(120)]
 
 
 

@@ -29,7 +29,7 @@ from ftslurm.report import build_report
 FIX = Path(__file__).parent / "fixtures" / "report"
 RUNS = sorted(p for p in FIX.iterdir() if p.is_dir())
 
-pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
 
 
 def _ts(text: str) -> float:

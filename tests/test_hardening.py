@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from ftslurm import procs
 from ftslurm.cli import cli
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "hf_secret_token_never_printed_456"
 
 
@@ -139,6 +141,7 @@ def test_status_of_a_broken_cluster_state_whose_daemons_run_is_an_error(
     assert str(broken_cluster / "cluster.json") in _one_error_line(err)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("broken_cluster", [b"\xff\xfe"], indirect=True)
 def test_cluster_down_stops_what_a_broken_state_started_and_removes_it(
     broken_cluster: Path, monkeypatch, capsys
@@ -200,6 +203,7 @@ _STATE = {"name": "lighthouse", "start_ticks": None, "started_at": 0.0, "cmd": [
           "marker": "torchft_lighthouse"}  # fmt: skip
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "files",
     [
@@ -277,6 +281,7 @@ def _started(tmp_path: Path, torchrun: str, before: set[str]) -> tuple[subproces
     return p, new
 
 
+@pytest.mark.process
 def test_a_killed_attempts_folder_is_removed_by_the_next_attempt(tmp_path: Path):
     """SIGKILL (node down) skips the TemporaryDirectory cleanup: the next launcher on the
     node removes the folder of an attempt whose launcher is gone, never a live one's."""
@@ -298,6 +303,7 @@ def test_a_killed_attempts_folder_is_removed_by_the_next_attempt(tmp_path: Path)
             p.wait(timeout=10)
 
 
+@pytest.mark.process
 def test_only_this_hosts_attempt_folders_of_dead_launchers_are_removed(tmp_path: Path):
     """A TMPDIR may be shared between nodes (a pid of another node means nothing here); a
     folder from before the launcher named its owner is kept (its owner is unknown)."""

@@ -28,7 +28,7 @@ from ftslurm.report import reader as R
 
 REPO = Path(__file__).resolve().parent.parent
 # the managed Lighthouse's log, the event log and outputs/ of this checkout stay out of it
-pytestmark = pytest.mark.usefixtures("no_user_state")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 
 
 def env(tmp_path: Path, **more: str) -> dict[str, str]:
@@ -115,6 +115,7 @@ def _report(*args: str, tmpdir: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.process
 def test_report_refuses_a_device_a_fifo_and_a_socket_at_once(tmp_path):
     """`report /dev/zero` copied the device into /tmp without end; a named pipe with no writer
     blocked forever; a socket failed late. Each is one line, exit 2, nothing written."""
@@ -140,6 +141,7 @@ def test_report_refuses_a_device_a_fifo_and_a_socket_at_once(tmp_path):
         sock.close()
 
 
+@pytest.mark.process
 def test_a_pipe_is_spooled_into_a_file_nobody_can_leave_behind(tmp_path):
     """`report /dev/stdin` still reads a pipe (it is read twice), but into an unnamed file:
     killed while it reads (SIGKILL: no handler runs), nothing is left in TMPDIR."""
@@ -302,6 +304,7 @@ def _rss_of(args: list[str], tmp_path: Path) -> tuple[int, bytes, bytes]:
     return int(rss), r.stdout[-200:], err[-300:]
 
 
+@pytest.mark.process
 def test_logs_and_report_of_a_64_mib_newline_free_log_stay_small(tmp_path):
     """Peak RSS in a subprocess (resource.getrusage): before, `logs -n 5` took 4.5 times the
     file and `report` twice; now both stay near the interpreter's own size."""

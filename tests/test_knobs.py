@@ -18,6 +18,8 @@ from ftslurm.replica import job as launcher
 from ftslurm.replica import plan as planlib
 from tests.ftjob import KNOB_ENV_RE
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOL_READERS = {
     "FTSLURM_CHECKSUM_ASYNC": lambda env: checksum._background(env),
@@ -206,6 +208,7 @@ def test_a_drifted_block_is_found_and_rewritten(tmp_path: Path) -> None:
         knobs.rendered(tmp_path)
 
 
+@pytest.mark.process
 def test_the_command_line_prints_the_tables() -> None:
     out = subprocess.run([sys.executable, "-m", "ftslurm.knobs", "--shell-comment", "classic"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip

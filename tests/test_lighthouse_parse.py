@@ -16,6 +16,8 @@ from ftslurm.errors import UserError
 from ftslurm.lighthouse import address, status_page
 from ftslurm.lighthouse.config import LighthouseConfig
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "lighthouse"
 
 

@@ -19,6 +19,8 @@ from click.testing import CliRunner
 from ftslurm import logtail, logvocab
 from ftslurm.cli import cli
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "failure"
 
 
@@ -243,6 +245,7 @@ def test_follower_growth_new_files_new_attempts_truncation(tmp_path):
     assert [e.text for e in f.poll()] == ["[2026-11-23 10:01:00]  a new file"]
 
 
+@pytest.mark.process
 def test_logs_follow_through_the_console_script(tmp_path):
     run = tmp_path / "torchft" / "tft-7"
     run.mkdir(parents=True)
@@ -271,6 +274,7 @@ def test_logs_follow_through_the_console_script(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in err
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_follow_in_a_folder_of_several_jobs_stays_with_one_job(tmp_path):
     """Following `.` with two jobs' logs: the newer job's lines only, also when the older

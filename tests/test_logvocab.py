@@ -13,6 +13,8 @@ import pytest
 from ftslurm import logvocab as V
 from ftslurm.replica import plan as planlib
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
 # slurm-tft-11, replica 1: three attempts (requeued twice), healed at steps 5 and 11, last step 39

@@ -20,7 +20,7 @@ from ftslurm.metrics.collector import FtslurmCollector, MetricsSources, run_name
 from ftslurm.metrics.snapshot import ABSENT, HEALING, JOINING, TRAINING, build_snapshot
 from ftslurm.report import build_report
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
@@ -169,6 +169,7 @@ def test_exposition_names_labels_and_values(run3: dict):
     assert (full, (("replica", "0"),)) not in s  # replica 0 never failed: no sample
 
 
+@pytest.mark.process
 @needs_promtool
 def test_promtool_accepts_the_exposition(run3: dict):
     for snap in (build_snapshot(page("status_one_heartbeat_old.html"), run3),
@@ -258,6 +259,7 @@ def ftslurm(*args: str, env: dict | None = None) -> runner.Completed:
                       env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
 
 
+@pytest.mark.process
 def test_cli_show_prints_the_run_and_json(tmp_path: Path):
     env = {"FTSLURM_LIGHTHOUSE_DIR": str(tmp_path / "lh"), "FTSLURM_OUTPUTS": str(tmp_path)}
     out = ftslurm("metrics", "show", str(RUN3), env=env)
@@ -270,6 +272,7 @@ def test_cli_show_prints_the_run_and_json(tmp_path: Path):
     assert data["group_size"] == 4 and [r["replica"] for r in data["replicas"]] == list("0123")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "args,message",
     [(["show", "no/such/run"], "Error: RUN no/such/run: no such file or directory"),
@@ -285,6 +288,7 @@ def test_cli_mistakes_are_one_line(args: list[str], message: str):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.process
 def test_cli_serve_on_a_taken_port_is_one_line():
     import socket
 
@@ -297,6 +301,7 @@ def test_cli_serve_on_a_taken_port_is_one_line():
     assert out.stderr == f"Error: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
 
 
+@pytest.mark.process
 def test_cli_help_has_examples():
     for args in (["metrics", "--help"], ["metrics", "serve", "--help"]):
         out = ftslurm(*args)
@@ -310,6 +315,7 @@ ALERTS = ROOT / "docs" / "prometheus" / "ftslurm-alerts.yml"
 DASHBOARD = ROOT / "docs" / "grafana" / "ftslurm-dashboard.json"
 
 
+@pytest.mark.process
 @needs_promtool
 def test_alert_rules_pass_promtool_and_fire_as_documented():
     out = runner.run([PROMTOOL, "check", "rules", str(ALERTS)], timeout=30, check=False)

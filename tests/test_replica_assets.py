@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ftslurm.errors import UserError
 from ftslurm.replica import assets
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
 TOKEN = "hf_secret_token_never_printed_123"
 
@@ -85,6 +85,7 @@ def test_download_fetches_the_three_files(tmp_path: Path) -> None:
     assert [f.read_text() for f in files] == ["{}"] * 3
 
 
+@pytest.mark.process
 def test_cli_download_without_network_blames_the_network(tmp_path: Path) -> None:
     """The real huggingface_hub, offline (HF_HUB_OFFLINE=1: what it does when the Hub cannot
     be reached, without the retries): the error names the network, not the repository."""

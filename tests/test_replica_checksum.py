@@ -6,7 +6,7 @@ import pytest
 
 from ftslurm.replica import checksum
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def test_digest_is_bit_exact_and_name_ordered() -> None:
@@ -173,6 +173,7 @@ def test_a_failed_reservation_is_said_and_the_checksum_still_comes(monkeypatch) 
     ]
 
 
+@pytest.mark.process
 def test_checksum_speed_bench_runs_and_checks_its_copies() -> None:
     """bench/checksum_speed.py (its GPU figures are in docs/benchmarks.md), small, on CPU."""
     import subprocess

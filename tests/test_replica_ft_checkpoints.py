@@ -14,7 +14,7 @@ import pytest
 from ftslurm.replica.ft_checkpoints import Purger, purge, stale_steps
 from ftslurm.wait import wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def test_steady_state_keeps_the_last_complete_step_and_the_one_being_written() -> None:

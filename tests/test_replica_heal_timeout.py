@@ -41,7 +41,7 @@ make_run = training.make_run  # its fixture: a Lighthouse and replicas, torn dow
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
 STEP = 5
 MIB = 2**20

@@ -15,7 +15,7 @@ import pytest
 
 from ftslurm.replica import slots, standby
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def _claim(slot: int, epoch: int, task: int, t: float = 100.0) -> slots.Claim:
@@ -183,6 +183,7 @@ def _requeued(root: Path, steps: Path, go: float, seed: int) -> None:
     _train(root, steps, "requeued", claim, 0.005, seed)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("seed", range(4))
 def test_race_slow_original_against_claiming_spare_exactly_one_trains(
     tmp_path: Path, seed: int

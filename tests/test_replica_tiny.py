@@ -13,7 +13,7 @@ from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.replica import tiny
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 ROOT = Path("/srv/ftslurm")
 ENV = {

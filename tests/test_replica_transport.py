@@ -12,6 +12,8 @@ from datetime import timedelta
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchft")
 pytest.importorskip("torchtitan")

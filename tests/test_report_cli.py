@@ -18,7 +18,7 @@ FIX = Path(__file__).parent / "fixtures" / "report"
 
 
 # reports of recorded runs must not pick up the checkout's own Lighthouse or failure log
-pytestmark = pytest.mark.usefixtures("no_user_state")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 
 
 def test_text_on_guide_excerpt():
@@ -69,6 +69,7 @@ def test_help_has_an_example():
     assert "ftslurm report outputs/torchft/tft-12" in res.output
 
 
+@pytest.mark.process
 def test_user_error_not_traceback(tmp_path):
     res = CliRunner().invoke(report, [str(tmp_path / "missing")])
     assert isinstance(res.exception, UserError)
@@ -111,6 +112,7 @@ def test_a_folder_of_unrelated_logs_is_named_in_one_short_line(tmp_path):
     assert message.count(".log") == 3 and " and 37 more (" in message, message
 
 
+@pytest.mark.process
 def test_a_pipe_is_read_like_a_file(tmp_path):
     """`cat log | ftslurm report /dev/stdin` (and `<(...)`): the report reads each file
     twice; a pipe is spooled to a temporary file first, and that file is removed at exit."""
@@ -132,6 +134,7 @@ def test_a_pipe_is_read_like_a_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replica_0.log"]  # spool removed
 
 
+@pytest.mark.process
 def test_piped_input_is_not_mixed_with_the_managed_lighthouse_log(tmp_path):
     """Named input (a pipe included) is the whole report: the managed Lighthouse's log, which
     every run shares, is added only to a run folder's report."""

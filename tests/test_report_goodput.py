@@ -19,7 +19,7 @@ from ftslurm.report.model import Failure, Quorum
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 
-pytestmark = [pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state"), pytest.mark.timeout(60)]
 
 
 def _f(rep, i: int) -> dict:

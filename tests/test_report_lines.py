@@ -13,6 +13,8 @@ from ftslurm import logvocab as L
 from ftslurm.report import events as E
 from ftslurm.report import reader as R
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "report"
 GUIDE_LH = (FIX / "guide" / "lighthouse.log").read_bytes().splitlines()
 

@@ -37,7 +37,7 @@ RUN3 = FIX / "slurm-3-replicas-tft-3"
 GUIDE = FIX / "guide"
 
 # reports of recorded runs must not pick up the checkout's own Lighthouse or failure log
-pytestmark = pytest.mark.usefixtures("no_user_state")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 
 SKEW_S = 3.0
 # replica index -> clock shift (s): one replica -3 s, another +3 s, the third as recorded

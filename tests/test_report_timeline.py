@@ -22,7 +22,7 @@ FIX = Path(__file__).parent / "fixtures" / "report"
 
 
 # reports of recorded runs must not pick up the checkout's own Lighthouse or failure log
-pytestmark = pytest.mark.usefixtures("no_user_state")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 GUIDE = FIX / "guide"
 RUN1 = FIX / "cpu-run1"
 

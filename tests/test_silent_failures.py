@@ -27,6 +27,8 @@ from tests.test_replica_training import (  # noqa: F401 - make_run: the fixture
     make_run,
 )
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = Path(__file__).parent / "fixtures" / "lighthouse"
 
 

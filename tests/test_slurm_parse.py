@@ -35,6 +35,8 @@ from ftslurm.slurm.parse import (
 from ftslurm.wait import wait_for
 from tests.fakeslurm import FakeSlurm, recorded
 
+pytestmark = pytest.mark.unit
+
 
 def read(fixtures_dir, name: str) -> str:
     return (fixtures_dir / "slurm" / name).read_text()
@@ -262,6 +264,7 @@ def test_array_tasks_prefer_the_live_entry(fixtures_dir):
     assert array_tasks(jobs, 2) == {}
 
 
+@pytest.mark.process
 def test_local_controller_is_the_one_its_slurm_conf_names(tmp_path, monkeypatch):
     """The local cluster's slurm.conf (golden) names the pidfile of its slurmctld; a live pid
     there whose command is slurmctld makes the client use that conf, anything else not."""

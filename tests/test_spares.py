@@ -21,7 +21,7 @@ from ftslurm.replica import plan as planlib
 from ftslurm.slurm.parse import JobInfo
 from tests.ftjob import KNOB_ENV_RE
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 
 def _env(tmp_path: Path, task: int, count: int = 3, spares: str = "1") -> dict[str, str]:
@@ -146,6 +146,7 @@ def test_submit_refuses_spares_that_leave_no_replica() -> None:
         submit._check_spares(["--array=0-1"], 2)
 
 
+@pytest.mark.process
 def test_submit_spares_mistake_is_one_error_line(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parent.parent / "llama3.1-8b-pretraining-torchft.sh"
     env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
@@ -205,6 +206,7 @@ def test_demo_modes_pacing_and_heartbeat_in_the_plan() -> None:
         DemoConfig(backend="local", every=-1).validate()
 
 
+@pytest.mark.process
 def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
     """FT_SPARES in the shell sizes the demo (it was passed to the replicas while the demo
     planned none: every replica log said 'array task is unknown'); a mode the local backend
@@ -226,6 +228,7 @@ def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.process
 def test_a_holder_whose_slot_was_taken_is_fenced_before_its_next_quorum(tmp_path: Path) -> None:
     """A frozen node's worker resumes in the middle of a step, after a spare claimed its slot:
     in DiLoCo the next quorum comes inside that step, before the per-step check, and the

@@ -16,6 +16,8 @@ from ftslurm.cli import cli
 from ftslurm.slurm.parse import parse_squeue_json
 from tests.fakeslurm import FakeSlurm
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "failure"
 
 

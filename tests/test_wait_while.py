@@ -9,7 +9,7 @@ import pytest
 
 from ftslurm.wait import WaitTimeout, wait_while
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 
 def test_conditions_are_timed_while_busy_blocks():
