@@ -79,6 +79,9 @@ class DemoConfig:
     # the local Slurm cluster's nodes (0: one per array task): more leave a free node that a
     # replica whose node was taken out (drained) requeues onto
     nodes: int = 0
+    # the failures are held against the node, as `simulate-failure --count-as-bad` does: the
+    # launcher drains a node after FT_NODE_MAX_FAILS of them (bench/bad_node.py)
+    count_as_bad: bool = False
     # what the story measured, one dict per failure (bench/spares.py reads it)
     measured: list[dict[str, float | int]] = field(default_factory=list)
 
@@ -224,6 +227,10 @@ class ReplicaLog:
         self.claim_healed: int | None = None  # the step its last claim healed at
         self.commits_since_claim = 0
         self.commits_in_attempt = 0  # since the last banner (a launch, or a spare's claim)
+        # banners: Slurm's attempts and the launcher's restarts in place within one (a
+        # restart in place keeps the attempt number), and the first heal since the last one
+        self.launches = 0
+        self.launch_healed: int | None = None
         self.heals = 0  # heals after the start (> step 0), of every attempt
         self.last_healed_step = -1
         # this attempt's resume line: (model checkpoint step or -1, data position step)
@@ -239,6 +246,8 @@ class ReplicaLog:
             if ev.kind == logvocab.LAUNCH and ev.rank is not None:
                 self.attempt = ev.rank
                 self.commits_in_attempt = 0
+                self.launches += 1
+                self.launch_healed = None
                 self.resumed = self.first_step = None
                 if "taken from task" in ev.detail:
                     self.claims += 1
@@ -248,6 +257,8 @@ class ReplicaLog:
                 self.last_healed_step = ev.step
                 if self.attempt > 0:
                     self.healed_step.setdefault(self.attempt, ev.step)
+                if self.launch_healed is None:
+                    self.launch_healed = ev.step
             if ev.kind == logvocab.HEALED and self.claims and self.claim_healed is None:
                 self.claim_healed = ev.step
             elif ev.kind == logvocab.COMMIT and ev.ok:
@@ -444,7 +455,8 @@ class SlurmBackend(Backend):
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
         # its log: the events name the slot the task holds (with spares), found beside it
         failure.execute(plan, say=self.say, events_path=self.events_path,
-                        log_path=self.logs[replica].path)  # fmt: skip
+                        log_path=self.logs[replica].path,
+                        count_as_bad=self.cfg.count_as_bad)  # fmt: skip
 
     def restore(self, replica: int) -> None:
         what = "array task" if self.cfg.spares else "replica"
@@ -662,7 +674,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     )  # fmt: skip
     step = survivor.last_step
     log = b.logs[target]
-    attempt_before, heals_before = log.attempt, log.heals
+    launches_before, heals_before = log.launches, log.heals
     say(f"failure {k + 1}/{cfg.failures}{_how(cfg, k)}: taking replica {target} down at "
         f"training step {step}")  # fmt: skip
     t_fail = time.monotonic()
@@ -681,16 +693,17 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
     t_back = time.monotonic()
 
     def healed() -> bool:
-        """Restarted and healed; or, after a silent failure that ended before the watchdog
-        or Slurm acted, healed in place (the same attempt went on: it committed nothing of
-        the step it stood still in, and its next quorum healed it)."""
+        """Restarted (requeued by Slurm, or in place by its launcher: a new banner) and
+        healed; or, after a silent failure that ended before the watchdog or Slurm acted,
+        healed in place (the same attempt went on: it committed nothing of the step it stood
+        still in, and its next quorum healed it)."""
         b.poll()
-        if log.attempt > attempt_before:
-            return log.attempt in log.healed_step
+        if log.launches > launches_before:
+            return log.launch_healed is not None
         return cfg.mode(k) in SILENT_MODES and log.heals > heals_before
 
     wait_for(healed, cfg.timeout, interval=0.1, what=f"replica {target} to heal")
-    how = ("started again" if log.attempt > attempt_before
+    how = ("started again" if log.launches > launches_before
            else "continued (it was stopped, not restarted)")
     say(
         f"replica {target} (attempt {log.attempt}) healed from a peer at torchft step "
