@@ -8,7 +8,7 @@ import pytest
 from ftslurm.demo import Backend, DemoConfig, _one_failure, plan_lines
 from ftslurm.errors import UserError
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
 
 def test_the_cluster_has_one_node_per_task_unless_more_are_asked_for(tmp_path):
