@@ -217,3 +217,27 @@ def test_checksums_are_compared_rank_k_with_rank_k() -> None:
     assert checksum.compare(a, same) == ([(0, 12, "model"), (1, 12, "model")], [])
     pairs, bad = checksum.compare(a, swapped)
     assert len(pairs) == 2 and bad == [(0, 12, "model"), (1, 12, "model")]
+
+
+@pytest.mark.process
+def test_the_cluster_rank_kill_script_kills_only_that_rank() -> None:
+    """KILL_RANK_ON_NODE as srun runs it on a node (`sh -c SCRIPT name REGEX RANK`), on two
+    stand-in workers told apart only by their RANK; exit 1 when nothing matched."""
+    import os
+    import random
+    import subprocess
+
+    marker = f"{random.randrange(10**6, 10**7)}.5"  # a command line nothing else has
+    workers = [subprocess.Popen(["sleep", marker], env={**os.environ, "RANK": str(r)})
+               for r in (0, 1)]  # fmt: skip
+    try:
+        script = ["sh", "-c", failure_plan.KILL_RANK_ON_NODE, "ftslurm-kill",
+                  rf"^sleep {marker}$"]  # fmt: skip
+        assert subprocess.run([*script, "1"], timeout=30).returncode == 0
+        assert workers[1].wait(timeout=10) == -9
+        assert workers[0].poll() is None  # rank 0 untouched
+        assert subprocess.run([*script, "7"], timeout=30).returncode == 1  # no rank 7
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
