@@ -57,6 +57,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("process")
 
 
+def pytest_report_collectionfinish(items: list[pytest.Item]) -> str | None:
+    """Says up front when the selected tests will start the local Slurm cluster as root."""
+    slurm = sum(1 for item in items if item.get_closest_marker("slurm"))
+    if slurm and os.geteuid() == 0:
+        return (f"{slurm} selected test(s) are marked slurm: they start the local Slurm cluster "
+                'as root (-m "not slurm" leaves Slurm alone)')  # fmt: skip
+    return None
+
+
 def _refuse(what: str, started: list[str]) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         shown = " ".join(map(str, args[0])) if args and isinstance(args[0], list) else ""

@@ -5,6 +5,7 @@ starts Slurm. Runs an inner pytest session (in this process) with a copy of the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,10 @@ def test_on_slurm():
         result = inner.runpytest("-m", expr, "-p", "no:cacheprovider", "-v")
         ran = [n for n in names if f"::{n} " in result.stdout.str()]
         assert ran == selected, (expr, result.stdout.str())
+    says = "selected test(s) are marked slurm: they start the local Slurm cluster as root"
+    shown = [says in inner.runpytest("-m", expr, "-p", "no:cacheprovider").stdout.str()
+             for expr in ("not training", "not slurm and not training")]  # fmt: skip
+    assert shown == [os.geteuid() == 0, False]
     # a module's unit does not reach its process test: the guard leaves that one alone
     inner.runpytest("-m", "process", "-p", "no:cacheprovider").assert_outcomes(passed=2)
     inner.runpytest("-m", "unit", "-p", "no:cacheprovider").assert_outcomes(passed=1)
