@@ -1,0 +1,110 @@
+"""Restart in place on the real local Slurm with the real FT script (DEVICE=cpu, the real
+Lighthouse and torchtitan): a SIGKILLed training worker on a healthy node is restarted by its
+launcher inside the same allocation (Slurm's restart count stays 0), heals from the survivor
+and then holds the same parameters; the report counts a restart in place, not a requeue; with
+FT_MAX_RESTARTS=0 the same kill goes through Slurm's requeue. Slow: marked `training`.
+Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest tests/test_restart_in_place_slurm.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ftslurm import lighthouse
+from ftslurm.replica import checksum
+from ftslurm.slurm import client
+from ftslurm.wait import wait_for
+from tests.ftjob import ROOT, cancel, failure_excerpt, ft_test_env, resume_all_nodes, submit_ft
+
+pytestmark = [pytest.mark.slurm, pytest.mark.training]
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ftslurm", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _sums(text: str) -> dict[tuple[int, int, str], str]:
+    """(step, rank, scope) -> parameter digest, from one replica's log."""
+    return {(r.step, r.rank, r.scope): r.sha256 for r in checksum.parse(text.splitlines())}
+
+
+@pytest.mark.timeout(420)
+def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_cluster, tmp_path):
+    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
+    job = None
+    try:
+        job = submit_ft(outputs, lh, replicas=2, steps=100000)
+        logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]
+
+        def text(i: int) -> str:
+            return logs[i].read_text(errors="replace") if logs[i].exists() else ""
+
+        wait_for(lambda: min(text(0).count(" loss: "), text(1).count(" loss: ")) >= 3, 240, 1,
+                 "both replicas training")  # fmt: skip
+        node = client.current().array_tasks(job)[1].node
+        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode", "kill",
+                 "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text(1))
+        out = json.loads(r.stdout)
+        assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, True, 0)
+        assert out["new_node"] == node
+        assert "restarted in place by its launcher" in r.stderr
+        log = text(1)
+        assert f"restarting in place on {node} (" in log and "restart 1 of FT_MAX_RESTARTS=3" in log
+        assert "(attempt 0, restart 1) on " + node in log and "requeueing" not in log
+        tasks = client.current().array_tasks(job)
+        assert (tasks[1].state, tasks[1].restarts, tasks[1].node) == ("RUNNING", 0, node)
+        assert tasks[0].restarts == 0
+
+        # healed from the survivor, then the same parameters at the same steps
+        after = lambda: text(1).split("(attempt 0, restart 1)", 1)[1]  # noqa: E731
+        wait_for(lambda: "Loaded state dict" in after() or "healed" in after(), 180, 1,
+                 "the restarted replica to heal")  # fmt: skip
+
+        def compared() -> list[tuple[int, int, str]] | None:
+            mine, theirs = _sums(after()), _sums(text(0))
+            both = sorted(set(mine) & set(theirs))
+            return both if len(both) >= 2 else None
+
+        both = wait_for(compared, 180, 1, "two checksummed steps of the restarted replica")
+        mine, theirs = _sums(after()), _sums(text(0))
+        assert all(mine[k] == theirs[k] for k in both), both
+
+        rep = _cli(env, "report", "--json", str(outputs / "torchft" / f"tft-{job}"),
+                   timeout=120)  # fmt: skip
+        assert rep.returncode == 0, rep.stderr
+        summary = json.loads(rep.stdout)["summary"]
+        assert (summary["restarts_in_place"], summary["requeues"]) == (1, 0), summary
+        assert summary["recoveries"] >= 1
+    finally:
+        if job:
+            cancel(job)
+        resume_all_nodes()
+        lighthouse.stop(lh_dir)
+
+
+@pytest.mark.timeout(300)
+def test_with_no_restarts_in_place_a_kill_requeues_through_slurm(slurm_cluster, tmp_path):
+    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
+    job = None
+    try:
+        job = submit_ft(outputs, lh, replicas=2, steps=100000, FT_MAX_RESTARTS=0)
+        log = outputs / "torchft" / f"tft-{job}" / f"tft-{job}_1.out"
+        text = lambda: log.read_text(errors="replace") if log.exists() else ""  # noqa: E731
+        wait_for(lambda: text().count(" loss: ") >= 2, 240, 1, "replica 1 training")
+        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode", "kill",
+                 "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text())
+        out = json.loads(r.stdout)
+        assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, False, 1)
+        assert f"requeueing {job}_1" in text() and "restarting in place" not in text()
+    finally:
+        if job:
+            cancel(job)
+        resume_all_nodes()
+        lighthouse.stop(lh_dir)
