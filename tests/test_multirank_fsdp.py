@@ -47,8 +47,8 @@ def _rank(rank: int, port: int, fix: bool, out: str) -> None:
 
         mesh = init_device_mesh("cpu", (2,))
         sharded = model()
-        for layer in sharded:
-            fully_shard(layer, mesh=mesh)
+        fully_shard(sharded[0], mesh=mesh)
+        fully_shard([sharded[1]], mesh=mesh)  # a list is one group (torchtitan's [norm, output])
         fully_shard(sharded, mesh=mesh)
         for m in sharded.modules():  # what torchtitan's disable_fsdp_gradient_division does
             if hasattr(m, "set_gradient_divide_factor"):

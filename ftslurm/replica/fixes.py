@@ -333,11 +333,11 @@ def force_sum_on_cpu(fully_shard: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapped(module: Any, *args: Any, **kwargs: Any) -> Any:
         sharded = fully_shard(module, *args, **kwargs)
-        mesh = kwargs.get("mesh")
-        if getattr(mesh, "device_type", None) == "cpu" and hasattr(
-            sharded, "set_force_sum_reduction_for_comms"
-        ):
-            sharded.set_force_sum_reduction_for_comms(True)
+        if getattr(kwargs.get("mesh"), "device_type", None) == "cpu":
+            # a list of modules (torchtitan's [norm, output]) is one group, returned as a list
+            for m in sharded if isinstance(sharded, (list, tuple)) else [sharded]:
+                if hasattr(m, "set_force_sum_reduction_for_comms"):
+                    m.set_force_sum_reduction_for_comms(True)
         return sharded
 
     wrapped._ftslurm = True  # type: ignore[attr-defined]
