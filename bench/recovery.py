@@ -16,7 +16,11 @@ report's summary: `goodput`, `step_ratio`; a heal's first commit counts as heali
 (`--spares 0,1`) runs one arm per count. `--heartbeat-timeout-ms N` starts its Lighthouse with
 that heartbeat timeout. `--mode kill,hang,freeze-node` runs every arm once per failure mode
 (DemoConfig.failure_mode; without --mode, the demo's own: node-down on Slurm) and prints the
-figures per mode.
+figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=0 (a failed
+replica always requeues through Slurm) and once with 3 (it restarts in place in its allocation
+while its node is fine): the launcher's restart in place against the requeue, alternated in
+one run. `--ranks R` runs replicas of R ranks (GPUS_PER_NODE=R, the model FSDP-sharded across
+them; a kill hits one rank, as a GPU's error does).
 
 `--control` adds a failure-free control arm (the same replicas, no spares, failures=0, run at
 least as long as the failure arms: DemoConfig.min_run_s) and measures every failure run's
@@ -41,17 +45,21 @@ Run (root for the Slurm backend):
       --repeats 3 --json
   python bench/recovery.py --backend slurm --spares 0,1 --failures 5 --control --repeats 3 \
       --mode node-down,kill --json
+  python bench/recovery.py --backend slurm --replicas 2 --ranks 2 --mode kill --failures 5 \
+      --spares 0,1 --restarts 0,3 --json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,7 +86,8 @@ def _median(xs: list[float]) -> float | None:
 
 def demo_config(backend: str, failures: int, outputs: Path, replicas: int = 2,
                 spares: int = 0, heartbeat_timeout_ms: int | None = None,
-                mode: str | None = None, min_run_s: float = 0.0) -> DemoConfig:
+                mode: str | None = None, min_run_s: float = 0.0,
+                ranks: int = 1) -> DemoConfig:
     """The demo's settings for one run. `mode`: the failure mode (None: the demo's own). The
     demo takes it as `failure_mode`; a demo without that field yet takes the modes it knows
     as `modes` (failure_plan.MODES), and refuses the others here, before anything starts."""
@@ -94,8 +103,26 @@ def demo_config(backend: str, failures: int, outputs: Path, replicas: int = 2,
                              f"(DemoConfig has no failure_mode; it knows {', '.join(MODES)})")
     if min_run_s:
         kw["min_run_s"] = min_run_s
+    if ranks > 1:
+        kw["ranks"] = ranks
     return DemoConfig(replicas=replicas, failures=failures, backend=backend, outputs=outputs,
                       spares=spares, heartbeat_timeout_ms=heartbeat_timeout_ms, **kw)
+
+
+@contextlib.contextmanager
+def max_restarts(n: int | None) -> Iterator[None]:
+    """FT_MAX_RESTARTS=n for the jobs the demo submits inside (they inherit this process's
+    environment); None leaves it as it is."""
+    old = os.environ.get("FT_MAX_RESTARTS")
+    if n is not None:
+        os.environ["FT_MAX_RESTARTS"] = str(n)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("FT_MAX_RESTARTS", None)
+        else:
+            os.environ["FT_MAX_RESTARTS"] = old
 
 
 def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
@@ -119,8 +146,9 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
     except UserError as e:  # a control with a failure (a false drop under load): said, kept
         rep, refused = build_report(str(run_dir)).to_json(), str(e)
     failures_ = [f for f in rep["failures"] if f.get("kind") in FAILURE_ACTIONS]
-    attempts = sorted(
-        (a for a in rep["attempts"] if a["attempt"] > 0), key=lambda a: _t(a["start_time"])
+    attempts = sorted(  # Slurm's next attempts and the launcher's restarts in place
+        (a for a in rep["attempts"] if a["attempt"] > 0 or a.get("restart_in_place")),
+        key=lambda a: _t(a["start_time"]),
     )
     heals = sorted(
         (r for r in rep["recoveries"] if r["time"] and r["healed_time"]
@@ -213,8 +241,9 @@ def _r4(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def arm_name(spares: int, mode: str | None) -> str:
-    return f"spares{spares}" + (f"-{mode}" if mode else "")
+def arm_name(spares: int, mode: str | None, restarts: int | None = None) -> str:
+    return (f"spares{spares}" + (f"-restarts{restarts}" if restarts is not None else "")
+            + (f"-{mode}" if mode else ""))
 
 
 def schedule(arms: list[str], repeats: int, control: bool) -> list[list[str]]:
@@ -232,8 +261,10 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     demo (a test passes recorded runs)."""
     spares_list = a.spares_list
     modes: list[str | None] = list(a.modes) or [None]
-    arms = [(s, m) for s in spares_list for m in modes]
-    names = {arm_name(s, m): (s, m) for s, m in arms}
+    restarts: list[int | None] = list(getattr(a, "restarts_list", None) or [None])
+    ranks = getattr(a, "ranks", 1)
+    arms = [(s, m, r) for s in spares_list for r in restarts for m in modes]
+    names = {arm_name(s, m, r): (s, m, r) for s, m, r in arms}
     rounds = schedule(list(names), a.repeats, a.control)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     controls: list[dict[str, Any]] = []
@@ -246,7 +277,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
             d.mkdir(parents=True, exist_ok=True)
             if name == "control":
                 cfg = demo_config(a.backend, 0, d, a.replicas, 0, a.heartbeat_timeout_ms,
-                                  min_run_s=longest)
+                                  min_run_s=longest, ranks=ranks)
                 print(f"\nround {r + 1}: control (failure-free, {longest:.0f} s at least)",
                       file=out)
                 ctrl_dir = run(cfg, say=lambda m: print(f"  {m}", file=sys.stderr))
@@ -261,16 +292,18 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
                       f"{sm['goodput_window_s']} s, {sm['failure_free_step_rate']} steps/s",
                       file=out)
                 continue
-            s, m = names[name]
+            s, m, n = names[name]
             print(f"\nround {r + 1}: {name}", file=out)
-            cfg = demo_config(a.backend, a.failures, d, a.replicas, s, a.heartbeat_timeout_ms, m)
-            run_dir = run(cfg, say=lambda msg: print(f"  {msg}", file=sys.stderr))
+            cfg = demo_config(a.backend, a.failures, d, a.replicas, s, a.heartbeat_timeout_ms, m,
+                              ranks=ranks)
+            with max_restarts(n):
+                run_dir = run(cfg, say=lambda msg: print(f"  {msg}", file=sys.stderr))
             done.append((name, run_dir, cfg))
             w = build_report(str(run_dir)).to_json()["summary"]["goodput_window_s"] or 0.0
             longest = max(longest, w)
         for name, run_dir, cfg in done:
             fig = figures(run_dir, cfg, out, baseline=ctrl_dir, mode=names[name][1])
-            fig["round"] = r + 1
+            fig["round"], fig["max_restarts"] = r + 1, names[name][2]
             runs[name].append(fig)
     arms_out: dict[str, Any] = {}
     if a.control:
@@ -281,7 +314,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     for name, rs in runs.items():
         failed = [x for x in rs if x["failures"]]
         arms_out[name] = {
-            "spares": names[name][0], "mode": names[name][1],
+            "spares": names[name][0], "mode": names[name][1], "max_restarts": names[name][2],
             "goodput": spread([x["goodput"] for x in rs]),
             "goodput_ratio": spread([x["goodput_ratio"] for x in rs]),
             "goodput_against": "control" if a.control else "self",
@@ -307,6 +340,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     _summary(arms_out, out)
     return {"backend": a.backend, "replicas": a.replicas, "failures": a.failures,
             "repeats": a.repeats, "spares": spares_list, "control": a.control,
+            "restarts": restarts, "ranks": ranks,
             "order": rounds, "arms": arms_out, "modes": by_mode}
 
 
@@ -355,6 +389,11 @@ def main() -> None:
     ap.add_argument("--mode", default="",
                     help="Failure modes, a comma list (kill,hang,freeze-node): every arm runs "
                          "once per mode [the demo's own]")
+    ap.add_argument("--restarts", default="",
+                    help="FT_MAX_RESTARTS, a comma list (0,3): one arm per value [the job's "
+                         "default]")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="Ranks per replica (GPUS_PER_NODE) [1]")
     ap.add_argument("--control", action="store_true",
                     help="Add a failure-free control arm; goodput against it")
     ap.add_argument("--repeats", type=int, default=1, help="Rounds of all arms [1]")
@@ -370,10 +409,17 @@ def main() -> None:
     except ValueError:
         ap.error(f"--spares {a.spares}: a count or a comma list of counts (0,1)")
     a.modes = [m.strip() for m in a.mode.split(",") if m.strip()]
+    try:
+        a.restarts_list = [int(x) for x in a.restarts.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--restarts {a.restarts}: a count or a comma list of counts (0,3)")
+    if any(n < 0 for n in a.restarts_list) or not 1 <= a.ranks <= 8:
+        ap.error("--restarts >= 0 and 1 <= --ranks <= 8")
     if (not a.spares_list or min(a.spares_list) < 0 or a.replicas < 2 or a.failures < 0
             or a.repeats < 1):
         ap.error("--spares >= 0, --replicas >= 2, --failures >= 0 and --repeats >= 1")
-    if (a.control or a.repeats > 1 or len(a.spares_list) > 1 or len(a.modes) > 1):
+    if (a.control or a.repeats > 1 or len(a.spares_list) > 1 or len(a.modes) > 1
+            or a.restarts_list or a.ranks > 1):
         if a.backend == "both":
             ap.error("--control, --repeats, several --spares or --mode: one --backend")
         if a.control and a.failures == 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,25 @@ def test_reread_a_kept_bench(tmp_path):
     assert g["values"] == [want] and 0 < want < 1
     assert res["arms"]["spares1"]["goodput_below_1_when_failed"] is True
     assert res["arms"]["spares1"]["failures"] == [5]
+
+
+def test_restart_arms_set_ft_max_restarts_for_each_run_and_ranks_reach_the_demo(tmp_path,
+                                                                                monkeypatch):
+    rec = _load("recovery")
+    monkeypatch.delenv("FT_MAX_RESTARTS", raising=False)
+    seen: list[tuple[str | None, int]] = []
+
+    def fake_run(cfg, say):
+        seen.append((os.environ.get("FT_MAX_RESTARTS"), cfg.ranks))
+        return FIX / "slurm-tft-11"
+
+    a = argparse.Namespace(backend="slurm", replicas=2, failures=2, spares_list=[0],
+                           modes=["kill"], control=False, repeats=2, restarts_list=[0, 3],
+                           ranks=2, heartbeat_timeout_ms=None)  # fmt: skip
+    res = rec.compare(a, tmp_path / "out", out=io.StringIO(), run=fake_run)
+    assert res["order"] == [["spares0-restarts0-kill", "spares0-restarts3-kill"],
+                            ["spares0-restarts3-kill", "spares0-restarts0-kill"]]
+    assert seen == [("0", 2), ("3", 2), ("3", 2), ("0", 2)]  # alternated, each run its own
+    assert [res["arms"][n]["max_restarts"] for n in res["arms"]] == [0, 3]
+    assert (res["restarts"], res["ranks"]) == ([0, 3], 2)
+    assert "FT_MAX_RESTARTS" not in os.environ  # put back after every run
