@@ -1,5 +1,7 @@
-"""Failure -> full strength when the failed replica's node is bad (the replica must move to
-another node) vs when it is good, on the local Slurm with real training.
+"""Failure -> full strength when the failed replica's node is bad vs when it is good.
+
+On the local Slurm with real training; a bad node is drained and the replica must move to
+another node.
 
 Both arms run one story with `ftslurm demo`'s code, through bench/recovery.py's demo_config
 and figures (the CPU debug model through the FT sbatch script, 2 replicas, no spare), on a
@@ -76,12 +78,14 @@ def kills_per_run(env: Mapping[str, str]) -> int:
 
 
 def replica_path(rep: Mapping[str, Any], replica: str = TARGET) -> list[dict[str, Any]]:
-    """The attempts of `replica` in a report (its JSON), in order: node and how each began
-    (`start`, `restart in place`, `requeue`)."""
+    """The attempts of `replica` in a report (its JSON), in the order they started: node and
+    how each began (`start`, `restart in place`, `requeue`). By start time, not by the
+    attempt number: a restart in place keeps Slurm's."""
     atts = [a for a in rep.get("attempts", []) if a.get("replica") == replica]
+    atts.sort(key=lambda a: (a.get("start_time") or "", a.get("restart_in_place") or 0))
     out = []
-    for a in sorted(atts, key=lambda a: a["attempt"]):
-        how = ("start" if a["attempt"] == 0 else
+    for i, a in enumerate(atts):
+        how = ("start" if i == 0 else
                "restart in place" if a.get("restart_in_place") else "requeue")  # fmt: skip
         out.append({"node": a.get("node"), "how": how, "start_time": a.get("start_time")})
     return out
@@ -124,12 +128,18 @@ def undo_commands(check: doctor.Check | None) -> list[list[str]]:
     return out
 
 
-def undo_drains(say: Callable[[str], None]) -> list[str]:
-    """Bring back every node an FT launcher drained, with the doctor's commands; the
-    commands run. Waits until sinfo shows none drained."""
+def reset_cluster(say: Callable[[str], None]) -> list[str]:
+    """The state every run starts from: the previous run's job gone (the demo's scancel ends
+    it a moment later), then every node an FT launcher drained brought back with the
+    doctor's commands; the commands run. Waits until sinfo shows none drained."""
+    from ftslurm.cluster import local
     from ftslurm.slurm import client
     from ftslurm.wait import wait_for
 
+    spec = local.load_spec(paths.cluster_dir())
+    if spec is not None:
+        wait_for(lambda: not local.active_jobs(spec), 60, interval=0.5,
+                 what="the run's job gone")  # fmt: skip
     slurm = client.current()
     cmds = undo_commands(doctor.check_drained(slurm.node_reasons()))
     for argv in cmds:
@@ -241,7 +251,7 @@ def bench(a: argparse.Namespace, outputs: Path, run: Callable[..., Path] = run_d
                 rec = {"arm": arm, "round": r + 1, "error": str(e), "as_expected": False}
             rec["load_1m"] = load
             if not a.reread:
-                rec["undo"] = undo_drains(say)
+                rec["undo"] = reset_cluster(say)
             runs[arm].append(rec)
     arms = {arm: {**summarize(rs), "what": ARMS[arm], "runs": rs} for arm, rs in runs.items()}
     good, bad = (arms[x]["full_strength_s"]["median"] for x in ("good", "bad"))

@@ -32,16 +32,17 @@ def _load():
 bn = _load()
 
 
-def _att(replica: str, n: int, node: str, restart: int = 0) -> dict:
-    return {"replica": replica, "attempt": n, "node": node, "restart_in_place": restart,
-            "start_time": f"2026-11-27T18:00:{n:02d}.000"}  # fmt: skip
+def _att(replica: str, attempt: int, second: int, node: str, restart: int = 0) -> dict:
+    return {"replica": replica, "attempt": attempt, "node": node, "restart_in_place": restart,
+            "start_time": f"2026-11-27T18:00:{second:02d}.000"}  # fmt: skip
 
 
-# a report's attempts as the two arms leave them: two kills of replica 1 on worker-1
-GOOD = {"attempts": [_att("0", 0, "worker-0"), _att("1", 2, "worker-1", restart=2),
-                     _att("1", 0, "worker-1"), _att("1", 1, "worker-1", restart=1)]}
-BAD = {"attempts": [_att("0", 0, "worker-0"), _att("1", 0, "worker-1"),
-                    _att("1", 1, "worker-1", restart=1), _att("1", 2, "worker-2")]}
+# a report's attempts as the two arms leave them: two kills of replica 1 on worker-1; a
+# restart in place keeps Slurm's attempt number (0), so only the start times order them
+GOOD = {"attempts": [_att("0", 0, 0, "worker-0"), _att("1", 0, 22, "worker-1", restart=2),
+                     _att("1", 0, 1, "worker-1"), _att("1", 0, 11, "worker-1", restart=1)]}
+BAD = {"attempts": [_att("0", 0, 0, "worker-0"), _att("1", 0, 1, "worker-1"),
+                    _att("1", 0, 11, "worker-1", restart=1), _att("1", 1, 40, "worker-2")]}
 DRAIN = {"node": "worker-1", "action": "drain", "reason": "ftslurm: 2 failures ...",
          "undo": "sudo scontrol update NodeName=worker-1 State=RESUME"}
 
