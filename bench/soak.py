@@ -33,6 +33,8 @@ and gives every soak's goodput against the control of its round (`ftslurm report
 trained replica-steps / the control's replica-steps in the same wall time), not against the
 soak's own full-strength rate; `--repeats R` runs R rounds, the arms' order rotating each
 round (the control last in round 1). Per arm: goodput median and spread (min, max).
+`--control-s S` runs the control S seconds instead (its failure-free rate is the baseline,
+so a 30-minute soak can take a 10-minute control).
   python bench/soak.py --backend slurm --spares 0,1 --every 60 --count 10 --control \
       --repeats 3 --heartbeat-timeout-ms 2000 --json
 Not part of the test suite (it takes count x every seconds plus the baseline).
@@ -263,10 +265,11 @@ def control_arms(a: argparse.Namespace, out: Path, run=run_demo) -> dict:
             d = out / f"round{r + 1}-{name}"
             d.mkdir(parents=True, exist_ok=True)
             if name == "control":
+                length = getattr(a, "control_s", None) or longest
                 cfg = DemoConfig(replicas=a.replicas, failures=0, backend="slurm", outputs=d,
                                  heartbeat_timeout_ms=a.heartbeat_timeout_ms, steps=1_000_000,
-                                 timeout=300, min_run_s=longest)  # fmt: skip
-                _say(f"round {r + 1}: control, failure-free, {longest:.0f} s at least")
+                                 timeout=300, min_run_s=length)  # fmt: skip
+                _say(f"round {r + 1}: control, failure-free, {length:.0f} s at least")
                 ctrl = run(cfg, say=_say)
                 sm = build_report(str(ctrl)).to_json()["summary"]
                 controls.append({"round": r + 1, "run_dir": str(ctrl),
@@ -339,6 +342,10 @@ def main() -> None:
                     help="Warm spares (--backend slurm); a comma list (0,1): one arm each.")
     ap.add_argument("--control", action="store_true",
                     help="--backend slurm: add a failure-free control arm; goodput against it.")
+    ap.add_argument("--control-s", type=float, default=None,
+                    help="--control: run the control this long (seconds) [as long as the "
+                         "longest soak]; its failure-free rate is the baseline, so a long "
+                         "soak can take a shorter control")
     ap.add_argument("--repeats", type=int, default=1, help="Rounds of all arms [1].")
     ap.add_argument("--modes", default="node-down,kill,requeue",
                     help="Failure modes to cycle through (--backend slurm).")

@@ -143,6 +143,10 @@ def test_soak_control_arms_against_the_control(tmp_path):
     assert [c.spares for c in seen if c.failures] == [0, 1, 1, 0]
     window = build_report(run).to_json()["summary"]["goodput_window_s"]
     assert [c.min_run_s for c in seen if not c.failures] == [pytest.approx(window)] * 2
+    seen.clear()  # --control-s: the control as long as asked, not as the soak
+    soak.control_arms(argparse.Namespace(**{**vars(a), "repeats": 1, "control_s": 600.0}),
+                      tmp_path / "out2", run=fake_run)  # fmt: skip
+    assert [c.min_run_s for c in seen if not c.failures] == [600.0]
     rate = build_report(ctrl).to_json()["summary"]["failure_free_step_rate"]
     want = round(min(1.0, 14 / (2 * rate * window)), 4)
     for arm in ("spares0", "spares1"):
