@@ -3,7 +3,7 @@ Lighthouse and torchtitan): a SIGKILLed training worker on a healthy node is res
 launcher inside the same allocation (Slurm's restart count stays 0), heals from the survivor
 and then holds the same parameters; the report counts a restart in place, not a requeue; with
 FT_MAX_RESTARTS=0 the same kill goes through Slurm's requeue. Slow: marked `training`.
-Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest tests/test_restart_in_place_slurm.py`.
+Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest <this file>`.
 """
 
 from __future__ import annotations
