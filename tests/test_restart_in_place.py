@@ -118,3 +118,21 @@ def test_wait_recovered_takes_a_restart_in_place(tmp_path: Path, monkeypatch):
     assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, True, 0)
     assert out["new_node"] == "worker-1"
     assert [p.name for p in run.out.phases][0] == "task 12_1 restarted in place on worker-1"
+
+
+REC = Path(__file__).parent / "fixtures" / "report" / "slurm-restart-in-place"
+
+
+def test_the_report_of_a_recorded_run_counts_restarts_in_place_apart_from_requeues():
+    """5 kills of replica 1: restarts in place 1-3, a Slurm requeue, then one more in place."""
+    from ftslurm.report import build_report, render
+
+    rep = build_report(str(REC))
+    data = rep.to_json()
+    s = data["summary"]
+    assert (s["failures"], s["requeues"], s["restarts_in_place"], s["recoveries"]) == (5, 1, 4, 5)
+    assert [(a["replica"], a["attempt"], a["restart_in_place"]) for a in data["attempts"]] == [
+        ("0", 0, 0), ("1", 0, 0), ("1", 0, 1), ("1", 0, 2), ("1", 0, 3), ("1", 1, 0), ("1", 1, 1)]
+    text = render.to_text(rep)
+    assert "requeues          1 (and 4 restarts in place)" in text
+    assert "replica 1 attempt 0 launched on worker-1 (restart 2)" in text
