@@ -426,7 +426,7 @@ def test_api_classic_job_runs_on_two_nodes_to_completion(slurm_cluster, tmp_path
 
 
 def test_doc_example_is_valid_python():
-    """The module docstring's example (what the README shows) parses, and calls what exists
+    """The module docstring's example (what docs/api.md shows) parses, and calls what exists
     with arguments it takes."""
     import ast
     import inspect

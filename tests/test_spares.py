@@ -170,7 +170,7 @@ def test_demo_plan_with_spares() -> None:
 
 
 def test_demo_lighthouse_needs_a_majority_from_three_replicas() -> None:
-    """The demo's Lighthouse follows the README's advice: --min-replicas above half from 3
+    """The demo's Lighthouse follows docs/cluster.md's advice: --min-replicas above half from 3
     replicas (3 and 2 spares: 2), the default 1 for 2; the failure line counts survivors."""
     from ftslurm.lighthouse.config import safe_min_replicas
 

@@ -226,7 +226,7 @@ def _gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
 
 
 def families(snap: Snapshot, report_build_s: float | None = None) -> Iterator[Metric]:
-    """The metric families of one snapshot (names: docs/metrics in the README)."""
+    """The metric families of one snapshot (names: docs/metrics.md)."""
     yield GaugeMetricFamily(
         "ftslurm_lighthouse_up", "1 if the Lighthouse's /status page answered this scrape.",
         value=int(snap.lighthouse_up),
