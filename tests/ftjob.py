@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -125,6 +127,25 @@ def submit_ft(
     import json
 
     return int(json.loads(out.stdout)["job_id"])
+
+
+@contextlib.contextmanager
+def ft_job(tmp_path: Path, replicas: int = 2, steps: int = 1000,
+           **env: object) -> Iterator[tuple[FTTestEnv, int, list[Path]]]:  # fmt: skip
+    """The real FT script submitted with a Lighthouse of its own (`ft_test_env`, `submit_ft`):
+    the test env, the job id and the replicas' log paths; afterwards the job cancelled, every
+    node RESUMEd and the Lighthouse stopped, whatever the test did."""
+    t = ft_test_env(tmp_path)
+    job = None
+    try:
+        job = submit_ft(t.outputs, t.lh, replicas=replicas, steps=steps, **env)
+        run = t.outputs / "torchft" / f"tft-{job}"
+        yield t, job, [run / f"tft-{job}_{i}.out" for i in range(replicas)]
+    finally:
+        if job:
+            cancel(job)
+        resume_all_nodes()
+        lighthouse.stop(t.lh_dir)
 
 
 def cancel(job: int) -> None:

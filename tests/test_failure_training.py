@@ -11,21 +11,16 @@ import sys
 
 import pytest
 
-from ftslurm import lighthouse
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
-from tests.ftjob import ROOT, cancel, ft_test_env, resume_all_nodes, submit_ft
+from tests.ftjob import ROOT, ft_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
 
 @pytest.mark.timeout(400)
 def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
-    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
-    job = None
-    try:
-        job = submit_ft(outputs, lh, replicas=2, steps=1000)
-        logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]
+    with ft_job(tmp_path, steps=1000) as ((outputs, lh_dir, lh, events, env), job, logs):
 
         def steps(i: int) -> int:
             return logs[i].read_text(errors="replace").count(" loss: ") if logs[i].exists() else 0
@@ -69,8 +64,4 @@ def test_real_ft_script_node_down_wait_recovered(slurm_cluster, tmp_path):
             and r, 60, 1, "status to show both replicas' steps",
         )  # fmt: skip
         assert [(t["restarts"], t["attempt"]) for t in rows] == [(0, 0), (1, 1)], seen[-1]
-    finally:
-        if job:
-            cancel(job)
-        resume_all_nodes()
-        lighthouse.stop(lh_dir)
+

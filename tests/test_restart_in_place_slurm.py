@@ -14,11 +14,10 @@ import sys
 
 import pytest
 
-from ftslurm import lighthouse
 from ftslurm.replica import checksum
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
-from tests.ftjob import ROOT, cancel, failure_excerpt, ft_test_env, resume_all_nodes, submit_ft
+from tests.ftjob import ROOT, failure_excerpt, ft_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
@@ -35,11 +34,7 @@ def _sums(text: str) -> dict[tuple[int, int, str], str]:
 
 @pytest.mark.timeout(420)
 def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_cluster, tmp_path):
-    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
-    job = None
-    try:
-        job = submit_ft(outputs, lh, replicas=2, steps=100000)
-        logs = [outputs / "torchft" / f"tft-{job}" / f"tft-{job}_{i}.out" for i in (0, 1)]
+    with ft_job(tmp_path, steps=100000) as (t, job, logs):
 
         def text(i: int) -> str:
             return logs[i].read_text(errors="replace") if logs[i].exists() else ""
@@ -47,8 +42,8 @@ def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_clu
         wait_for(lambda: min(text(0).count(" loss: "), text(1).count(" loss: ")) >= 3, 240, 1,
                  "both replicas training")  # fmt: skip
         node = client.current().array_tasks(job)[1].node
-        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode", "kill",
-                 "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
+        r = _cli(t.env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode",
+                 "kill", "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text(1))
         out = json.loads(r.stdout)
         assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, True, 0)
@@ -63,48 +58,31 @@ def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_clu
 
         # healed from the survivor, then the same parameters at the same steps
         after = lambda: text(1).split("(attempt 0, restart 1)", 1)[1]  # noqa: E731
-        wait_for(lambda: "Loaded state dict" in after() or "healed" in after(), 180, 1,
-                 "the restarted replica to heal")  # fmt: skip
+        wait_for(lambda: "Loaded state dict" in after(), 180, 1, "the restarted replica to heal")
 
         def compared() -> list[tuple[int, int, str]] | None:
-            mine, theirs = _sums(after()), _sums(text(0))
-            both = sorted(set(mine) & set(theirs))
+            both = sorted(set(_sums(after())) & set(_sums(text(0))))
             return both if len(both) >= 2 else None
 
         both = wait_for(compared, 180, 1, "two checksummed steps of the restarted replica")
         mine, theirs = _sums(after()), _sums(text(0))
         assert all(mine[k] == theirs[k] for k in both), both
 
-        rep = _cli(env, "report", "--json", str(outputs / "torchft" / f"tft-{job}"),
-                   timeout=120)  # fmt: skip
+        rep = _cli(t.env, "report", "--json", str(logs[0].parent), timeout=120)
         assert rep.returncode == 0, rep.stderr
         summary = json.loads(rep.stdout)["summary"]
         assert (summary["restarts_in_place"], summary["requeues"]) == (1, 0), summary
         assert summary["recoveries"] >= 1
-    finally:
-        if job:
-            cancel(job)
-        resume_all_nodes()
-        lighthouse.stop(lh_dir)
 
 
 @pytest.mark.timeout(300)
 def test_with_no_restarts_in_place_a_kill_requeues_through_slurm(slurm_cluster, tmp_path):
-    outputs, lh_dir, lh, events, env = ft_test_env(tmp_path)
-    job = None
-    try:
-        job = submit_ft(outputs, lh, replicas=2, steps=100000, FT_MAX_RESTARTS=0)
-        log = outputs / "torchft" / f"tft-{job}" / f"tft-{job}_1.out"
-        text = lambda: log.read_text(errors="replace") if log.exists() else ""  # noqa: E731
+    with ft_job(tmp_path, steps=100000, FT_MAX_RESTARTS=0) as (t, job, logs):
+        text = lambda: logs[1].read_text(errors="replace") if logs[1].exists() else ""  # noqa: E731
         wait_for(lambda: text().count(" loss: ") >= 2, 240, 1, "replica 1 training")
-        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode", "kill",
-                 "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
+        r = _cli(t.env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode",
+                 "kill", "--wait-recovered", "--timeout", "120", "--json")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text())
         out = json.loads(r.stdout)
         assert (out["recovered"], out["restarted_in_place"], out["restarts"]) == (True, False, 1)
         assert f"requeueing {job}_1" in text() and "restarting in place" not in text()
-    finally:
-        if job:
-            cancel(job)
-        resume_all_nodes()
-        lighthouse.stop(lh_dir)
