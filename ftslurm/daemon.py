@@ -479,12 +479,12 @@ class Daemon:
         if not first:
             procs.wait_gone(busy, kill_timeout)
             return "not-running", []
-        _signal(first, signal.SIGTERM)
+        procs.kill_pids(list(first), signal.SIGTERM)
         if procs.wait_gone(busy, grace):
             return "terminated", sorted(seen)
         # every one seen, also those no longer found from the leader (it exited first)
         left = {*targets(), *(p for p, ticks in seen.items() if _present(p, ticks))}
-        _signal(sorted(left), signal.SIGKILL)
+        procs.kill_pids(sorted(left), signal.SIGKILL)
         if procs.wait_gone(busy, kill_timeout):
             return "killed", sorted(seen)
         left = [p for p, ticks in seen.items() if _present(p, ticks)]
@@ -514,12 +514,6 @@ def _present(pid: int, start_ticks: int) -> bool:
     if st is None or st.start_ticks != start_ticks:
         return False
     return st.state not in ("Z", "X", "x") or exiting(pid)
-
-
-def _signal(pids: Sequence[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 def _well_typed(state: DaemonState) -> bool:

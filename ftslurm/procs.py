@@ -127,6 +127,7 @@ def pids_in_uts_ns(ns: str) -> list[int]:
 
 
 def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to each of `pids`; one that is gone already is skipped."""
     for pid in pids:
         try:
             os.kill(pid, sig)
