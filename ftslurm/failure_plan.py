@@ -22,12 +22,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ftslurm import logvocab
 from ftslurm.errors import UserError
 from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo, array_tasks
 
-MODES = ("node-down", "kill", "requeue", "hang", "freeze-node")
+MODES = logvocab.FAILURE_MODES
 # loud: the processes die and their sockets close; silent: they stop, nothing closes
 SILENT_MODES = ("hang", "freeze-node")
 ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun",

@@ -97,6 +97,8 @@ MANAGER_START = "manager_start"  # Rust `[Replica X] Manager listening on ...`: 
 LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
 INJECTED = "injected"  # one line of the simulate-failure event log (see report/events.py)
+# the failures simulate-failure injects (failure_plan.py), as its event log names them
+FAILURE_MODES = ("node-down", "kill", "requeue", "hang", "freeze-node")
 FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
 
 

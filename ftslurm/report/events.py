@@ -43,11 +43,11 @@ from pathlib import Path
 
 from ftslurm import safefile
 from ftslurm.logfile import open_log
-from ftslurm.logvocab import INJECTED, MAX_DIGITS, Event
+from ftslurm.logvocab import FAILURE_MODES, INJECTED, MAX_DIGITS, Event
 from ftslurm.report.reader import ParseStats, iter_lines
 
 SCHEMA_VERSION = 1
-FAILURE_ACTIONS = frozenset({"node-down", "kill", "requeue", "hang", "freeze-node"})
+FAILURE_ACTIONS = frozenset(FAILURE_MODES)
 RESTART_ACTIONS = frozenset({"resume", "restart", "requeue"})
 ACTIONS = FAILURE_ACTIONS | RESTART_ACTIONS
 
