@@ -154,3 +154,37 @@ def test_a_run_that_timed_out_is_kept_and_left_out(tmp_path, monkeypatch):
     assert good["left_out"][0] == ("round 1: demo stopped: timed out after 300 s waiting for "
                                    "replica 1 to heal")  # fmt: skip
     assert res["bad_minus_good_median_s"] is None
+
+
+RECORDED = ROOT / "docs" / "cpu" / "2026-11-27" / "bad-node" / "bad-node-runs.tar.gz"
+
+
+def test_a_recorded_run_of_each_arm_read_again(tmp_path):
+    """Round 1 of the committed bench: the figures, the path and the drain read back."""
+    import tarfile
+
+    from ftslurm.demo import DemoConfig
+
+    with tarfile.open(RECORDED) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers()
+                                          if m.name.startswith("./round1-")], filter="data")
+    rec = {}
+    for arm in ("good", "bad"):
+        out = tmp_path / f"round1-{arm}"
+        cfg = DemoConfig(replicas=2, failures=2, backend="slurm", outputs=out, nodes=3,
+                         count_as_bad=arm == "bad", modes=("kill",))  # fmt: skip
+        rec[arm] = bn.run_record(arm, 1, bn.recovery.kept_run(cfg), cfg, io.StringIO())
+    good, bad = rec["good"], rec["bad"]
+    assert good["as_expected"] and bad["as_expected"], (good["why_not"], bad["why_not"])
+    assert good["full_strength_s"] == pytest.approx([5.647, 4.629], abs=0.01)
+    assert bad["full_strength_s"] == pytest.approx([5.699, 14.917], abs=0.01)
+    assert bad["measured_s"] == bad["full_strength_s"][-1]
+    assert good["path_text"] == ("worker-1 -> worker-1 (restart in place) -> worker-1 (restart "
+                                 "in place)")  # fmt: skip
+    assert bad["path_text"] == "worker-1 -> worker-1 (restart in place) -> worker-2 (requeue)"
+    assert good["taken_out"] == []
+    [drain] = bad["taken_out"]
+    assert (drain["node"], drain["action"]) == ("worker-1", "drain")
+    assert drain["reason"].startswith("ftslurm: 2 failures of this array's replicas within 30 min")
+    assert drain["undo"] == "sudo scontrol update NodeName=worker-1 State=RESUME"
+    assert (bad["restarts_in_place"], bad["requeues"]) == (1, 1)
