@@ -411,9 +411,10 @@ class _Execution:
             except CommandError as e:
                 if e.returncode != 1:
                     raise
+                rank = f" of rank {self.t.rank}" if self.t.rank is not None else ""
                 raise UserError(  # pkill's exit code 1: nothing matched
-                    "no training worker matched on the node (starting or restarting?); "
-                    "nothing was killed"
+                    f"no training worker{rank} matched on the node (starting or restarting?"
+                    f"{' no such rank?' if rank else ''}); nothing was killed"
                 ) from e
             self.record("kill", shlex.join(a.argv))
             self.say(f"SIGKILLed training worker(s) through srun ({self.target_text()})")
