@@ -225,8 +225,7 @@ def soak_slurm(a: argparse.Namespace, out: Path, spares: int | None = None,
     rep = build_report(str(run_dir)).to_json()
     fig = report_figures(run_dir, rep)
     # per injected failure, from the report (log times; the demo's own stopwatch polls)
-    injected = [f for f in rep["failures"]
-                if f.get("kind") in ("node-down", "kill", "requeue")]  # fmt: skip
+    injected = [f for f in rep["failures"] if f.get("kind") in logvocab.FAILURE_MODES]
     full = [f["time_to_full_strength_s"] for f in injected]
     by_mode: dict[str, list[float]] = {}
     for f in injected:
