@@ -169,18 +169,14 @@ def soak(cfg: DemoConfig, every: float, count: int, seed: int) -> dict:
 
 
 def _compare(ref_text: str, others: list[tuple[str, str]]) -> tuple[int, list[str]]:
-    """Checksums of each (label, log text) in `others` vs the reference's at the same (step,
-    scope). Returns (comparisons, mismatches)."""
-    ref: dict[tuple[int, str], str] = {}
-    for r in checksum.parse(ref_text.splitlines()):
-        ref.setdefault((r.step, r.scope), r.sha256)
+    """Checksums of each (label, log text) in `others` vs the reference's at the same (rank,
+    step, scope): rank k with rank k (checksum.compare). Returns (comparisons, mismatches)."""
+    ref = list(checksum.parse(ref_text.splitlines()))
     compared, bad = 0, []
     for label, text in others:
-        for r in checksum.parse(text.splitlines()):
-            if (r.step, r.scope) in ref:
-                compared += 1
-                if ref[(r.step, r.scope)] != r.sha256:
-                    bad.append(f"{label} step {r.step} {r.scope}")
+        both, differ = checksum.compare(ref, checksum.parse(text.splitlines()))
+        compared += len(both)
+        bad += [f"{label} rank {rank} step {step} {scope}" for rank, step, scope in differ]
     return compared, bad
 
 

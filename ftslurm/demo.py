@@ -352,7 +352,8 @@ class Backend:
     def fail(self, replica: int, mode: str) -> None:
         raise NotImplementedError
 
-    def restore(self, replica: int) -> None:
+    def restore(self, replica: int, mode: str = "") -> None:
+        """The failed replica (or array task) coming back after a failure of `mode`."""
         raise NotImplementedError
 
     def fail_all(self) -> None:
@@ -458,9 +459,15 @@ class SlurmBackend(Backend):
                         log_path=self.logs[replica].path,
                         count_as_bad=self.cfg.count_as_bad)  # fmt: skip
 
-    def restore(self, replica: int) -> None:
+    def restore(self, replica: int, mode: str = "") -> None:
         what = "array task" if self.cfg.spares else "replica"
-        self.say(f"Slurm requeues {what} {replica} on the RESUMEd node")
+        if mode in ("kill", "hang"):  # its launcher acts first (job.py)
+            self.say(f"{what} {replica}'s launcher restarts its training in place (the node "
+                     "is fine), or requeues it")  # fmt: skip
+        elif mode == "requeue":
+            self.say(f"Slurm starts {what} {replica} again (requeued)")
+        else:
+            self.say(f"Slurm requeues {what} {replica} on the RESUMEd node")
 
     def fail_all(self) -> None:
         """Every node of the array DOWN at once: Slurm requeues every task (a whole-array
@@ -568,7 +575,7 @@ class LocalBackend(Backend):
         self.record("kill", replica, None, f"SIGKILL to {len(tree)} processes (ftslurm demo)")
         self.say(f"replica {replica} killed: SIGKILL to its {len(tree)} processes")
 
-    def restore(self, replica: int) -> None:
+    def restore(self, replica: int, mode: str = "") -> None:  # noqa: ARG002 - one way here
         attempt = self.attempts.get(replica, 0) + 1
         self._start(replica, attempt)
         self.record("restart", replica, None, f"attempt {attempt} (ftslurm demo)")
@@ -689,7 +696,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         f"({n - 1}/{n} replicas, {t_alone - t_fail:.1f} s after the failure)"
     )
     time.sleep(max(0.0, cfg.down_for - (time.monotonic() - t_fail)))
-    b.restore(target)
+    b.restore(target, cfg.mode(k))
     t_back = time.monotonic()
 
     def healed() -> bool:
@@ -764,9 +771,15 @@ def _all_fail(b: Backend, cfg: DemoConfig, say: Say) -> None:
         model = x.resumed[0] if x.resumed else -1
         where = (f"checkpoint step-{model} (model, optimizer, step and its data position "
                  f"step-{x.resumed[1]})" if x.resumed and model > 0 else "no checkpoint")
-        say(f"replica {i} (attempt {x.attempt}) resumed from {where}: first step "
-            f"{x.first_step}, not 1; it had trained to step {last[i]} before the outage: "
-            f"{max(0, last[i] - max(model, 0))} steps lost and trained again")  # fmt: skip
+        if x.first_step == max(model, 0) + 1:
+            say(f"replica {i} (attempt {x.attempt}) resumed from {where}: first step "
+                f"{x.first_step}, not 1")  # fmt: skip
+        else:  # back after a peer had resumed and trained on: it takes the peer's state
+            say(f"replica {i} (attempt {x.attempt}) loaded {where}, came back after a peer "
+                f"had resumed from it and healed from that peer: first step {x.first_step}")
+    say(f"steps lost: {max(0, max(last) - max(ckpt, 0))} (trained to step {max(last)} before "
+        f"the outage, trained again from step {ckpt + 1}; at most the interval, "
+        f"{ALL_FAIL_INTERVAL})")  # fmt: skip
     wait_for(lambda: b.quorum_size() == n, cfg.timeout, interval=0.2, what=f"a quorum of {n}")
     say(f"quorum of {n} again {time.monotonic() - t_fail:.1f} s after the outage; `ftslurm "
         "report` lists each restart and its lost steps")  # fmt: skip
@@ -868,7 +881,7 @@ def _one_failure_with_spare(b: Backend, cfg: DemoConfig, k: int, say: Say) -> No
         f"{log.claim_healed} and committed with all {n}: full strength "
         f"{t_full - t_fail:.1f} s after the failure (claim -> healed commit "
         f"{t_full - t_claim:.1f} s)")  # fmt: skip
-    b.restore(task)
+    b.restore(task, cfg.mode(k))
     wait_for(lambda: _warm(b.logs[task], task), cfg.timeout, interval=0.5,
              what=f"task {task} back as a spare")  # fmt: skip
     say(f"task {task} came back, found slot {target} taken and waits warm as a spare")
