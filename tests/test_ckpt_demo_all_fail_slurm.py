@@ -74,6 +74,13 @@ def test_every_node_down_at_once_resumes_every_replica_from_the_checkpoint(tmp_p
         # position); one back after it heals from it
         assert int(first) == ckpt + 1 or (healed and int(first) > ckpt + 1), said
     assert any(int(g[5]) == ckpt + 1 for g in said.values()), said
+    # a late replica's data after the checkpoint was lost with its lineage: read again
+    job = re.search(r"submitted FT array job (\d+)", err)[1]  # type: ignore[index]
+    for rid, g in said.items():
+        if g[4]:
+            log = tmp_path / "outputs" / "torchft" / f"tft-{job}" / f"tft-{job}_{rid}.out"
+            assert re.search(rf"replica {rid} healed after step \d+ from a peer: data position "
+                             rf"stays step-{ckpt}\b", log.read_text(errors="replace")), rid
     [(lost, last, again)] = LOST.findall(err)
     assert int(again) == ckpt + 1 and int(lost) == int(last) - ckpt
     assert 0 < int(lost) <= ALL_FAIL_INTERVAL

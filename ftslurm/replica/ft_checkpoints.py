@@ -176,19 +176,47 @@ def plan_resume(model: Mapping[int, bool], data: Mapping[int, bool], load_step: 
     return Resume(model_step, older, newest, half, note)
 
 
-def heal_data_step(resume: Resume, healed_step: int) -> int | None:
+def heal_data_step(resume: Resume, healed_step: int, peer_restarted: bool = False) -> int | None:
     """The data position to switch to when the first quorum heals this replica to a peer's
     state whose last completed step is `healed_step`, or None to keep `resume.data_step`.
 
     A peer at or past this replica's newest position trained on while it was gone (a replica
     or node failure): its steps up to that position were committed, so it goes on from there.
-    A peer below it restarted from the model checkpoint too (a late replica of a whole-array
-    restart): the steps after the checkpoint were lost for everyone, so their data is read
-    again."""
+    A peer that restarted from the model checkpoint too (a late replica of a whole-array
+    restart: `peer_restarted`, or a peer below this replica's newest position) trained a new
+    lineage from it: the steps after the checkpoint were lost for everyone, so their data is
+    read again, however far the peer got before this replica came back."""
     newest = resume.newest_data
-    if newest is None or newest == resume.data_step or healed_step < newest:
+    if peer_restarted or newest is None or newest == resume.data_step or healed_step < newest:
         return None
     return newest
+
+
+# In the model checkpoint folder: a replica trained on from model checkpoint <N> without a peer
+# to heal from (the first back after a failure of every replica)
+TRAINED_ON_PREFIX = "trained-on-from-step-"
+
+
+def mark_trained_on(folder: Path, step: int) -> None:
+    """Say that this replica trains on from model checkpoint `step` (housekeeping: a file that
+    cannot be written only costs a late peer its exact data position)."""
+    try:
+        (folder / f"{TRAINED_ON_PREFIX}{step}").touch()
+    except OSError:
+        pass
+
+
+def peer_restarted_since(folder: Path, model_step: int, newest_data: Path) -> bool:
+    """Whether a replica trained on from model checkpoint `model_step` after this replica saved
+    its newest data position (`newest_data`, a `step-<N>` folder): then every replica had
+    stopped and the group started again from that checkpoint, and this replica's positions
+    after it belong to a lost lineage. An older mark (an earlier restart) does not count."""
+    try:
+        marked = (folder / f"{TRAINED_ON_PREFIX}{model_step}").stat().st_mtime
+        mine = (newest_data / ".metadata").stat().st_mtime
+    except OSError:
+        return False
+    return marked > mine
 
 
 def install_resume() -> None:
@@ -233,6 +261,9 @@ def install_resume() -> None:
             # the one loaded) go before this lineage writes the same step numbers
             self._ftslurm_saved = True
             loaded = getattr(self, "_ftslurm_data_step", resume.data_step)
+            if (resume.model_step > 0 and not getattr(self, "_ftslurm_healed", False)
+                    and (not dist.is_initialized() or dist.get_rank() == 0)):  # fmt: skip
+                mark_trained_on(Path(self.folder), resume.model_step)  # no peer healed it
             if not dist.is_initialized() or dist.get_rank() == 0:
                 for newer in sorted(scan(Path(self._ft_folder()))):
                     if loaded is None or newer > loaded:
@@ -284,7 +315,10 @@ def _watch_first_heal(manager: Any, resume: Resume) -> None:
             # train_step), after its step S - 1
             step = getattr(manager.states.get("train_state"), "step", None)
             done = step - 1 if isinstance(step, int) else None
-            target = heal_data_step(resume, done) if done is not None else None
+            restarted = resume.model_step > 0 and resume.newest_data is not None and (
+                peer_restarted_since(Path(manager.folder), resume.model_step,
+                                     Path(manager._ft_folder()) / f"step-{resume.newest_data}"))
+            target = heal_data_step(resume, done, restarted) if done is not None else None
             print(logvocab.heal_position_line(manager.ft_replica_id, done, target,
                                               resume.data_step), flush=True)  # fmt: skip
             if target is not None:
