@@ -11,13 +11,18 @@ arms pay fix 9's per-step data position save (torchtitan 0.2.2 writes it in ever
 
 Prints `{"ratio": median(with) / median(without), "spread": [min, max] of the per-repeat
 ratios, "interval": N, ...}`; the default interval is debug_cpu's and should keep the ratio at
-or above 0.99.
+or above 0.99. Also `per_save_s`: what each save added to the 3 steps after it, against the
+run's median step (measured inside one run, so the shared machine's run-to-run noise, larger
+than the cost, cancels), and `ratio_from_per_save`, the ratio that gives at the interval, 60
+and 120.
 
 Run (under the shared lock on a shared machine; ~1 min per run on 2 cores at --steps 63):
   flock /tmp/ftslurm-heavy.lock python bench/checkpoint_cost.py --json
 Measured (2 cores, shared, 3 repeats): --interval 60 --steps 63: ratio 0.9896, spread
-0.966-1.036 (the machine's noise is larger than the cost); --interval 5 --steps 23: ratio
-0.9494, spread 0.9475-0.9956, i.e. ~0.2 s a save, ~0.4 % at 60 steps of ~0.83 s.
+0.966-1.036, and again 0.9888, spread 0.989-1.052 (the machine's noise is larger than the
+cost); per save 0.115 s (0.041-0.178, 3 saves) at a 0.859 s step: 0.9978 from the per-save
+figure (docs/cpu/2026-11-27/checkpoint/); --interval 5 --steps 23: ratio 0.9494, spread
+0.9475-0.9956, i.e. ~0.2 s a save.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ STEP_RE = re.compile(
 )
 SAVED_RE = re.compile(r"Finished saving the checkpoint")
 TOKENS_PER_STEP = 8 * 256  # debug_cpu.toml: local_batch_size x seq_len
+WINDOW = 3  # steps after a save that its cost is looked for in
 
 
 def preset_interval() -> int:
@@ -94,9 +100,29 @@ def one_run(arm: str, n: int, work: Path, lh: str, steps: int, interval: int, wa
         raise SystemExit(f"run {name} has no steps {first}..{steps} (exit {proc.returncode}); "
                          f"log: {log}\n{text[-2000:]}")  # fmt: skip
     elapsed = times[last] - times[first]
+    deltas = {s: times[s] - times[s - 1] for s in range(first + 1, last + 1)
+              if s in times and s - 1 in times}  # fmt: skip
     return {"arm": arm, "run": n, "steps": last - first, "seconds": round(elapsed, 3),
             "tokens_per_s": round((last - first) * TOKENS_PER_STEP / elapsed, 1),
-            "saves": len(SAVED_RE.findall(text)), "returncode": proc.returncode}  # fmt: skip
+            "saves": len(SAVED_RE.findall(text)), "returncode": proc.returncode,
+            "step_s": round(statistics.median(deltas.values()), 4),
+            "save_excess_s": save_excess(deltas, interval) if arm == "with" else []}  # fmt: skip
+
+
+def save_excess(deltas: dict[int, float], interval: int, window: int = WINDOW) -> list[float]:
+    """Seconds each save added to the steps after it: the staging runs after step N's line
+    (N a multiple of the interval), the background write beside the next steps, so the
+    `window` steps after N against the run's median step elsewhere. A figure per save, measured
+    inside one run, so the machine's run-to-run noise (the shared cores) cancels out."""
+    saves = [s for s in deltas if s % interval == 0 and all(s + j in deltas
+                                                           for j in range(1, window + 1))]
+    near = {s + j for s in saves for j in range(1, window + 1)}
+    rest = [d for s, d in deltas.items() if s not in near]
+    if not saves or not rest:
+        return []
+    base = statistics.median(rest)
+    return [round(sum(deltas[s + j] for j in range(1, window + 1)) - window * base, 4)
+            for s in saves]  # fmt: skip
 
 
 def main() -> int:
@@ -138,6 +164,17 @@ def main() -> int:
            "tokens_per_s": {k: statistics.median(v) for k, v in per.items()},
            "saves_per_run": [r["saves"] for r in rows if r["arm"] == "with"],
            "device": "cpu", "cpu_count": os.cpu_count()}  # fmt: skip
+    excess = [x for r in rows for x in r["save_excess_s"]]
+    if excess:  # the per-save cost, and the ratio it gives at other intervals
+        step_s = statistics.median(r["step_s"] for r in rows if r["arm"] == "without")
+        per_save = statistics.median(excess)
+        out["per_save_s"] = {"median": round(per_save, 4), "saves": len(excess),
+                             "spread": [round(min(excess), 4), round(max(excess), 4)]}
+        out["step_s"] = round(step_s, 4)
+        out["ratio_from_per_save"] = {
+            str(i): round(1 - per_save / (i * step_s + per_save), 4)
+            for i in sorted({a.interval, 60, 120})
+        }  # fmt: skip
     print(json.dumps(out) if a.json else json.dumps(out, indent=1))
     return 0
 
