@@ -136,3 +136,22 @@ def test_the_report_of_a_recorded_run_counts_restarts_in_place_apart_from_requeu
     text = render.to_text(rep)
     assert "requeues          1 (and 4 restarts in place)" in text
     assert "replica 1 attempt 0 launched on worker-1 (restart 2)" in text
+
+
+def test_a_time_limit_signal_before_the_attempt_is_kept_and_stops_restarts(monkeypatch, capsys):
+    """USR1 during the pre-flight check no longer ends the launcher (its default action): it is
+    noted, the next training saves and stops, and nothing restarts in place after it."""
+    import os
+    import signal
+
+    old = signal.getsignal(signal.SIGUSR1)
+    try:
+        job.catch_early_time_limit()
+        os.kill(os.getpid(), signal.SIGUSR1)  # still alive: the handler took it
+        assert job._TIME_LIMIT_EARLY == [signal.SIGUSR1]
+        monkeypatch.setattr(preflight, "node_state", lambda env, node: "mixed")
+        assert job._restart_in_place(_plan(), {"SLURMD_NODENAME": "worker-1"}, "why") is False
+        assert "time-limit signal came" in capsys.readouterr().out
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        job._TIME_LIMIT_EARLY.clear()

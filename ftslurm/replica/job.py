@@ -104,7 +104,10 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run one attempt. argv[0] is `job` (fault-tolerant replica) or `classic`."""
     env = dict(os.environ if env is None else env)
     _STOP.clear()
+    _TIME_LIMIT_EARLY.clear()
     what = argv[0] if argv else "job"
+    if what == "job":
+        catch_early_time_limit()
     root = paths.project_root()
     torchrun = default_torchrun(env)
     layout = planlib.slot_layout(env) if what == "job" else None
@@ -128,6 +131,13 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         if code != RESTART_IN_PLACE:
             return code
         restart += 1
+
+
+def catch_early_time_limit() -> None:
+    """Note Slurm's time-limit signal (USR1) from the launcher's start: its default action
+    would end the launcher during the pre-flight check or the asset build, before the
+    attempt's own handler is installed (_run_torchrun)."""
+    signal.signal(signal.SIGUSR1, lambda signum, _frame: _TIME_LIMIT_EARLY.append(signum))
 
 
 def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
@@ -242,6 +252,9 @@ RESTART_ENV = "FTSLURM_RESTART"
 # a SIGTERM / SIGINT / SIGHUP the launcher got: Slurm is ending the allocation, so nothing
 # restarts in it, also when the signal comes between two runs of the training
 _STOP: list[int] = []
+# Slurm's time-limit signal (USR1) when it came before the attempt's own handler (during the
+# pre-flight check, the asset build or between two runs): the next training saves and stops
+_TIME_LIMIT_EARLY: list[int] = []
 
 
 ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
@@ -362,12 +375,17 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
         # Slurm's `--signal=B:USR1@<s>` before the time limit: the worker sees the file after
         # its step, saves a final checkpoint and ends training (not forwarded: torchrun dies
         # of an unhandled SIGUSR1)
+        _TIME_LIMIT_EARLY.append(signal.SIGUSR1)  # a restart in place saves at once too
         time_limit.touch()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     if plan.kind == "ft":
         signal.signal(signal.SIGUSR1, at_time_limit)
+        if _TIME_LIMIT_EARLY:
+            time_limit.touch()
+        if line := ft_checkpoints.signal_margin_line(env):
+            _say(line)
     if _STOP:  # a signal that came before the handlers above: forwarded now
         forward(_STOP[0], None)
     rc = _wait_watched(child, dog)
@@ -406,10 +424,14 @@ def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
 
 def _restart_in_place(plan: planlib.Plan, env: Mapping[str, str], why: str) -> bool:
     """Whether the failed training restarts in this allocation: restarts left
-    (FT_MAX_RESTARTS), no stop signal, and the node usable as Slurm sees it (a node that is
-    down, draining or unknown requeues, so Slurm places the replica). Says which and why."""
+    (FT_MAX_RESTARTS), no stop or time-limit signal, and the node usable as Slurm sees it (a
+    node that is down, draining or unknown requeues, so Slurm places the replica). Says which
+    and why."""
     used, cap = knobs.get(env, RESTART_ENV), knobs.get(env, "FT_MAX_RESTARTS")
     if _STOP or not cap:
+        return False
+    if _TIME_LIMIT_EARLY:  # Slurm ends the allocation soon: the requeue goes on from there
+        _say("not restarting in place: Slurm's time-limit signal came; requeueing")
         return False
     if used >= cap:
         _say(f"restarts in place used up ({used} of FT_MAX_RESTARTS={cap}): requeueing "
