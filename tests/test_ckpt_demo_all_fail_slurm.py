@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ftslurm.demo import ALL_FAIL_INTERVAL
-from tests.test_demo import _cleanup, _processes_marked_with
+from tests.test_demo import _cleanup, _processes_marked_with, _run_demo
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
@@ -39,19 +37,8 @@ REPORT_ROW = re.compile(
 def test_every_node_down_at_once_resumes_every_replica_from_the_checkpoint(tmp_path: Path):
     if os.geteuid() != 0:
         pytest.skip("the Slurm backend needs root")
-    env = {**os.environ, "FTSLURM_OUTPUTS": str(tmp_path / "outputs"),
-           "FTSLURM_CLUSTER_DIR": str(tmp_path / "cluster")}  # fmt: skip
-    for name in ("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS", "FTSLURM_EXTRA_ARGS"):
-        env.pop(name, None)  # the demo's own cluster, Lighthouse, log and interval
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "ftslurm", "demo", "--backend", "slurm", "--all-fail",
-             "--no-plot", "--timeout", "240"],
-            env=env, capture_output=True, text=True, timeout=540,
-        )  # fmt: skip
-    except BaseException:
-        _cleanup(tmp_path)
-        raise
+    # the demo's own interval, not one the caller's shell sets
+    out = _run_demo(tmp_path, "slurm", "--all-fail", drop=("FTSLURM_EXTRA_ARGS",), timeout=540)
     print(out.stderr, out.stdout, sep="\n")  # the narration and the report: the figures
     left = _processes_marked_with(str(tmp_path))
     if left or out.returncode != 0:

@@ -47,20 +47,23 @@ def _cleanup(tmp_path: Path) -> None:
             pass
 
 
-def _run_demo(tmp_path: Path, backend: str) -> subprocess.CompletedProcess:
+def _run_demo(tmp_path: Path, backend: str, *args: str, drop: tuple[str, ...] = (),
+              timeout: float = 500) -> subprocess.CompletedProcess:  # fmt: skip
+    """`ftslurm demo --backend B` with `args` (default: `--failures 1`), its cluster, outputs
+    and Lighthouse under `tmp_path`; `drop`: more of the caller's variables to leave out."""
     env = {
         **os.environ,
         "FTSLURM_OUTPUTS": str(tmp_path / "outputs"),
         "FTSLURM_CLUSTER_DIR": str(tmp_path / "cluster"),
     }
-    for name in ("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS"):
+    for name in ("SLURM_CONF", "FTSLURM_LIGHTHOUSE_DIR", "FTSLURM_EVENTS", *drop):
         env.pop(name, None)  # the demo's own cluster, Lighthouse and log, not the session's
     try:
         # under the test's timeout, so a stuck demo is cleaned up here rather than left
         return subprocess.run(
-            [sys.executable, "-m", "ftslurm", "demo", "--backend", backend, "--failures", "1",
-             "--no-plot", "--timeout", "240"],
-            env=env, capture_output=True, text=True, timeout=500,
+            [sys.executable, "-m", "ftslurm", "demo", "--backend", backend,
+             *(args or ("--failures", "1")), "--no-plot", "--timeout", "240"],
+            env=env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
     except BaseException:
         _cleanup(tmp_path)

@@ -38,13 +38,19 @@ def _export_on_command_line(options: list[str]) -> tuple[str | None, set[int]]:
     return value, words
 
 
-def _export_in_script(script: str) -> str | None:
-    """The last `#SBATCH --export=` of the script's header."""
+def _last_directive(script: str, option: str) -> str | None:
+    """The value of the last `#SBATCH <option>` of the script's header (`option`: a regex of
+    the option's spellings)."""
     found = None
     for line in _directives(script):
-        if m := re.match(r"#SBATCH\s+--exp(?:o(?:r(?:t)?)?)?[=\s]\s*(\S+)", line):
+        if m := re.match(rf"#SBATCH\s+{option}[=\s]\s*(\S+)", line):
             found = m.group(1)
     return found
+
+
+def _export_in_script(script: str) -> str | None:
+    """The last `#SBATCH --export=` of the script's header."""
+    return _last_directive(script, r"--exp(?:o(?:r(?:t)?)?)?")
 
 
 def export_also(
@@ -197,11 +203,7 @@ def _signal_option(options: list[str]) -> str | None:
 
 def _signal_in_script(script: str) -> str | None:
     """The last `#SBATCH --signal` of the script's header."""
-    found = None
-    for line in _directives(script):
-        if m := re.match(r"#SBATCH\s+--signal[=\s]\s*(\S+)", line):
-            found = m.group(1)
-    return found
+    return _last_directive(script, r"--signal")
 
 
 def launcher_signal_margin(spec: str) -> int | None:
