@@ -136,6 +136,10 @@ def test_the_report_of_a_recorded_run_counts_restarts_in_place_apart_from_requeu
     text = render.to_text(rep)
     assert "requeues          1 (and 4 restarts in place)" in text
     assert "replica 1 attempt 0 launched on worker-1 (restart 2)" in text
+    # restart -> healed counted from the restart's own launch, as for a requeue
+    waits = [r["requeue_to_healed_s"] for r in data["recoveries"]]
+    assert [w is not None for w in waits] == [True] * 5, waits
+    assert "5.27 s after the launch at 17:36:29.000" in text
 
 
 def test_a_time_limit_signal_before_the_attempt_is_kept_and_stops_restarts(monkeypatch, capsys):

@@ -740,7 +740,7 @@ class _Builder:
         elif att.healed_time is not None and r.healed_time is not None:
             r.healed_time = max(r.healed_time, att.healed_time)
         start = att.restart_time if att.restart_time is not None else att.start_time
-        if att.number > 0 and start is not None:
+        if (att.number > 0 or att.restart) and start is not None:  # a restart in place too
             r.requeue_time = start
             r.requeue_source = (
                 f"injected {att.restart_source}" if att.restart_time is not None else att.source
