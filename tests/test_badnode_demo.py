@@ -72,7 +72,7 @@ class _Scripted(Backend):
     def fail(self, replica: int, mode: str) -> None:
         self.q = 1
 
-    def restore(self, replica: int) -> None:
+    def restore(self, replica: int, mode: str = "") -> None:
         with self.logs[replica].path.open("a") as f:
             f.write("restarting in place on worker-1 (mixed): training exited with code 137\n"
                     "[2026-11-27 10:00:30]  launching replica 1 (attempt 0, restart 1) on "

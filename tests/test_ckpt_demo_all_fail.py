@@ -24,6 +24,7 @@ from ftslurm.demo import (
     plan_lines,
 )
 from ftslurm.runner import spawn
+from ftslurm.wait import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,8 +111,13 @@ def test_the_local_backend_kills_every_replica_in_one_go(tmp_path: Path) -> None
     for i in range(2):  # a replica: a launcher with a child, as python -m ftslurm.replica job
         proc = spawn(["sh", "-c", "sleep 300 & wait"], detach=True)
         b.procs[i] = proc.pid
-    trees = {i: procs.process_tree(pid) for i, pid in b.procs.items()}
-    assert all(len(t) == 2 for t in trees.values()), trees
+
+    def forked() -> dict[int, list[int]] | None:
+        """Each tree, once each shell has forked its sleep (not yet right after the spawn)."""
+        t = {i: procs.process_tree(pid) for i, pid in b.procs.items()}
+        return t if all(len(x) == 2 for x in t.values()) else None
+
+    trees = wait_for(forked, 10, what="each launcher's child")
     try:
         b.fail_all()
         assert not any(procs.pid_alive(p) for t in trees.values() for p in t)

@@ -1,6 +1,7 @@
 """The FT sbatch script on the real local Slurm cluster (CPU): a crash of the training worker
-that Slurm did not cause is turned into `scontrol requeue <job>_<task>` by the launcher, and the
-requeued attempt heals from the survivor with identical parameters.
+that Slurm did not cause is turned into `scontrol requeue <job>_<task>` by the launcher (with
+FT_MAX_RESTARTS=0: no restart in place first), and the requeued attempt heals from the survivor
+with identical parameters.
 
 Needs root (the session's `slurm_cluster` fixture). Everything started is cancelled / killed.
 """
@@ -81,6 +82,7 @@ def test_crashed_worker_is_requeued_and_heals(slurm_cluster, tmp_path: Path) -> 
             TORCHFT_LIGHTHOUSE=f"http://login-0:{port}",
             FTSLURM_OUTPUTS=str(tmp_path / "outputs"),
             FTSLURM_PYTHON=sys.executable,
+            FT_MAX_RESTARTS="0",  # the requeue path; restarts in place: *restart_in_place_slurm
         )
         out = runner.run(
             ["sbatch", "--parsable", *sbatch_device_options("cpu"), "--array=0-1", str(SCRIPT)],
