@@ -195,6 +195,7 @@ class CountingSources(MetricsSources):
         return None
 
 
+@pytest.mark.usefixtures("no_user_state")  # a user's own run in outputs/ would key the report
 def test_each_source_is_read_once_per_ttl():
     now = [100.0]
     src = CountingSources(status_ttl_s=2.0, report_ttl_s=10.0)
