@@ -60,6 +60,12 @@
 #                                        no check caught before Slurm places the replica again;
 #                                        FT_MAX_FAILS and FT_NODE_MAX_FAILS still apply; 0: always
 #                                        requeue [3]
+#   FT_WARM_RESTART                      once a replica trains, the run that would restart it in
+#                                        place is started ahead and waits warm (imports done, before
+#                                        torchft's Manager), so a restart in place skips torchrun
+#                                        and the imports (warm_restart.py); costs one idle copy of
+#                                        the replica's processes per node (on a GPU a CUDA context
+#                                        per rank: off there until measured) [0 (1 with DEVICE=cpu)]
 #   FT_NODE_MAX_FAILS                    a node on which this array's replicas failed this often
 #                                        within FT_FAIL_WINDOW_MIN, over twice as often as on any
 #                                        other node, is drained (or avoided); 2: one failure is

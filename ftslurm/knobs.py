@@ -229,6 +229,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "requeue); 3 bounds the failed starts on a node no check caught before Slurm places "
          "the replica again; `FT_MAX_FAILS` and `FT_NODE_MAX_FAILS` still apply; 0: always "
          "requeue", 3, minimum=0, maximum=1000, scripts=FT),
+    Knob("FT_WARM_RESTART", "bool", "once a replica trains, the run that would restart it in "
+         "place is started ahead and waits warm (imports done, before torchft's Manager), so "
+         "a restart in place skips torchrun and the imports (warm_restart.py); costs one idle "
+         "copy of the replica's processes per node (on a GPU a CUDA context per rank: off "
+         "there until measured)", False, cpu_default=True, scripts=FT),
     Knob("FT_NODE_MAX_FAILS", "int", "a node on which this array's replicas failed this often "
          "within `FT_FAIL_WINDOW_MIN`, over twice as often as on any other node, is drained "
          "(or avoided); 2: one failure is retried in place, a second moves the replica; "
@@ -357,6 +362,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_ATTEMPT_GUARD", "bool", "a process removes an attempt's temporary folder "
          "once its launcher is gone, also after a SIGKILL (attempt_guard.py); 0: only a later "
          "attempt on the host does", True, public=False),
+    Knob("FTSLURM_WARM_GO_FILE", "path", "where the launcher tells a warm next run to train "
+         "(`go`) or to end (`stop`)", public=False),
     Knob("FTSLURM_SLOT_FILE", "path", "where local rank 0 tells the other ranks its slot",
          public=False),
     Knob("FTSLURM_FENCED_FILE", "path", "where a fenced worker tells the launcher",
