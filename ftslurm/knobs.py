@@ -9,22 +9,28 @@ line before the queue wait, not on every rank after it; and the knob tables of t
 and of docs/settings.md are rendered from here (`--write`; tests/test_knobs.py fails when they
 drift).
 
-Imports nothing heavy (the standard library, ftslurm.errors and ftslurm.paths' file names):
-the launcher, the training worker and the CLI all read it.
+Read once: `load(env)` parses every knob set in `env` into a frozen `Settings` (a bad value
+is kept and raised, in the same one line, where the knob is read, so a command that never reads
+it does not fail on it); `environ()` is this process's, parsed again only when os.environ
+changes. Modules take a `Settings`, not `env`, past their public boundary.
+
+Imports nothing heavy (the standard library and ftslurm.errors): the launcher, the training
+worker, the CLI and ftslurm.paths (which reads its folders here) all read it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from ftslurm import paths
 from ftslurm.errors import UserError
 
 Kind = Literal["int", "float", "bool", "choice", "str", "path"]
@@ -32,7 +38,11 @@ KINDS = get_args(Kind)
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 DAY_S = 86400
-SCRIPTS = {"ft": paths.FT_SCRIPT, "classic": paths.CLASSIC_SCRIPT}
+# the sbatch scripts whose headers list their knobs (rendered here); ftslurm.paths names them
+# from here, as paths reads its folders through this registry
+FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
+CLASSIC_SCRIPT = "llama3.1-8b-pretraining.sh"
+SCRIPTS = {"ft": FT_SCRIPT, "classic": CLASSIC_SCRIPT}
 FT, CLASSIC, BOTH = ("ft",), ("classic",), ("ft", "classic")
 
 
@@ -413,6 +423,100 @@ def check(env: Mapping[str, str]) -> None:
             knob.parse(env[knob.name])
 
 
+KIND_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (float, int), "bool": (bool,), "choice": (str,), "str": (str,),
+    "path": (str,),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of one environment, parsed once by `load`: `s["STEPS"]` or `s.STEPS` is the
+    value as its knob's type (a name not in the registry is a KeyError / AttributeError, not a
+    silent None), else its default on `device`.
+
+    A bad value is kept, not raised, at load: it is raised (the same one-line `UserError`) where
+    it is read, as reading it from the environment did, so `ftslurm status` does not fail on a
+    knob only the launcher reads; `check` raises the first bad public one up front. `env` is
+    the snapshot the values came from, for the variables that are not knobs (Slurm's)."""
+
+    env: Mapping[str, str] = field(repr=False)  # may hold secrets (WANDB_API_KEY)
+    device: str | None = None
+    values: Mapping[str, Any] = field(default_factory=dict, repr=False)  # value or UserError
+
+    def __getitem__(self, name: str) -> Any:
+        knob = KNOBS.get(name)
+        if knob is None:
+            raise KeyError(f"{name} is not a knob of ftslurm/knobs.py: register it there")
+        if name in self.values:
+            value = self.values[name]
+            if isinstance(value, UserError):
+                raise value
+            return value
+        return knob.default_for(self.device)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in KNOBS:
+            return self[name]
+        raise AttributeError(f"{name} is not a knob of ftslurm/knobs.py nor a Settings field")
+
+    def get(self, name: str, device: str | None = None) -> Any:
+        """Knob `name`, its default on `device` (else this object's) when unset."""
+        return self.on(device)[name] if device is not None else self[name]
+
+    def is_set(self, name: str) -> bool:
+        """Whether knob `name` is set (not blank: an empty export is unset)."""
+        if name not in KNOBS:
+            raise KeyError(f"{name} is not a knob of ftslurm/knobs.py: register it there")
+        return name in self.values
+
+    def raw(self, name: str) -> str:
+        """The text knob `name` is set to (for a message quoting it, or passing it on as set)."""
+        self.is_set(name)
+        return self.env.get(name, "")
+
+    def on(self, device: str | None) -> Settings:
+        """The same settings with the defaults of `device` (knobs whose default depends on it)."""
+        return self if device == self.device else replace(self, device=device)
+
+    def check(self) -> None:
+        """`check` on these settings: the first bad public knob, in registry order, raised."""
+        for knob in public():
+            value = self.values.get(knob.name)
+            if isinstance(value, UserError):
+                raise value
+
+
+def load(env: Mapping[str, str] | Settings | None = None, device: str | None = None) -> Settings:
+    """The settings of `env` (a Settings is returned as it is, on `device` if given; None: this
+    process's, `environ()`): every knob set in it parsed here, once."""
+    if isinstance(env, Settings):
+        return env.on(device) if device is not None else env
+    if env is None:
+        return environ().on(device)
+    snapshot = dict(env)
+    values: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        if is_set(snapshot, name):
+            try:
+                values[name] = knob.parse(snapshot[name])
+            except UserError as e:
+                values[name] = e
+    return Settings(MappingProxyType(snapshot), device, MappingProxyType(values))
+
+
+_PROCESS: list[Settings] = []  # this process's, from os.environ: see environ()
+
+
+def environ() -> Settings:
+    """This process's settings, loaded from os.environ once and again only when it changed (a
+    test's monkeypatch, click's CliRunner(env=...), a worker setting MASTER_PORT): the values
+    are never stale, and parsed once per environment."""
+    if not _PROCESS or _PROCESS[0].env != os.environ:
+        _PROCESS[:] = [load(os.environ)]
+    return _PROCESS[0]
+
+
 # --------------------------------------------------------------------------------------------
 # The tables in the scripts' headers and docs/settings.md, rendered from the registry
 
@@ -521,7 +625,10 @@ def main(argv: list[str] | None = None) -> int:
     elif a.shell_comment:
         sys.stdout.write(shell_comment(a.shell_comment))
     else:
-        root = paths.project_root()
+        # the checkout whose knobs.py this is (FTSLURM_PROJECT, else the package's parent);
+        # not paths.project_root(): paths reads its folders here, so this may not import it
+        project = environ()["FTSLURM_PROJECT"]
+        root = Path(project).resolve() if project else Path(__file__).resolve().parent.parent
         try:
             for path, text in rendered(root).items():
                 if path.read_text() != text:

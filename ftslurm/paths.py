@@ -3,7 +3,8 @@
 Everything lives under one outputs directory so a user (and `ftslurm report`) finds it all in
 one place. Default: `outputs/` of the project checkout (the directory holding the sbatch
 scripts), else `./outputs`; `FTSLURM_OUTPUTS` overrides it. Sub-directories have their own
-overrides so tests can run side by side with a user's cluster and Lighthouse.
+overrides so tests can run side by side with a user's cluster and Lighthouse. Each override is
+a knob, read through the registry (`knobs.environ()`: blank is unset, as for every knob).
 """
 
 from __future__ import annotations
@@ -13,19 +14,22 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ftslurm import knobs
 from ftslurm.errors import UserError
 
-FT_SCRIPT = "llama3.1-8b-pretraining-torchft.sh"
+# the scripts' names: the registry renders their knob tables, the commands find them here
+from ftslurm.knobs import CLASSIC_SCRIPT as CLASSIC_SCRIPT
+from ftslurm.knobs import FT_SCRIPT as FT_SCRIPT
+
 NAME_MAX = 255  # bytes of one path component (Linux)
 # PATH_MAX (4096) less room for the longest name ftslurm puts under a state folder
 # (`torchft/tft-<job>/slots/slot-<r>/.epoch-<E>.json.<pid>.<hex>.tmp`)
 DIR_MAX = 4096 - 160
-CLASSIC_SCRIPT = "llama3.1-8b-pretraining.sh"
 
 
 def project_root() -> Path:
     """The checkout holding the sbatch scripts: the package's parent, else the cwd."""
-    env = os.environ.get("FTSLURM_PROJECT")
+    env = knobs.environ()["FTSLURM_PROJECT"]
     if env:
         return Path(env).resolve()
     here = Path(__file__).resolve().parent.parent
@@ -38,7 +42,7 @@ def _state_dir(name: str) -> Path | None:
     """The folder variable `name` names, resolved; None when unset. A path no file under it
     could be opened by (a name over NAME_MAX, the whole near PATH_MAX) is a one-line
     UserError here, not an OSError traceback from the first command that stats it."""
-    env = os.environ.get(name)
+    env = knobs.environ()[name]
     if not env:
         return None
     raw = os.fsencode(env)
@@ -63,7 +67,7 @@ def job_python(env: Mapping[str, str] | None = None) -> str:
     """The interpreter the sbatch scripts exec on the nodes (FTSLURM_PYTHON): this one unless
     set, so jobs run in the environment that submitted them (`sudo` resets PATH, and the
     `python3` first on a node's PATH may lack ftslurm)."""
-    return (os.environ if env is None else env).get("FTSLURM_PYTHON") or sys.executable
+    return knobs.load(env)["FTSLURM_PYTHON"] or sys.executable
 
 
 def lighthouse_dir() -> Path:
@@ -79,6 +83,6 @@ def torchft_runs_dir(outputs: Path | None = None) -> Path:
 
 def events_log() -> Path:
     """JSON lines of injected failures (`ftslurm simulate-failure`), read by `ftslurm report`."""
-    env = os.environ.get("FTSLURM_EVENTS")
+    env = knobs.environ()["FTSLURM_EVENTS"]
     # its folder resolved, not its name: a link planted there is refused when written
     return Path(env).parent.resolve() / Path(env).name if env else outputs_dir() / "events.jsonl"

@@ -5,8 +5,10 @@ given (plus the project root and the node's hostname / head node passed in), so 
 scripts can be checked with a dry run and the argv can be tested against golden lists.
 
 The knobs (environment variables), their types, defaults and ranges are in one registry,
-ftslurm/knobs.py (`python -m ftslurm.knobs --markdown` prints them); every one is read through
-it here, and `knobs.check` refuses a bad value before anything is built.
+ftslurm/knobs.py (`python -m ftslurm.knobs --markdown` prints them). The public functions take
+the env (or its `knobs.Settings`) and load it once; the helpers take the `Settings`, whose
+`check` refuses a bad value before anything is built. Slurm's own variables (not knobs) are
+read from `settings.env`, the same snapshot.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from pathlib import Path
 
 from ftslurm import knobs
 from ftslurm.errors import UserError
+from ftslurm.knobs import Settings
+
+Env = Mapping[str, str] | Settings  # what the public functions take: loaded once at their top
 
 TRAIN_MODULE = "ftslurm.replica.train"
 CONFIG_DIR = Path("slurm") / "configs"
@@ -125,14 +130,16 @@ def model_checkpoints_on(tt_args: list[str], default: bool = True) -> bool:
     return on
 
 
-def _first_int(env: Mapping[str, str], names: Sequence[str], default: int | None, what: str) -> int:
-    """The first of `names` set in `env` (the launcher's own knob, then the Slurm variable
-    that says the same), read by the rules of the knob `names[0]` if it is one; else
-    `default`."""
+def _first_int(s: Settings, names: Sequence[str], default: int | None, what: str) -> int:
+    """The first of `names` set (the launcher's own knob, then the Slurm variable that says
+    the same), read by the rules of the knob `names[0]` if it is one; else `default`."""
     rules = knobs.KNOBS.get(names[0])
     for name in names:
-        if knobs.is_set(env, name):
-            return rules.parse(env[name], name) if rules else knobs.to_int(name, env[name])
+        if name in knobs.KNOBS:
+            if s.is_set(name):
+                return s[name]
+        elif knobs.is_set(s.env, name):
+            return rules.parse(s.env[name], name) if rules else knobs.to_int(name, s.env[name])
     if default is None:
         raise UserError(
             f"{what} is unknown: run inside a Slurm job array or set {' / '.join(names)}"
@@ -140,10 +147,11 @@ def _first_int(env: Mapping[str, str], names: Sequence[str], default: int | None
     return default
 
 
-def resolve_preset(env: Mapping[str, str], classic: bool = False) -> tuple[str, Preset, str]:
+def resolve_preset(env: Env, classic: bool = False) -> tuple[str, Preset, str]:
     """Pick the preset and the device; DEVICE=cpu alone means the debug_cpu preset."""
-    device = knobs.get(env, "DEVICE") if knobs.is_set(env, "DEVICE") else None
-    name = knobs.get(env, "FTSLURM_PRESET")
+    s = knobs.load(env)
+    device = s.DEVICE if s.is_set("DEVICE") else None
+    name = s.FTSLURM_PRESET
     if not name:
         name = "debug_cpu" if device == "cpu" else ("llama3_8b" if classic else "llama3_8b_ft")
     preset = PRESETS[name]
@@ -166,12 +174,12 @@ def resolve_preset(env: Mapping[str, str], classic: bool = False) -> tuple[str, 
     return name, preset, device
 
 
-def _extra_args(env: Mapping[str, str]) -> list[str]:
+def _extra_args(s: Settings) -> list[str]:
     try:
-        return shlex.split(knobs.get(env, "FTSLURM_EXTRA_ARGS") or "")
+        return shlex.split(s.FTSLURM_EXTRA_ARGS or "")
     except ValueError as e:  # "No closing quotation", "No escaped character"
         raise UserError(
-            f"FTSLURM_EXTRA_ARGS={env['FTSLURM_EXTRA_ARGS']!r} does not parse ({e}): quote "
+            f"FTSLURM_EXTRA_ARGS={s.raw('FTSLURM_EXTRA_ARGS')!r} does not parse ({e}): quote "
             "it as for a shell, e.g. FTSLURM_EXTRA_ARGS='--training.steps=50'"
         ) from None
 
@@ -193,17 +201,17 @@ def lighthouse_address_problem(address: str) -> str | None:
     return None
 
 
-def _outputs(env: Mapping[str, str], root: Path) -> Path:
-    return Path(knobs.get(env, "FTSLURM_OUTPUTS") or root / "outputs")
+def _outputs(s: Settings, root: Path) -> Path:
+    return Path(s.FTSLURM_OUTPUTS or root / "outputs")
 
 
-def outputs_folder(env: Mapping[str, str], root: Path) -> Path:
+def outputs_folder(env: Env, root: Path) -> Path:
     """The outputs folder the job writes into (FTSLURM_OUTPUTS, else `<root>/outputs`)."""
-    return _outputs(env, root)
+    return _outputs(knobs.load(env), root)
 
 
-def _dump(env: Mapping[str, str], default: Path) -> str:
-    return knobs.get(env, "FTSLURM_DUMP_FOLDER") or str(default)
+def _dump(s: Settings, default: Path) -> str:
+    return s.FTSLURM_DUMP_FOLDER or str(default)
 
 
 def local_assets(root: Path) -> tuple[Path, Path]:
@@ -217,9 +225,7 @@ def hf_assets(root: Path) -> Path:
     return root / "assets" / "hf" / "Llama-3.1-8B"
 
 
-def _common_tt_args(
-    env: Mapping[str, str], root: Path, preset: Preset, device: str, dump: str
-) -> list[str]:
+def _common_tt_args(s: Settings, root: Path, preset: Preset, device: str, dump: str) -> list[str]:
     args = [
         f"--job.config_file={root / CONFIG_DIR / preset.toml}",
         f"--job.dump_folder={dump}",
@@ -229,17 +235,17 @@ def _common_tt_args(
         args += [f"--model.hf_assets_path={tok}", f"--training.dataset_path={data}"]
     else:
         args.append(f"--model.hf_assets_path={hf_assets(root)}")
-    args.append(f"--training.steps={knobs.get(env, 'STEPS', device)}")
-    if folder := knobs.get(env, "CHECKPOINT_FOLDER"):
+    args.append(f"--training.steps={s.get('STEPS', device)}")
+    if folder := s.CHECKPOINT_FOLDER:
         args.append(f"--checkpoint.folder={folder}")
     return args
 
 
-def _gpus(env: Mapping[str, str], device: str, classic: bool = False) -> int:
+def _gpus(s: Settings, device: str, classic: bool = False) -> int:
     """Ranks per node. On CPU an FT replica may have several (FSDP over gloo: fix 10 in
     fixes.py makes its reduce-scatter a SUM); the classic CPU job runs one rank per node,
     the nodes replicating (DDP) as its GPU baseline's nodes do."""
-    gpus = knobs.get(env, "GPUS_PER_NODE", device)
+    gpus = s.get("GPUS_PER_NODE", device)
     if classic and device == "cpu" and gpus != 1:
         raise UserError(
             "the classic script on DEVICE=cpu runs one rank per node (the nodes replicate); "
@@ -248,25 +254,25 @@ def _gpus(env: Mapping[str, str], device: str, classic: bool = False) -> int:
     return gpus
 
 
-def _cpu_env(env: Mapping[str, str]) -> dict[str, str]:
+def _cpu_env(s: Settings) -> dict[str, str]:
     return {
-        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": s.env.get("OMP_NUM_THREADS", "1"),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
 
 
-def _torchrun(env: Mapping[str, str], torchrun: Sequence[str], nnodes: int, gpus: int,
+def _torchrun(s: Settings, torchrun: Sequence[str], nnodes: int, gpus: int,
               endpoint: str, rdzv_id: str, tt_args: list[str]) -> list[str]:  # fmt: skip
     """torchrun (`torchrun`, else FTSLURM_TORCHRUN, else the one on PATH) running the training
     module on `gpus` ranks of each of `nnodes` nodes, rendezvous at `endpoint`."""
-    return [*(torchrun or [knobs.get(env, "FTSLURM_TORCHRUN") or "torchrun"]),
+    return [*(torchrun or [s.FTSLURM_TORCHRUN or "torchrun"]),
             f"--nnodes={nnodes}", f"--nproc_per_node={gpus}", "--rdzv_backend=c10d",
             f"--rdzv_endpoint={endpoint}", f"--rdzv_id={rdzv_id}", "-m", TRAIN_MODULE,
             *tt_args]  # fmt: skip
 
 
-def _tiny(env: Mapping[str, str], device: str, pg: str, ft_mode: str) -> list[str]:
+def _tiny(s: Settings, device: str, pg: str, ft_mode: str) -> list[str]:
     """The tiny worker's command: the interpreter the script execs (FTSLURM_PYTHON), one
     process per replica, no torchrun (it would add a second interpreter that imports torch)."""
     if pg != "gloo" or ft_mode != "per-step":
@@ -274,30 +280,36 @@ def _tiny(env: Mapping[str, str], device: str, pg: str, ft_mode: str) -> list[st
             f"FTSLURM_PRESET=tiny runs per-step FT over gloo, not FT_MODE={ft_mode} / "
             f"PROCESS_GROUP={pg}; unset FT_MODE and PROCESS_GROUP"
         )
-    python = knobs.get(env, "FTSLURM_PYTHON") or "python3"
-    return [python, "-m", TINY_MODULE, f"--steps={knobs.get(env, 'STEPS', device)}"]
+    python = s.FTSLURM_PYTHON or "python3"
+    return [python, "-m", TINY_MODULE, f"--steps={s.get('STEPS', device)}"]
 
 
-def run_folder(env: Mapping[str, str], root: Path) -> Path:
+def run_folder(env: Env, root: Path) -> Path:
     """`<outputs>/torchft/tft-<job>`: the run's folder (logs, slot claims), as the script
     names it."""
-    run_id = env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
-    return _outputs(env, root) / "torchft" / f"tft-{run_id}"
+    s = knobs.load(env)
+    return _outputs(s, root) / "torchft" / f"tft-{_run_id(s, 'SLURM_ARRAY_JOB_ID')}"
 
 
-def slot_layout(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+def _run_id(s: Settings, slurm: str) -> str:
+    """The run's id: Slurm's job id (`slurm` names which), else FTSLURM_RUN_ID."""
+    return s.env.get(slurm) or s.FTSLURM_RUN_ID
+
+
+def slot_layout(env: Env) -> tuple[int, int, int] | None:
     """(array task, group size N, spares S) of a run with warm spares (FT_SPARES > 0), else
     None: `--array=0-<N-1+S>` trains N replicas; the group size is the array's size minus S."""
-    knobs.check(env)
-    spares = knobs.get(env, "FT_SPARES")
+    s = knobs.load(env)
+    s.check()
+    spares = s.FT_SPARES
     if not spares:
         return None
-    task = _first_int(env, ["FTSLURM_TASK", "SLURM_ARRAY_TASK_ID"], None, "array task")
-    if knobs.is_set(env, "FTSLURM_GROUP_SIZE"):  # SkyPilot: nodes - spares, said by the YAML
-        group = knobs.get(env, "FTSLURM_GROUP_SIZE")
+    task = _first_int(s, ["FTSLURM_TASK", "SLURM_ARRAY_TASK_ID"], None, "array task")
+    if s.is_set("FTSLURM_GROUP_SIZE"):  # SkyPilot: nodes - spares, said by the YAML
+        group = s.FTSLURM_GROUP_SIZE
         total = group + spares
     else:
-        total = _first_int(env, ["SLURM_ARRAY_TASK_COUNT"], None, "array size")
+        total = _first_int(s, ["SLURM_ARRAY_TASK_COUNT"], None, "array size")
         group = total - spares
     if group < 1:
         raise UserError(
@@ -327,41 +339,42 @@ ONE_RANK_ENV = {
 WORKER_STORE_ENV = "FTSLURM_WORKER_STORE"
 
 
-def _one_rank(env: Mapping[str, str], python: Sequence[str], rdzv_id: str,
+def _one_rank(s: Settings, python: Sequence[str], rdzv_id: str,
               tt_args: list[str]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The training module run by the launcher itself, without torchrun: the argv and the
     env torchrun would have given its single worker (`-u`: unbuffered, as torchrun runs it)."""
-    argv = [*(python or [knobs.get(env, "FTSLURM_PYTHON") or "python3"]), "-u", "-m",
+    argv = [*(python or [s.FTSLURM_PYTHON or "python3"]), "-u", "-m",
             TRAIN_MODULE, *tt_args]  # fmt: skip
     return argv, {**ONE_RANK_ENV, "TORCHELASTIC_RUN_ID": rdzv_id, WORKER_STORE_ENV: "1"}
 
 
 def build_ft_plan(
-    env: Mapping[str, str], root: Path, torchrun: Sequence[str] = (), python: Sequence[str] = ()
+    env: Env, root: Path, torchrun: Sequence[str] = (), python: Sequence[str] = ()
 ) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous). One rank per node
     and FTSLURM_SKIP_TORCHRUN (default on): the training module under `python` (default
     FTSLURM_PYTHON, else python3) with torchrun's environment: one interpreter start and
     torchrun's rendezvous less per (re)start (1.4 s on CPU: docs/benchmarks-cpu.md)."""
-    knobs.check(env)
-    name, preset, device = resolve_preset(env)
-    replica_id = _first_int(env, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
-    group_size = _first_int(env, ["FTSLURM_GROUP_SIZE", "SLURM_ARRAY_TASK_COUNT"], None,
+    s = knobs.load(env)
+    s.check()
+    name, preset, device = resolve_preset(s)
+    replica_id = _first_int(s, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
+    group_size = _first_int(s, ["FTSLURM_GROUP_SIZE", "SLURM_ARRAY_TASK_COUNT"], None,
                             "group size")  # fmt: skip
     if not 0 <= replica_id < group_size:
         raise UserError(
             f"replica id {replica_id} is outside 0..{group_size - 1}; "
             "submit with --array=0-<N-1> or fix FTSLURM_REPLICA_ID / FTSLURM_GROUP_SIZE"
         )
-    attempt = _first_int(env, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
-    gpus = _gpus(env, device)
-    run_id = env.get("SLURM_ARRAY_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
-    dump = _dump(env, _outputs(env, root) / "torchft" / f"tft-{run_id}")
-    ft_mode = knobs.get(env, "FT_MODE") or preset.ft_mode or "per-step"
-    pg = knobs.get(env, "PROCESS_GROUP", device)
+    attempt = _first_int(s, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
+    gpus = _gpus(s, device)
+    run_id = _run_id(s, "SLURM_ARRAY_JOB_ID")
+    dump = _dump(s, _outputs(s, root) / "torchft" / f"tft-{run_id}")
+    ft_mode = s.FT_MODE or preset.ft_mode or "per-step"
+    pg = s.get("PROCESS_GROUP", device)
 
-    tt = _common_tt_args(env, root, preset, device, dump)
+    tt = _common_tt_args(s, root, preset, device, dump)
     tt += [
         # HSDP: FSDP inside the node, torchft across nodes
         f"--parallelism.data_parallel_shard_degree={gpus}",
@@ -370,37 +383,37 @@ def build_ft_plan(
         f"--fault_tolerance.group_size={group_size}",
         f"--fault_tolerance.process_group={pg}",
     ]
-    if knobs.is_set(env, "FT_MODE") and ft_mode != preset.ft_mode:
+    if s.is_set("FT_MODE") and ft_mode != preset.ft_mode:
         tt.append(
             "--fault_tolerance.semi_sync_method=" + ("diloco" if ft_mode == "diloco" else "None")
         )
     if ft_mode == "diloco":
-        if (sync := knobs.get(env, "SYNC_STEPS")) is not None:
+        if (sync := s.SYNC_STEPS) is not None:
             tt.append(f"--fault_tolerance.sync_steps={sync}")
-        if (n := knobs.get(env, "NUM_FRAGMENTS")) is not None:
+        if (n := s.NUM_FRAGMENTS) is not None:
             tt.append(f"--fault_tolerance.num_fragments={n}")
-    if (timeout_s := knobs.get(env, "PG_TIMEOUT_S")) is not None:
+    if (timeout_s := s.PG_TIMEOUT_S) is not None:
         tt.append(f"--fault_tolerance.process_group_timeout_ms={timeout_s * 1000}")
-    heal_timeout = knobs.get(env, "FTSLURM_HEAL_TIMEOUT_S")
+    heal_timeout = s.FTSLURM_HEAL_TIMEOUT_S
     notes = []
-    if knobs.is_set(env, "WANDB_API_KEY"):
+    if s.is_set("WANDB_API_KEY"):
         if replica_id == 0:
             tt.append("--metrics.enable_wandb")
         else:
             notes.append("W&B logs on replica 0 only")
-    tt += _extra_args(env)
+    tt += _extra_args(s)
     if not model_checkpoints_on(tt):
         notes.append(NO_MODEL_CHECKPOINTS_NOTE)
 
-    lighthouse = knobs.get(env, "TORCHFT_LIGHTHOUSE")
+    lighthouse = s.TORCHFT_LIGHTHOUSE
     problem = lighthouse_address_problem(lighthouse)
     if problem:
         raise UserError(
             f"TORCHFT_LIGHTHOUSE={lighthouse!r}: {problem}; export the line `ftslurm "
             "lighthouse start` prints"
         )
-    task = knobs.get(env, "FTSLURM_TASK") if knobs.is_set(env, "FTSLURM_TASK") else None
-    spare = bool(knobs.get(env, "FTSLURM_SPARE"))
+    task = s.FTSLURM_TASK if s.is_set("FTSLURM_TASK") else None
+    spare = bool(s.FTSLURM_SPARE)
     rdzv_id = f"tft_{run_id}_{replica_id}" if task is None else f"tft_{run_id}_task{task}"
     child_env: dict[str, str] = {}
     if preset.worker == "tiny":
@@ -410,16 +423,16 @@ def build_ft_plan(
         if gpus != 1:
             raise UserError(f"FTSLURM_PRESET=tiny runs one process per replica, not "
                             f"GPUS_PER_NODE={gpus}: unset GPUS_PER_NODE")  # fmt: skip
-        argv = _tiny(env, device, pg, ft_mode)
+        argv = _tiny(s, device, pg, ft_mode)
         notes = ["FTSLURM_PRESET=tiny: no torchtitan, torchrun or TOML; STEPS, "
                  "TORCHFT_LIGHTHOUSE and the checksum knobs apply"]  # fmt: skip
-    elif gpus == 1 and knobs.get(env, "FTSLURM_SKIP_TORCHRUN"):
-        argv, child_env = _one_rank(env, python, rdzv_id, tt)
+    elif gpus == 1 and s.FTSLURM_SKIP_TORCHRUN:
+        argv, child_env = _one_rank(s, python, rdzv_id, tt)
     else:
-        argv = _torchrun(env, torchrun, 1, gpus, "localhost:0", rdzv_id, tt)
+        argv = _torchrun(s, torchrun, 1, gpus, "localhost:0", rdzv_id, tt)
     child_env |= {
         "TORCHFT_LIGHTHOUSE": lighthouse,
-        "TORCHFT_QUORUM_RETRIES": str(knobs.get(env, "TORCHFT_QUORUM_RETRIES")),
+        "TORCHFT_QUORUM_RETRIES": str(s.TORCHFT_QUORUM_RETRIES),
         "FTSLURM_DEVICE": device,
         "FTSLURM_FT_MODE": ft_mode,
         "FTSLURM_REPLICA_ID": str(replica_id),
@@ -427,9 +440,9 @@ def build_ft_plan(
         "FTSLURM_ATTEMPT": str(attempt),
         "FTSLURM_HEAL_TIMEOUT_S": str(heal_timeout),
     }
-    child_env.update({k: env[k] for k in SLOT_ENV if knobs.is_set(env, k)})
+    child_env.update({k: s.raw(k) for k in SLOT_ENV if s.is_set(k)})
     if device == "cpu":
-        child_env.update(_cpu_env(env))
+        child_env.update(_cpu_env(s))
     return Plan(
         kind="ft",
         argv=argv,
@@ -441,28 +454,29 @@ def build_ft_plan(
         attempt=attempt,
         run_id=run_id,
         ft_mode=ft_mode,
-        max_requeues=knobs.get(env, "FT_MAX_REQUEUES"),
-        array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
-        max_fails=knobs.get(env, "FT_MAX_FAILS"),
-        fail_window_s=60.0 * knobs.get(env, "FT_FAIL_WINDOW_MIN"),
-        lifetime_cap=knobs.is_set(env, "FT_MAX_REQUEUES"),
+        max_requeues=s.FT_MAX_REQUEUES,
+        array_job_id=s.env.get("SLURM_ARRAY_JOB_ID"),
+        max_fails=s.FT_MAX_FAILS,
+        fail_window_s=60.0 * s.FT_FAIL_WINDOW_MIN,
+        lifetime_cap=s.is_set("FT_MAX_REQUEUES"),
         notes=notes,
         task=task,
         spare=spare,
-        slot_epoch=knobs.get(env, "FTSLURM_SLOT_EPOCH") if not spare else None,
+        slot_epoch=s.FTSLURM_SLOT_EPOCH if not spare else None,
     )
 
 
-def preflight_ft(env: Mapping[str, str], root: Path, group_size: int = 1) -> Plan:
+def preflight_ft(env: Env, root: Path, group_size: int = 1) -> Plan:
     """The plan replica 0 of a `group_size` array would build, before submitting: every knob
     checked on the login node as each node's launcher will (`ftslurm submit`, the API)."""
-    probe = {**env, "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": str(group_size)}
+    probe = {**knobs.load(env).env, "FTSLURM_REPLICA_ID": "0",
+             "FTSLURM_GROUP_SIZE": str(group_size)}  # fmt: skip
     return build_ft_plan(probe, root)
 
 
-def preflight_classic(env: Mapping[str, str], root: Path, nodes: int = 1) -> Plan:
+def preflight_classic(env: Env, root: Path, nodes: int = 1) -> Plan:
     """The classic job's plan before submitting (see preflight_ft)."""
-    return build_classic_plan({**env, "SLURM_NNODES": str(nodes)}, root, "head")
+    return build_classic_plan({**knobs.load(env).env, "SLURM_NNODES": str(nodes)}, root, "head")
 
 
 def _srun_cpus(env: Mapping[str, str]) -> list[str]:
@@ -474,28 +488,27 @@ def _srun_cpus(env: Mapping[str, str]) -> list[str]:
     return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 else []
 
 
-def build_classic_plan(
-    env: Mapping[str, str], root: Path, head_node: str, torchrun: Sequence[str] = ()
-) -> Plan:
+def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[str] = ()) -> Plan:
     """The classic (non-FT) job: `srun` one torchrun per node, rendezvous on the head node.
 
     Any node failure kills the whole job; that is the baseline the FT script improves on.
     With FTSLURM_SINGLE_NODE=1 the same torchrun command runs on this machine only (no srun,
     rendezvous on localhost), so a one-machine benchmark runs the very launcher path.
     """
-    knobs.check(env)
-    name, preset, device = resolve_preset(env, classic=True)
-    local = knobs.get(env, "FTSLURM_SINGLE_NODE")  # this machine alone, without srun
+    s = knobs.load(env)
+    s.check()
+    name, preset, device = resolve_preset(s, classic=True)
+    local = s.FTSLURM_SINGLE_NODE  # this machine alone, without srun
     nnodes = (
         1
         if local
-        else _first_int(env, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
+        else _first_int(s, ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"], None, "number of nodes")
     )
-    gpus = _gpus(env, device, classic=True)
-    run_id = env.get("SLURM_JOB_ID") or knobs.get(env, "FTSLURM_RUN_ID")
-    dump = _dump(env, _outputs(env, root) / f"classic-{run_id}")
-    port = knobs.get(env, "RDZV_PORT")
-    tt = _common_tt_args(env, root, preset, device, dump)
+    gpus = _gpus(s, device, classic=True)
+    run_id = _run_id(s, "SLURM_JOB_ID")
+    dump = _dump(s, _outputs(s, root) / f"classic-{run_id}")
+    port = s.RDZV_PORT
+    tt = _common_tt_args(s, root, preset, device, dump)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
         # the nodes replicate (DDP) instead, and FT stays off as in the GPU baseline.
@@ -504,23 +517,23 @@ def build_classic_plan(
             "--parallelism.data_parallel_shard_degree=1",
             "--fault_tolerance.no-enable",
         ]
-    tt += _extra_args(env)
-    if knobs.is_set(env, "WANDB_API_KEY"):
+    tt += _extra_args(s)
+    if s.is_set("WANDB_API_KEY"):
         tt.append("--metrics.enable_wandb")
     srun = [
         "srun",
         f"--nodes={nnodes}",
         f"--ntasks={nnodes}",
         "--ntasks-per-node=1",
-        *_srun_cpus(env),
+        *_srun_cpus(s.env),
         "--kill-on-bad-exit=1",
     ]
     endpoint = "localhost:0" if local else f"{head_node}:{port}"
     argv = [*([] if local else srun),
-            *_torchrun(env, torchrun, nnodes, gpus, endpoint, f"classic_{run_id}", tt)]
+            *_torchrun(s, torchrun, nnodes, gpus, endpoint, f"classic_{run_id}", tt)]
     child_env = {"FTSLURM_DEVICE": device}
     if device == "cpu":
-        child_env.update(_cpu_env(env))
+        child_env.update(_cpu_env(s))
     return Plan(
         kind="classic",
         argv=argv,
@@ -530,7 +543,7 @@ def build_classic_plan(
         device=device,
         replica_id=0,
         group_size=1,
-        attempt=_first_int(env, ["SLURM_RESTART_COUNT"], 0, "attempt"),
+        attempt=_first_int(s, ["SLURM_RESTART_COUNT"], 0, "attempt"),
         run_id=run_id,
         ft_mode=None,
         max_requeues=0,
