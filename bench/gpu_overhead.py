@@ -50,16 +50,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ftslurm import lighthouse, procs, runner  # noqa: E402
+from ftslurm import lighthouse, logvocab, procs, runner  # noqa: E402
 from ftslurm.failure_plan import is_training_worker  # noqa: E402
 from ftslurm.replica import checksum  # noqa: E402
 from ftslurm.replica import plan as planlib  # noqa: E402
+from ftslurm.run.progress import steps_in  # noqa: E402
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-STEP_RE = re.compile(
-    r"step:\s*(?P<step>\d+)\s.*?memory:\s*(?P<gib>[-\d.]+)GiB\((?P<pct>[-\d.]+)%\)"
-    r".*?tps:\s*(?P<tps>[\d,]+)"
-)
+ANSI = logvocab.ANSI_TEXT  # bench/gpu_heal.py strips its log's colours with it too
 PARAMS_RE = re.compile(r"size:\s*([\d,]+) total parameters")
 DEVICE_RE = re.compile(r"(?:CUDA|CPU|GPU) capacity: (?P<name>.+?) with (?P<gib>[\d.]+)GiB memory")
 
@@ -81,17 +78,13 @@ class Step:
 
 
 def parse_steps(text: str) -> list[Step]:
-    """torchtitan step lines of one log (colours stripped: the 8B TOMLs keep them on)."""
-    out = []
-    for line in ANSI.sub("", text).splitlines():
-        m = STEP_RE.search(line)
-        if m and " - root - " in line:
-            out.append(
-                Step(
-                    int(m["step"]), float(m["gib"]), float(m["pct"]), int(m["tps"].replace(",", ""))
-                )
-            )
-    return out
+    """torchtitan step lines of one log that carry memory and throughput (the run model's
+    step parser; colours are stripped there: the 8B TOMLs keep them on)."""
+    return [
+        Step(s.step, s.memory_gib, s.memory_pct, s.tps)
+        for s in steps_in(text)
+        if s.memory_gib is not None and s.memory_pct is not None and s.tps is not None
+    ]
 
 
 def parse_params(text: str) -> int | None:

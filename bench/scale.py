@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from ftslurm import lighthouse, logvocab, runner  # noqa: E402
 from ftslurm.cluster import local  # noqa: E402
-from ftslurm.logtail import Appended  # noqa: E402
+from ftslurm.run.cursor import LogCursor  # noqa: E402
 from ftslurm.wait import WaitTimeout, free_port, wait_for  # noqa: E402
 
 FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
@@ -189,7 +189,7 @@ class LighthouseLog:
     """Reads the Lighthouse log as it grows: the `Quorum!` lines (one per quorum round)."""
 
     def __init__(self, path: Path) -> None:
-        self.appended = Appended(path)
+        self.appended = LogCursor(path)  # the run model's incremental reader
         self.full: list[tuple[str, float]] = []  # (log time, monotonic seen) of full quorums
         self.sizes: list[tuple[int, float]] = []  # (members, monotonic seen) of every Quorum!
 

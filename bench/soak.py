@@ -46,7 +46,6 @@ import argparse
 import functools
 import json
 import random
-import re
 import statistics
 import sys
 import tempfile
@@ -58,9 +57,8 @@ from ftslurm.demo import DemoConfig, LocalBackend, run_demo
 from ftslurm.errors import UserError
 from ftslurm.replica import checksum
 from ftslurm.report import build_report
+from ftslurm.run.progress import split_attempts, steps_in
 from ftslurm.wait import wait_for
-
-STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
 
 
 def _say(m: str) -> None:
@@ -68,14 +66,13 @@ def _say(m: str) -> None:
 
 
 def attempt_segments(path: Path) -> list[str]:
-    """The log text of each attempt (split at the launcher's first line)."""
-    text = path.read_text(errors="replace")
-    parts = re.split(r"(?m)^(?=\[[0-9-]+ [0-9:]+\]  launching replica)", text)
-    return [p for p in parts if "launching replica" in p]
+    """The log text of each attempt (split at the launcher's first line: the run model's)."""
+    return split_attempts(path.read_text(errors="replace"))
 
 
 def losses(text: str) -> list[tuple[int, float]]:
-    return [(int(m.group(1)), float(m.group(2))) for m in STEP.finditer(text)]
+    """(step, loss) of each step line with a numeric loss (the run model's step parser)."""
+    return [(s.step, v) for s in steps_in(text) if (v := s.loss_value) is not None]
 
 
 def heartbeat_timeout(ms: int | None) -> None:

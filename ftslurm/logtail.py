@@ -35,6 +35,7 @@ from typing import BinaryIO
 from ftslurm import logvocab
 from ftslurm.logfile import is_gzip, open_log
 from ftslurm.logvocab import line_time
+from ftslurm.run.cursor import LogCursor
 
 BLOCK = 64 * 1024
 CONTEXT = 200  # lines read before a tail to date its first, untimed lines
@@ -300,27 +301,9 @@ def _forward(path: Path, start: int, end: int) -> Iterator[tuple[bytes, int]]:
         yield from lines.each(data)
 
 
-class Appended:
-    """The complete lines appended to a growing file since the previous call (the demo's and
-    the benches' watchers poll logs this way: each call reads only the new bytes; the
-    unfinished last line waits for its newline). A missing file has no lines yet."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
-    def lines(self) -> list[bytes]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        return lines
+# The demo's watcher polls a log for its appended lines; the run model's cursor is the one
+# reader that does (offset and inode, truncation seen), under the name the demo imports.
+Appended = LogCursor
 
 
 def _regular(path: Path) -> os.stat_result:

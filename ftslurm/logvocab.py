@@ -241,6 +241,16 @@ STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
+# the same shapes for callers that search a log's decoded text (tests that read a whole log)
+STEP_TEXT = re.compile(STEP.pattern.decode())
+ANSI_TEXT = re.compile(_ANSI.pattern.decode())
+
+
+def strip_ansi_text(text: str) -> str:
+    """`text` without its ANSI colour codes (`strip_ansi` of decoded text)."""
+    return ANSI_TEXT.sub("", text)
+
+
 def _attempt(attempt: int, restart: int) -> str:
     return f"attempt {attempt}" + (f", restart {restart}" if restart else "")
 
@@ -427,6 +437,68 @@ def parse_launch(line: bytes, t: float | None) -> Event | None:
         LAUNCH, t, replica=idx.decode(), rank=int(attempt), node=_dec(node) if node else "",
         detail=detail, restart=int(restart) if restart is not None else 0,
     )
+
+
+class StepLine(NamedTuple):
+    """torchtitan's step line, the fields progress readers use: `loss` as logged (it may say
+    nan or inf), memory (GiB, % of the device) and tokens per second when the line has them."""
+
+    step: int
+    loss: str
+    memory_gib: float | None = None
+    memory_pct: float | None = None
+    tps: int | None = None
+
+
+_STEP_MEMORY = re.compile(rb"memory:\s*([-\d.]{1,32})GiB\(([-\d.]{1,32})%\)")
+_STEP_TPS = re.compile(rb"tps:\s*([\d,]{1,32})")
+
+
+def _float(b: bytes) -> float | None:
+    try:
+        return float(b)
+    except ValueError:
+        return None
+
+
+def parse_step_line(line: bytes) -> StepLine | None:
+    """The fields of one torchtitan step line (colours stripped here), else None."""
+    clean = strip_ansi(line)
+    m = STEP.search(clean)
+    if not m:
+        return None
+    mem = _STEP_MEMORY.search(clean, m.end())
+    tps = _STEP_TPS.search(clean, m.end())
+    return StepLine(
+        int(m[1]), _dec(m[2]),
+        _float(mem[1]) if mem else None, _float(mem[2]) if mem else None,
+        int(tps[1].replace(b",", b"")) if tps and tps[1].strip(b",") else None,
+    )  # fmt: skip
+
+
+# torchft's manager line of a committed step, as each rank of a replica logs its own:
+# `[torchtitan_ft_1:<uuid>/<rank> - step <N>] should_commit=True`
+_RANK_COMMIT = re.compile(rb"/(\d{1,6}) - step (\d{1,18})\] should_commit=True")
+_NPROC = re.compile(rb"--nproc[_-]per[_-]node[= ](\d{1,6})")  # the attempt's torchrun line
+_EXITED = re.compile(rb"\]  (?:torchrun|training worker) exited with code ")  # job.py's line
+COMMIT_OK = b"should_commit=True"
+COMMIT_ANY = b"should_commit="
+
+
+def rank_commits(data: bytes) -> list[tuple[int, int]]:
+    """(rank, step) of every committed step a rank logged in `data` (one line or many)."""
+    return [(int(rank), int(step)) for rank, step in _RANK_COMMIT.findall(data)]
+
+
+def nproc_per_node(data: bytes) -> int | None:
+    """The last `--nproc_per_node N` (torchrun's command line, as the launcher logs it)."""
+    found = _NPROC.findall(data)
+    return int(found[-1]) if found else None
+
+
+def worker_exited(data: bytes) -> bool:
+    """The launcher's `torchrun exited with code` / `training worker exited with code` line."""
+    return _EXITED.search(data) is not None
 
 
 def parse_titan_step(line: bytes, t: float | None) -> Event | None:

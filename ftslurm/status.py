@@ -3,98 +3,25 @@
 Why both sources: Slurm knows the state, the reason and the restart count, but not whether
 the replica is actually training; the tail of its log does (last step and loss, how long
 since it last wrote). The row builder is a pure function of those two inputs, so it is
-tested on recorded output; only `collect` touches Slurm and the files.
+tested on recorded output; only `collect` touches Slurm and the files. What a log says is
+read by the run model (`ftslurm/run/progress.py`), as every other reader of progress does.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ftslurm import logvocab
-from ftslurm.logtail import read_tail
+# the replica's side of a row is the run model's progress reader (ftslurm/run/progress.py);
+# these names stay here for the callers that read a tail through `status`
+from ftslurm.run.progress import TAIL_BYTES as TAIL_BYTES
+from ftslurm.run.progress import LogSummary as LogSummary
+from ftslurm.run.progress import read_summary as read_summary
+from ftslurm.run.progress import summarize_tail as summarize_tail
 from ftslurm.slurm.parse import JobInfo, array_tasks
 from ftslurm.textsafe import printable
-
-TAIL_BYTES = 256 * 1024
-# torchft's manager line of a committed step, as each rank of a replica logs its own:
-# `[torchtitan_ft_1:<uuid>/<rank> - step <N>] should_commit=True`
-_RANK_COMMIT = re.compile(rb"/(\d{1,6}) - step (\d{1,18})\] should_commit=True")
-_NPROC = re.compile(rb"--nproc[_-]per[_-]node[= ](\d{1,6})")  # the attempt's torchrun line
-_EXITED = re.compile(rb"\]  (?:torchrun|training worker) exited with code ")  # job.py's line
-
-
-@dataclass
-class LogSummary:
-    """What the tail of a replica log says."""
-
-    path: str
-    exists: bool = False
-    last_step: int | None = None
-    last_loss: float | None = None
-    attempt: int | None = None  # from the last banner (`launching replica R (attempt A)`)
-    mtime: float | None = None
-    commits: int = 0  # `should_commit=True` lines of the current attempt
-    torchft: bool = False  # the tail has torchft commit lines at all
-    ranks: int = 1  # ranks per replica (torchrun's --nproc_per_node, or the ranks seen)
-    # ranks of the current attempt that committed its newest step (or the one before: ranks
-    # log in any order); 0 once its torchrun / worker exited; None without commit lines
-    ranks_alive: int | None = None
-
-    @property
-    def training(self) -> bool:
-        """The current attempt trains with the group: it has committed (torchft), or it logs
-        steps where there are no commit lines to look at."""
-        return self.commits > 0 or (self.last_step is not None and not self.torchft)
-
-
-def summarize_tail(text: str, path: str = "", mtime: float | None = None) -> LogSummary:
-    """Pure: the attempt number (the last banner) and the last step/loss of that attempt
-    found in a log tail."""
-    data = logvocab.strip_ansi(text.encode(errors="replace"))
-    s = LogSummary(path=path, exists=True, mtime=mtime)
-    s.torchft = b"should_commit=" in data
-    banner = logvocab.last_banner(data)
-    if banner:
-        s.attempt = int(banner.group(2))
-        # only the current attempt's steps: a restarted replica shows '-' until it trains
-        data = data[banner.end() :]
-    s.commits = data.count(b"should_commit=True")
-    s.ranks, s.ranks_alive = _ranks(data)
-    steps = logvocab.STEP.findall(data)
-    if steps:
-        s.last_step = int(steps[-1][0])
-        try:
-            s.last_loss = float(steps[-1][1])
-        except ValueError:
-            s.last_loss = None
-    return s
-
-
-def _ranks(attempt: bytes) -> tuple[int, int | None]:
-    """(ranks per replica, ranks alive) from the current attempt's part of a log tail."""
-    nproc = _NPROC.findall(attempt)
-    commits = [(int(step), int(rank)) for rank, step in _RANK_COMMIT.findall(attempt)]
-    ranks = max([int(nproc[-1]) if nproc else 1, *(r + 1 for _, r in commits)])
-    if _EXITED.search(attempt):
-        return ranks, 0
-    if not commits:
-        return ranks, None
-    newest = max(step for step, _ in commits)
-    return ranks, len({r for step, r in commits if step >= newest - 1})
-
-
-def read_summary(path: Path, tail_bytes: int = TAIL_BYTES) -> LogSummary:
-    try:
-        mtime = path.stat().st_mtime
-        lines = read_tail(path, max_bytes=tail_bytes, partial=True)[0]
-    except OSError:
-        return LogSummary(path=str(path))
-    return summarize_tail("\n".join(lines), str(path), mtime)
 
 
 @dataclass

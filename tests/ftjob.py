@@ -8,20 +8,22 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from ftslurm import knobs, lighthouse
+from ftslurm import knobs, lighthouse, logvocab
 from ftslurm.replica import checksum
+from ftslurm.run.model import Run
 from ftslurm.slurm import client
 from ftslurm.wait import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
 CLASSIC_SCRIPT = ROOT / "llama3.1-8b-pretraining.sh"
-STEP_RE = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
-ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+# logvocab's shapes as text patterns, for the tests that search a log's text themselves
+STEP_RE = logvocab.STEP_TEXT
+ANSI_RE = logvocab.ANSI_TEXT
 # every knob of the registry and every Slurm/sbatch input variable: tests drop the caller's,
 # so they see the defaults whatever the shell that runs pytest has exported
 KNOB_ENV_RE = re.compile(
@@ -37,20 +39,25 @@ class FTRun:
     outputs: Path
     lighthouse: lighthouse.LighthouseInfo
     lighthouse_dir: Path
+    run: Run = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.run = Run.of(self.job, self.outputs)
 
     @property
     def run_dir(self) -> Path:
-        return self.outputs / "torchft" / f"tft-{self.job}"
+        return self.run.folder
 
     def log(self, task: int) -> Path:
-        return self.run_dir / f"tft-{self.job}_{task}.out"
+        return self.run.log(task)
 
     def text(self, task: int) -> str:
         p = self.log(task)
-        return ANSI_RE.sub("", p.read_text(errors="replace")) if p.exists() else ""
+        return logvocab.strip_ansi_text(p.read_text(errors="replace")) if p.exists() else ""
 
     def steps(self, task: int) -> list[int]:
-        return [int(m.group(1)) for m in STEP_RE.finditer(self.text(task))]
+        """Every step the task's log shows, every attempt's (read incrementally)."""
+        return [s.step for s in self.run.steps(task).read()]
 
     def last_step(self, task: int) -> int:
         s = self.steps(task)
@@ -139,8 +146,8 @@ def ft_job(tmp_path: Path, replicas: int = 2, steps: int = 1000,
     job = None
     try:
         job = submit_ft(t.outputs, t.lh, replicas=replicas, steps=steps, **env)
-        run = t.outputs / "torchft" / f"tft-{job}"
-        yield t, job, [run / f"tft-{job}_{i}.out" for i in range(replicas)]
+        run = Run.of(job, t.outputs)
+        yield t, job, [run.log(i) for i in range(replicas)]
     finally:
         if job:
             cancel(job)

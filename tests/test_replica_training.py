@@ -23,16 +23,13 @@ import pytest
 from ftslurm import runner
 from ftslurm.failure_plan import is_training_worker
 from ftslurm.replica import checksum, ft_checkpoints
+from ftslurm.run.progress import StepReader
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import lighthouse_argv
 
 pytestmark = [pytest.mark.training, pytest.mark.timeout(420)]
 
 ROOT = Path(__file__).resolve().parent.parent
-STEP_RE = re.compile(
-    r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - root - INFO - step:\s+(\d+)\s.*?"
-    r"memory:\s+([\d.]+)GiB"
-)
 
 
 def _children(pid: int) -> list[int]:
@@ -78,6 +75,7 @@ class Replica:
     log: Path
     proc: subprocess.Popen
     pids: set[int] = field(default_factory=set)
+    step_reader: StepReader | None = field(default=None, repr=False)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -95,11 +93,12 @@ class Replica:
         return None
 
     def steps(self) -> list[tuple[float, int, float]]:
-        out = []
-        for m in STEP_RE.finditer(self.text()):
-            t = time.mktime(time.strptime(m[1][:19], "%Y-%m-%d %H:%M:%S")) + int(m[1][20:]) / 1e3
-            out.append((t, int(m[2]), float(m[3])))
-        return out
+        """(time, step, memory GiB) of each timed step line with its memory (the run model's
+        incremental step reader: each call parses only the lines appended since)."""
+        if self.step_reader is None:
+            self.step_reader = StepReader(self.log)
+        return [(s.time, s.step, s.memory_gib) for s in self.step_reader.read()
+                if s.time is not None and s.memory_gib is not None]  # fmt: skip
 
     def checksums(self) -> dict[tuple[int, str], str]:
         return {(r.step, r.scope): r.sha256 for r in checksum.parse(self.text().splitlines())}

@@ -39,7 +39,6 @@ def status(
       ftslurm status
       ftslurm status --job 12 --json
     """
-    from ftslurm import logvocab
     from ftslurm import status as st
     from ftslurm.failure_plan import is_ft_array_task, newest_ft_job
     from ftslurm.slurm import client, parse
@@ -64,10 +63,13 @@ def status(
         tasks = {only: tasks[only]}
     if log_dir is not None and not log_dir.is_dir():
         raise UserError(f"--log-dir {log_dir}: no such folder")
-    run_dir = log_dir or logvocab.run_dir(job)
+    from ftslurm.run.model import Run
+
+    run = Run.of(job, folder=log_dir)
+    run_dir = run.folder
     if not run_dir.is_dir():
         click.echo(f"note: no logs in {run_dir} (pass --log-dir): no steps or losses", err=True)
-    logs = {i: st.read_summary(logvocab.replica_log(job, i, run_dir)) for i in tasks}
+    logs = run.summaries(tasks)
     from ftslurm.replica import slots
 
     slot_dir = slots.slots_dir(run_dir)
