@@ -74,5 +74,5 @@ def device_overrides(env: Mapping[str, str], script: str = "") -> list[str]:
     elif name == paths.CLASSIC_SCRIPT:
         device = planlib.preflight_classic(env, paths.project_root()).device
     else:
-        device = knobs.get(env, "DEVICE")
+        device = knobs.load(env).DEVICE
     return sbatch_device_options(device)

@@ -238,22 +238,25 @@ class Checksummer:
             self._pending.result()  # one worker: the last one submitted finishes last
 
 
-def _device(env: Mapping[str, str]) -> str:
-    """The device the launcher resolved for this worker (cuda when run without it)."""
-    return knobs.get(env, "FTSLURM_DEVICE") or "cuda"
+def _settings(env: Mapping[str, str] | knobs.Settings) -> knobs.Settings:
+    """`env`'s settings with the defaults of the device the launcher resolved for this worker
+    (cuda when run without it)."""
+    s = knobs.load(env)
+    return s.on(s.FTSLURM_DEVICE or "cuda")
 
 
-def _every(env: Mapping[str, str]) -> int:
-    return knobs.get(env, "FTSLURM_CHECKSUM_EVERY", _device(env))
+def _every(env: Mapping[str, str] | knobs.Settings) -> int:
+    return _settings(env).FTSLURM_CHECKSUM_EVERY
 
 
-def _background(env: Mapping[str, str]) -> bool:
-    return knobs.get(env, "FTSLURM_CHECKSUM_ASYNC", _device(env))
+def _background(env: Mapping[str, str] | knobs.Settings) -> bool:
+    return _settings(env).FTSLURM_CHECKSUM_ASYNC
 
 
 def install() -> None:
     """Hook the checksum into torchtitan's FT trainer and torchft's DiLoCo fragments."""
-    every = _every(os.environ)
+    settings = _settings(knobs.environ())
+    every = _every(settings)
     if every <= 0:
         return
     from torchft import local_sgd
@@ -261,11 +264,11 @@ def install() -> None:
     from torchtitan.tools.logging import logger
 
     rank = int(os.environ.get("RANK", "0"))
-    sums = Checksummer(logger.info, _background(os.environ))
+    sums = Checksummer(logger.info, _background(settings))
     # the trainer, read live: a heal inside a DiLoCo sync reloads trainer.step mid-train_step
     state: dict[str, Any] = {
         "trainer": None,
-        "replica": knobs.get(os.environ, "FTSLURM_REPLICA_ID") or 0,
+        "replica": settings.FTSLURM_REPLICA_ID or 0,
     }
 
     upstream_train_step = FTTrainer.train_step

@@ -23,7 +23,6 @@ Switch: FTSLURM_EARLY_FIRST_SYNC=0 runs upstream behaviour.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,14 +38,15 @@ def first_local_step(sync_every: int, sync_delay: int) -> int:
     return max(0, sync_every - sync_delay - 1)
 
 
-def install(env: Mapping[str, str] | None = None) -> str | None:
-    """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None."""
-    env = os.environ if env is None else env
-    spare = knobs.get(env, "FTSLURM_SPARE")  # a spare joins a running group, as a restart
-    restarted = knobs.get(env, "FTSLURM_ATTEMPT") > 0 or knobs.get(env, "FTSLURM_RESTART") > 0
+def install(env: Mapping[str, str] | knobs.Settings | None = None) -> str | None:
+    """Patch torchft's DiLoCo when this is a restarted attempt; the line to log, or None.
+    `env`: this process's settings unless given."""
+    s = knobs.load(env)
+    spare = s.FTSLURM_SPARE  # a spare joins a running group, as a restart
+    restarted = s.FTSLURM_ATTEMPT > 0 or s.FTSLURM_RESTART > 0
     if not restarted and not spare:
         return None
-    if not fixes.switch_on(SWITCH, env):
+    if not fixes.switch_on(SWITCH, s):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"
     from torchft import local_sgd
 

@@ -95,7 +95,6 @@ reproduce a bug, or once upstream is fixed).
 from __future__ import annotations
 
 import hashlib
-import os
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -129,13 +128,14 @@ class Fix:
         return SWITCHES[self.name]
 
 
-def switch_on(variable: str, env: Mapping[str, str] | None = None) -> bool:
+def switch_on(variable: str, env: Mapping[str, str] | knobs.Settings | None = None) -> bool:
     """A launcher switch (a fix, the early first sync): a boolean knob, on unless set to
-    0/false/no/off (the launcher's plan has already refused other values)."""
-    return knobs.get(os.environ if env is None else env, variable)
+    0/false/no/off (the launcher's plan has already refused other values). `env`: this
+    process's settings unless given."""
+    return knobs.load(env)[variable]
 
 
-def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
+def enabled(name: str, env: Mapping[str, str] | knobs.Settings | None = None) -> bool:
     """A fix is on unless its switch is 0/false/no/off."""
     return switch_on(SWITCHES[name], env)
 
@@ -158,7 +158,7 @@ def fix_heal_timeout() -> None:
     not 60 s. `pg` goes through the Manager's own process group (its `pg` argument)."""
     from ftslurm.replica import transport
 
-    timeout = timedelta(seconds=knobs.get(os.environ, "FTSLURM_HEAL_TIMEOUT_S"))
+    timeout = timedelta(seconds=knobs.environ().FTSLURM_HEAL_TIMEOUT_S)
     chosen = transport.choice()
     patch = _manager_patch()
     patch.kwargs["checkpoint_transport"] = lambda kw: transport.build(chosen, timeout, kw.get("pg"))
@@ -193,7 +193,7 @@ def _transport_line(manager: object) -> str:
 
 def fix_heal_timeout_floor() -> None:
     """Fix 6: the cross-replica timeouts cover a heal, set at the Manager's first quorum."""
-    mbps = knobs.get(os.environ, "FTSLURM_HEAL_MBPS")
+    mbps = knobs.environ().FTSLURM_HEAL_MBPS
     _manager_patch().after["heal_timeout_floor"] = lambda m: _floor_at_first_quorum(m, mbps)
 
 
@@ -403,11 +403,10 @@ def fix_peer_abort() -> None:
 
     from ftslurm.replica import peer_watch
 
-    env = os.environ
-    progress = knobs.get(env, peer_watch.PROGRESS_ENV)
-    peer_watch.install(knobs.get(env, "TORCHFT_LIGHTHOUSE"), Path(progress) if progress else None,
-                       float(knobs.get(env, "FTSLURM_HANG_TIMEOUT_S", knobs.get(env, "DEVICE"))),
-                       record_quorums)  # fmt: skip
+    s = knobs.environ()
+    progress = s[peer_watch.PROGRESS_ENV]
+    peer_watch.install(s.TORCHFT_LIGHTHOUSE, Path(progress) if progress else None,
+                       float(s.get("FTSLURM_HANG_TIMEOUT_S", s.DEVICE)), record_quorums)
 
 
 def fix_rendezvous_namespace() -> None:
@@ -464,9 +463,11 @@ FIXES = (
 )
 
 
-def apply(env: Mapping[str, str] | None = None, only: tuple[str, ...] = ()) -> list[str]:
+def apply(env: Mapping[str, str] | knobs.Settings | None = None,
+          only: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     """Apply every enabled fix (or those of `only`: the tiny worker has no torchtitan);
     returns one log line per fix (on or off, and its switch)."""
+    env = knobs.load(env)
     lines = []
     for fix in FIXES:
         if only and fix.name not in only:

@@ -31,7 +31,10 @@ import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ftslurm.knobs import Settings
 
 from ftslurm import logvocab
 
@@ -360,16 +363,17 @@ def agree_stop_step(folder: Path | None, step: int) -> int:
     return step + 1
 
 
-def signal_margin_line(env: Mapping[str, str]) -> str | None:
+def signal_margin_line(env: Mapping[str, str] | Settings | None = None) -> str | None:
     """The line that says how long before the time limit Slurm signals this job, when known:
     Slurm does not tell a job its `--signal`, so only what `ftslurm submit` passed on
     (FTSLURM_TIME_LIMIT_SIGNAL_S, from --time-limit-signal, sbatch's --signal or the script's
     #SBATCH line) is said; None without it (a bare `sbatch`)."""
     from ftslurm import knobs
 
-    if not knobs.is_set(env, knobs.TIME_LIMIT_SIGNAL):
+    s = knobs.load(env)
+    if not s.is_set(knobs.TIME_LIMIT_SIGNAL):
         return None
-    margin = knobs.get(env, knobs.TIME_LIMIT_SIGNAL)
+    margin = s[knobs.TIME_LIMIT_SIGNAL]
     return (f"[ftslurm] time-limit signal: USR1 {margin} s before the limit (up to 60 s "
             "earlier): the replicas then finish their step, save a final checkpoint and "
             f"requeue ({knobs.TIME_LIMIT_SIGNAL}={margin})")
@@ -386,7 +390,7 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
     upstream_continue = Trainer.should_continue_training
     if getattr(upstream_save, "_ftslurm", False):
         return
-    if (line := signal_margin_line(os.environ if env is None else env)) is not None:
+    if (line := signal_margin_line(env)) is not None:
         print(line, flush=True)
 
     def _should_save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> bool:

@@ -41,6 +41,7 @@ from pathlib import Path
 from ftslurm import knobs, paths, runner, safefile
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.plan import Env
 from ftslurm.slurm import client
 
 PREFLIGHT_EXIT = 76  # the attempt ended before training: this node failed a pre-flight check
@@ -165,11 +166,11 @@ def bad_node(run_dir: Path, node: str, now: float, window_s: float, limit: int) 
 # ---- injected failures (simulate-failure's event log) ---------------------------------------
 
 
-def events_paths(env: Mapping[str, str], outputs: Path, run_dir: Path) -> list[Path]:
+def events_paths(env: Env, outputs: Path, run_dir: Path) -> list[Path]:
     """The event logs simulate-failure may append to, as the node sees them: FTSLURM_EVENTS
     (else `<outputs>/events.jsonl`, the command's default) and the run folder's own
     `events.jsonl` (`ftslurm demo`'s, which the report reads too)."""
-    given = env.get("FTSLURM_EVENTS", "").strip()
+    given = (knobs.load(env).FTSLURM_EVENTS or "").strip()
     return [Path(given) if given else outputs / "events.jsonl", run_dir / "events.jsonl"]
 
 
@@ -213,9 +214,9 @@ class CheckFailed(Exception):
         self.check = check
 
 
-def forced(env: Mapping[str, str], host: str) -> str | None:
+def forced(env: Env, host: str) -> str | None:
     """The check FTSLURM_PREFLIGHT_FAIL fails on this node (`<check>` or `<check>@<node>`)."""
-    raw = (knobs.get(env, "FTSLURM_PREFLIGHT_FAIL") or "").strip()
+    raw = (knobs.load(env).FTSLURM_PREFLIGHT_FAIL or "").strip()
     if not raw:
         return None
     check, _, node = raw.partition("@")
@@ -297,17 +298,18 @@ def cpu_check(run_dir: Path) -> list[str]:
     return list(CPU_CHECKS)
 
 
-def run_checks(env: Mapping[str, str], device: str, run_dir: Path, host: str,
+def run_checks(env: Env, device: str, run_dir: Path, host: str,
                run: Callable[..., runner.Completed] = runner.run) -> list[str]:  # fmt: skip
     """This node's pre-flight checks for `device`; the names of those passed. Raises
     CheckFailed with the check's name and the evidence."""
+    s = knobs.load(env, device)
     names = GPU_CHECKS if device == "cuda" else CPU_CHECKS
-    if (check := forced(env, host)) is not None and check in names:
+    if (check := forced(s, host)) is not None and check in names:
         raise CheckFailed(check, f"check {check!r} failed on purpose (FTSLURM_PREFLIGHT_FAIL="
-                          f"{env.get('FTSLURM_PREFLIGHT_FAIL', '').strip()})")  # fmt: skip
+                          f"{s.raw('FTSLURM_PREFLIGHT_FAIL').strip()})")  # fmt: skip
     if device == "cuda":
-        gpus = knobs.get(env, "GPUS_PER_NODE", device)
-        python = knobs.get(env, "FTSLURM_PYTHON") or sys.executable
+        gpus = s.GPUS_PER_NODE
+        python = s.FTSLURM_PYTHON or sys.executable
         return gpu_checks(gpus, python, run)
     return cpu_check(run_dir)
 
@@ -390,14 +392,15 @@ def node_state(env: Mapping[str, str], node: str) -> str | None:
         return None
 
 
-def take_out(env: Mapping[str, str], run_dir: Path, node: str, evidence: str,
+def take_out(env: Env, run_dir: Path, node: str, evidence: str,
              say: Callable[[str], None]) -> NodeAction:  # fmt: skip
     """Drain `node` with a reason naming ftslurm and the evidence, or mark it to be avoided
     (the caller adds it to the requeue's ExcNodeList), per FTSLURM_BAD_NODES; never the last
     node the array could run on (kept, said loudly). The action is recorded for `status`,
     `doctor` and `report`."""
-    mode = knobs.get(env, "FTSLURM_BAD_NODES")
-    job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    s = knobs.load(env)
+    mode = s.FTSLURM_BAD_NODES
+    job, task = s.env.get("SLURM_ARRAY_JOB_ID"), s.env.get("SLURM_ARRAY_TASK_ID")
     task_id = int(task) if task and task.isdigit() else None
     reason = (REASON_PREFIX + evidence)[:200].replace("\n", " ")
 
@@ -412,9 +415,9 @@ def take_out(env: Mapping[str, str], run_dir: Path, node: str, evidence: str,
     if mode == "off":
         say(f"bad node {node}: {evidence}; left in service (FTSLURM_BAD_NODES=off)")
         return done("kept", "FTSLURM_BAD_NODES=off")
-    slurm = client.current(env=env, timeout=60)
+    slurm = client.current(env=s.env, timeout=60)
     try:
-        usable = usable_nodes(slurm, env.get("SLURM_JOB_PARTITION") or None)
+        usable = usable_nodes(slurm, s.env.get("SLURM_JOB_PARTITION") or None)
     except (runner.CommandError, UserError) as e:
         usable = []
         say(f"bad node {node}: sinfo failed ({e}); treating it as the last node")
@@ -457,21 +460,22 @@ def _task(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     return int(task) if task.isdigit() and len(task) < 7 else plan.replica_id
 
 
-def _remember(plan: planlib.Plan, env: Mapping[str, str], failure: Failure,
+def _remember(plan: planlib.Plan, env: Env, failure: Failure,
               say: Callable[[str], None]) -> tuple[planlib.Plan, list[float]]:  # fmt: skip
     """Record `failure`; the plan and the failure times the caps count. A history that
     cannot be written falls back to the lifetime cap (FT_MAX_REQUEUES), so a crash loop ends
     anyway."""
-    run_dir = planlib.run_folder(env, paths.project_root())
+    s = knobs.load(env)
+    run_dir = planlib.run_folder(s, paths.project_root())
     try:
-        return plan, counted(record_failure(run_dir, _task(plan, env), failure))
+        return plan, counted(record_failure(run_dir, _task(plan, s.env), failure))
     except (OSError, UserError) as e:
         say(f"failure history not written ({e}): FT_MAX_REQUEUES={plan.max_requeues} caps "
             "the requeues instead")  # fmt: skip
         return replace(plan, lifetime_cap=True), [] if failure.injected else [failure.t]
 
 
-def before_training(plan: planlib.Plan, env: Mapping[str, str],
+def before_training(plan: planlib.Plan, env: Env,
                     say: Callable[[str], None]) -> tuple[int, str] | None:  # fmt: skip
     """The pre-flight check of this node (FTSLURM_PREFLIGHT): None when it passed, else
     (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out. First the
@@ -480,24 +484,25 @@ def before_training(plan: planlib.Plan, env: Mapping[str, str],
     from ftslurm.replica import startup
 
     startup.check_versions(planlib.PRESETS[plan.preset].worker)
-    if plan.kind != "ft" or not knobs.get(env, "FTSLURM_PREFLIGHT"):
+    s = knobs.load(env)
+    if plan.kind != "ft" or not s.FTSLURM_PREFLIGHT:
         return None
     host = socket.gethostname()
-    run_dir = planlib.run_folder(env, paths.project_root())
+    run_dir = planlib.run_folder(s, paths.project_root())
     t0 = time.monotonic()
     try:
-        passed = run_checks(env, plan.device, run_dir, host)
+        passed = run_checks(s, plan.device, run_dir, host)
     except CheckFailed as e:
         evidence = f"pre-flight check {e.check} failed: {e}"
         say(f"pre-flight: {evidence}; not training on {host} (exit code {PREFLIGHT_EXIT})")
-        _remember(plan, env, Failure(time.time(), host, PREFLIGHT_EXIT, "preflight",
+        _remember(plan, s, Failure(time.time(), host, PREFLIGHT_EXIT, "preflight",
                                      detail=evidence), say)  # fmt: skip
         return PREFLIGHT_EXIT, evidence
     say(f"pre-flight: {', '.join(passed)} passed on {host} ({time.monotonic() - t0:.1f} s)")
     return None
 
 
-def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, cancelled: bool,
+def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool,
                   refused: str | None, started: float, say: Callable[[str], None],
                   preflight: str | None = None) -> tuple[bool, str, list[str]]:  # fmt: skip
     """Whether the attempt requeues itself, why, and the nodes its requeue must avoid.
@@ -505,16 +510,17 @@ def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, c
     rate cap decides, and a node found bad (its pre-flight check, or FT_NODE_MAX_FAILS) is
     taken out. A failure simulate-failure injected is neither counted nor held against the
     node unless it was marked --count-as-bad."""
-    if returncode == 0 or cancelled or refused or planlib.requeue_target(plan, env) is None:
+    s = knobs.load(env)
+    if returncode == 0 or cancelled or refused or planlib.requeue_target(plan, s.env) is None:
         # outside a job array nothing requeues: no history to keep, no node to take out
         return (*planlib.should_requeue(plan, returncode, cancelled, refused), [])
     host = socket.gethostname()
-    run_dir = planlib.run_folder(env, paths.project_root())
+    run_dir = planlib.run_folder(s, paths.project_root())
     now = time.time()
     if preflight is None:
-        logs = events_paths(env, planlib.outputs_folder(env, paths.project_root()), run_dir)
+        logs = events_paths(s, planlib.outputs_folder(s, paths.project_root()), run_dir)
         ev = injected_event(logs, started, plan.array_job_id,
-                            sorted({plan.replica_id, _task(plan, env)}), host)
+                            sorted({plan.replica_id, _task(plan, s.env)}), host)
         injected = ev is not None and not ev.count_as_bad
         if ev is not None:
             say(
@@ -523,21 +529,21 @@ def after_failure(plan: planlib.Plan, env: Mapping[str, str], returncode: int, c
                 f"{'counted against the node' if ev.count_as_bad else 'not counted'}"
             )
         code = returncode if returncode >= 0 else 128 - returncode
-        plan, times = _remember(plan, env, Failure(now, host, code, injected=injected), say)
+        plan, times = _remember(plan, s, Failure(now, host, code, injected=injected), say)
     else:  # before_training recorded it; no history readable: the lifetime cap, as there
         injected = False
-        times = counted(read_history(run_dir, _task(plan, env)))
+        times = counted(read_history(run_dir, _task(plan, s.env)))
         if not times:
             plan, times = replace(plan, lifetime_cap=True), [now]
     requeue, why = planlib.should_requeue(plan, returncode, cancelled, refused, times, now)
     evidence = preflight or (
         None
         if injected
-        else bad_node(run_dir, host, now, plan.fail_window_s, knobs.get(env, "FT_NODE_MAX_FAILS"))
+        else bad_node(run_dir, host, now, plan.fail_window_s, s.FT_NODE_MAX_FAILS)
     )
     avoid = []
     if evidence:
-        act = take_out(env, run_dir, host, evidence, say)
+        act = take_out(s, run_dir, host, evidence, say)
         if act.action == "avoid":
             avoid.append(host)
     return requeue, why, avoid

@@ -46,9 +46,10 @@ SWITCHES = {"skip_torchrun": "FTSLURM_SKIP_TORCHRUN", "lazy_compile": "FTSLURM_L
 _STORE: object = None  # the worker's TCPStore server: alive as long as the process
 
 
-def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """A cut is on unless its switch is 0/false/no/off."""
-    return bool(knobs.get(os.environ if env is None else env, SWITCHES[name]))
+def enabled(name: str, env: Mapping[str, str] | knobs.Settings | None = None) -> bool:
+    """A cut is on unless its switch is 0/false/no/off (this process's settings unless `env`
+    is given)."""
+    return bool(knobs.load(env)[SWITCHES[name]])
 
 
 def line(name: str, on: bool, summary: str) -> str:

@@ -113,14 +113,14 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
 
     from ftslurm.replica import checksum, fixes
 
-    env = os.environ
+    s = knobs.environ().on("cpu")  # the tiny worker runs on CPU: its defaults
     # before the Manager exists
-    for line in fixes.apply(env, only=("rendezvous_namespace", "peer_abort")):
+    for line in fixes.apply(s, only=("rendezvous_namespace", "peer_abort")):
         logger.info(line)
-    pg_timeout = timedelta(seconds=knobs.get(env, "PG_TIMEOUT_S") or 60)
-    heal_timeout = timedelta(seconds=knobs.get(env, "FTSLURM_HEAL_TIMEOUT_S"))
-    every = knobs.get(env, "FTSLURM_CHECKSUM_EVERY", "cpu")
-    pause = knobs.get(env, "FTSLURM_TINY_STEP_S")
+    pg_timeout = timedelta(seconds=s.PG_TIMEOUT_S or 60)
+    heal_timeout = timedelta(seconds=s.FTSLURM_HEAL_TIMEOUT_S)
+    every = s.FTSLURM_CHECKSUM_EVERY
+    pause = s.FTSLURM_TINY_STEP_S
     trainer = TinyTrainer(replica)
     # the store torchrun's agent would host (MASTER_ADDR:MASTER_PORT): the Manager only
     # connects to one; peers reach it at <fqdn>:<port>, as under torchrun
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, required=True)
     args = ap.parse_args(argv)
     logger = _titan_logger()
-    replica = knobs.get(os.environ, "FTSLURM_REPLICA_ID") or 0
+    replica = knobs.environ().FTSLURM_REPLICA_ID or 0
     logger.info(f"Starting job: tiny MLP ({DIM}x{DIM}), fault tolerant, CPU")
     return train(args.steps, replica, logger)
 

@@ -44,7 +44,7 @@ def check_lifeline() -> None:
 
     parent = os.getppid()
     die_with_parent()
-    launcher = knobs.get(os.environ, LAUNCHER_ENV)
+    launcher = knobs.environ()[LAUNCHER_ENV]
     if os.getppid() != parent or (
         launcher is not None and not descends_from(launcher, os.getpid())
     ):
@@ -53,8 +53,9 @@ def check_lifeline() -> None:
 
 def main() -> None:
     check_lifeline()
-    device = knobs.get(os.environ, "FTSLURM_DEVICE") or knobs.get(os.environ, "DEVICE")
-    fault_tolerant = knobs.get(os.environ, "FTSLURM_FT_MODE") is not None
+    settings = knobs.environ()  # the launcher's knobs: this worker changes none of them
+    device = settings.FTSLURM_DEVICE or settings.DEVICE
+    fault_tolerant = settings.FTSLURM_FT_MODE is not None
     argv = sys.argv[1:]
     if device == "cpu":
         from ftslurm.replica import cpu
@@ -80,7 +81,7 @@ def main() -> None:
     config_error.install()
     print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile calls "
                        "are made on first use"), flush=True)  # fmt: skip
-    if knobs.get(os.environ, "FTSLURM_WORKER_STORE"):
+    if settings.FTSLURM_WORKER_STORE:
         port = startup.host_store()
         print(startup.line("skip_torchrun", True, "one rank: no torchrun, this worker hosts "
                            f"its c10d store on port {port}"), flush=True)  # fmt: skip
@@ -93,7 +94,7 @@ def main() -> None:
             print(line, flush=True)
         if (line := standby.install()) is not None:  # warm spares and slot fencing
             print(line, flush=True)
-        if flag := knobs.get(os.environ, ft_checkpoints.TIME_LIMIT_ENV):  # job.py: Slurm's signal
+        if flag := settings[ft_checkpoints.TIME_LIMIT_ENV]:  # job.py: Slurm's signal
             ft_checkpoints.install_time_limit(Path(flag))
 
     from torchtitan.train import Trainer

@@ -24,7 +24,6 @@ Imports torch/torchft lazily: the knob readers run in the launcher too.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -48,11 +47,12 @@ class Choice:
         return f"{self.option}:{self.chunks}" if self.option == "http-chunked" else self.option
 
 
-def choice(env: Mapping[str, str] | None = None) -> Choice:
-    """The transport FTSLURM_HEAL_TRANSPORT and FTSLURM_HEAL_CHUNKS select."""
-    env = os.environ if env is None else env
-    option = knobs.get(env, "FTSLURM_HEAL_TRANSPORT")
-    chunks = knobs.get(env, "FTSLURM_HEAL_CHUNKS") if option == "http-chunked" else 0
+def choice(env: Mapping[str, str] | knobs.Settings | None = None) -> Choice:
+    """The transport FTSLURM_HEAL_TRANSPORT and FTSLURM_HEAL_CHUNKS select (this process's
+    settings unless `env` is given)."""
+    s = knobs.load(env)
+    option = s.FTSLURM_HEAL_TRANSPORT
+    chunks = s.FTSLURM_HEAL_CHUNKS if option == "http-chunked" else 0
     return Choice(option, chunks)
 
 
