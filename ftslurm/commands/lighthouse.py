@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm import stdout_pipe
-from ftslurm.commands.params import FiniteFloat, milliseconds, replicas
+from ftslurm.commands.params import FiniteFloat, knob_option, milliseconds, replicas
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
 from ftslurm.textsafe import printable
@@ -29,11 +29,11 @@ DEFAULTS = lh.LighthouseConfig  # its fields' defaults are class attributes
 
 
 def _state_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
+    return knob_option(
         "--state-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
-        envvar="FTSLURM_LIGHTHOUSE_DIR",
+        knob="FTSLURM_LIGHTHOUSE_DIR",
         help="Directory of pidfile, state, log  [default: outputs/lighthouse; "
         "env FTSLURM_LIGHTHOUSE_DIR]",
     )(f)
@@ -72,19 +72,19 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 default=d(DEFAULTS.join_timeout_ms), show_default=defaults,
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),
-            click.option(
+            knob_option(
                 "--heartbeat-timeout-ms", type=milliseconds(1),
                 default=d(DEFAULTS.heartbeat_timeout_ms), show_default=defaults,
-                envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
+                knob="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
                 help="How long a replica whose heartbeats stopped stays in the quorum: the "
                 "survivors wait this long after a failure (detection). Lower detects faster, "
                 "but a live replica stalled longer (a loaded node, a long GC) is dropped: a "
                 "false drop, counted by `ftslurm report`. torchft's own default is 5000; "
                 "2000 had no false drop in 60 minutes of failures on a loaded 2-core machine.",
             ),
-            click.option(
+            knob_option(
                 "--advertise", metavar="HOST", default=None,
-                envvar="FTSLURM_LIGHTHOUSE_ADVERTISE",
+                knob="FTSLURM_LIGHTHOUSE_ADVERTISE",
                 help="Host name or IP address the compute nodes use to reach this machine, "
                 "for the printed address; just the host (no http://, no port: the port is "
                 "--bind's)  [default: the bind address if specific, else this hostname; the "
@@ -130,7 +130,7 @@ def lighthouse() -> None:
 @click.option("--foreground", is_flag=True,
               help="Run attached (exec, same pid) instead of detached: for systemd or tmux. "
               "Output stays on the terminal; port 0 is resolved to a free port first.")
-@click.option("--binary", default=None, envvar="FTSLURM_LIGHTHOUSE_BIN", metavar="PATH",
+@knob_option("--binary", default=None, knob="FTSLURM_LIGHTHOUSE_BIN", metavar="PATH",
               help="Run this executable (e.g. torchft_lighthouse, the console script; ~3 s "
               "slower: it imports torch) instead of torchft's Lighthouse loaded directly.")
 @click.option("--log-max-mb", type=FiniteFloat(min=0), default=DEFAULTS.log_max_mb,

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ftslurm.commands.params import FiniteFloat
+from ftslurm.commands.params import FiniteFloat, knob_option
 from ftslurm.errors import UserError
 from ftslurm.metrics.server import DEFAULT_HOST
 from ftslurm.metrics.snapshot import MAX_GROUP_SIZE
@@ -31,9 +31,9 @@ def _source_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "says; its /status page is fetched)  [default: the managed Lighthouse of "
             "--state-dir]",
         ),
-        click.option(
+        knob_option(
             "--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-            envvar="FTSLURM_LIGHTHOUSE_DIR",
+            knob="FTSLURM_LIGHTHOUSE_DIR",
             help="State dir of the managed Lighthouse (`ftslurm lighthouse start`)  "
             "[default: outputs/lighthouse; env FTSLURM_LIGHTHOUSE_DIR]",
         ),

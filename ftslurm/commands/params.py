@@ -6,17 +6,24 @@ node DOWN for good. Durations and sizes here are finite.
 
 click's IntRange takes whatever int() takes: "٣" (an Arabic-Indic three), "1_0" and
 18446744073709551615 (a u64 the Lighthouse then misreads). `Count` takes ASCII decimal digits
-only, within a maximum, through the knobs' one int parser (an env var a param reads through
-`envvar=` gets the same rules as the flag).
+only, within a maximum, through the knobs' one int parser.
+
+An option that reads an environment variable is a `knob_option`: the variable is a knob of
+ftslurm/knobs.py, and its value is the registry's (parsed by the knob's rules, blank = unset,
+as the job and the other commands read it), not click's own reading of the text.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import click
+
+from ftslurm import knobs
+from ftslurm.errors import UserError
 
 DAY_S = 86_400.0
 
@@ -47,9 +54,6 @@ class Count(click.IntRange):
         super().__init__(min=min, max=max)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ftslurm import knobs
-        from ftslurm.errors import UserError
-
         if isinstance(value, int) and not isinstance(value, bool):
             return super().convert(value, param, ctx)
         try:
@@ -60,9 +64,7 @@ class Count(click.IntRange):
 
 def replicas(minimum: int = 0) -> Count:
     """A count of replicas or spares: at most knobs.MAX_REPLICAS (FT_SPARES's maximum)."""
-    from ftslurm.knobs import MAX_REPLICAS
-
-    return Count(minimum, MAX_REPLICAS)
+    return Count(minimum, knobs.MAX_REPLICAS)
 
 
 def milliseconds(minimum: int = 0) -> Count:
@@ -87,3 +89,30 @@ class ArrayJobId(click.ParamType):
         if _DIGITS.fullmatch(job) and int(job) >= 1 and (not sep or _DIGITS.fullmatch(task)):
             return int(job), (int(task) if task else None)
         self.fail(f"{value!r} is not a job id (42, or 42_1 as squeue shows a task).", param, ctx)
+
+
+class KnobOption(click.Option):
+    """An option whose `envvar` is a knob of the registry, read through it (`knobs.environ()`):
+    the value the option gets from the environment is the knob's, parsed by its rules (a bad one
+    is click's one-line error for the option, with the registry's words naming the knob). The
+    option's own type then converts it as it would the flag's text (its range still applies)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.envvar, str) or self.envvar not in knobs.KNOBS:
+            raise TypeError(f"{self.opts}: envvar {self.envvar!r} is not a knob of "
+                            "ftslurm/knobs.py: register it there")  # fmt: skip
+
+    def value_from_envvar(self, ctx: click.Context) -> Any:
+        settings = knobs.environ()
+        name = str(self.envvar)
+        try:
+            return settings[name] if settings.is_set(name) else None
+        except UserError as e:
+            raise click.BadParameter(f"{e}.", ctx=ctx, param=self) from None
+
+
+def knob_option(*decls: str, knob: str, **attrs: Any) -> Callable[[Any], Any]:
+    """`click.option(*decls, envvar=knob, **attrs)` whose environment value is the registry's
+    (see KnobOption)."""
+    return click.option(*decls, cls=KnobOption, envvar=knob, **attrs)
