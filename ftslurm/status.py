@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # the replica's side of a row is the run model's progress reader (ftslurm/run/progress.py);
@@ -20,6 +20,7 @@ from ftslurm.run.progress import TAIL_BYTES as TAIL_BYTES
 from ftslurm.run.progress import LogSummary as LogSummary
 from ftslurm.run.progress import read_summary as read_summary
 from ftslurm.run.progress import summarize_tail as summarize_tail
+from ftslurm.run.quorum import LighthouseQuorum as Quorum
 from ftslurm.slurm.parse import JobInfo, array_tasks
 from ftslurm.textsafe import printable
 
@@ -70,19 +71,6 @@ def build_rows(jobs: list[JobInfo], job: int, logs: dict[int, LogSummary], now: 
     return rows
 
 
-@dataclass
-class Quorum:
-    """The Lighthouse's view, when a managed one runs."""
-
-    running: bool
-    address: str | None = None
-    quorum_id: int | None = None
-    participants: list[str] = field(default_factory=list)
-    status: str | None = None
-    heartbeating: int | None = None
-    error: str | None = None
-
-
 def lighthouse_quorum() -> Quorum | None:
     """The managed Lighthouse's current quorum; None when that API is not available. Never
     raises: status must work without a Lighthouse."""
@@ -96,14 +84,7 @@ def lighthouse_quorum() -> Quorum | None:
         return Quorum(running=False, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
     if not st.running:
         return Quorum(running=False)
-    q = Quorum(running=True, address=st.address, error=st.http_error)
-    page = st.quorum
-    if page is not None:
-        q.quorum_id = page.quorum_id
-        q.participants = [m.replica_id for m in page.members]
-        q.status = page.next_status
-        q.heartbeating = len(page.live_heartbeats)
-    return q
+    return Quorum.from_page(st.address, st.http_error, st.quorum)
 
 
 def _fmt_age(s: float | None) -> str:

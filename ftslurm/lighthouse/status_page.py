@@ -13,46 +13,11 @@ import re
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 
-
-@dataclass
-class Member:
-    """A participant of the previous quorum, as the /status page shows it."""
-
-    replica_id: str
-    step: int | None = None
-    manager: str | None = None
-    store: str | None = None
-    world_size: int | None = None
-    recovering: bool = False
-
-
-@dataclass
-class Heartbeat:
-    """A replica id the Lighthouse has heard from (dead ids stay listed, marked old)."""
-
-    replica_id: str
-    age_s: float | None
-    old: bool = False
-
-
-@dataclass
-class QuorumPage:
-    """What the Lighthouse's /status HTML fragment says."""
-
-    quorum_id: int | None = None
-    next_status: str | None = None
-    previous_quorum_id: int | None = None
-    num_participants: int | None = None
-    quorum_age_s: float | None = None
-    members: list[Member] = field(default_factory=list)
-    heartbeats: list[Heartbeat] = field(default_factory=list)
-
-    @property
-    def live_heartbeats(self) -> list[Heartbeat]:
-        return [h for h in self.heartbeats if not h.old]
-
+# the page's types are the run model's quorum types (ftslurm/run/quorum.py); the names stay here
+from ftslurm.run.quorum import Heartbeat as Heartbeat
+from ftslurm.run.quorum import PageMember as Member
+from ftslurm.run.quorum import QuorumPage as QuorumPage
 
 _DURATION_UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9, "m": 60.0}
 

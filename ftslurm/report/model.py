@@ -15,6 +15,9 @@ from typing import Any
 from ftslurm.logvocab import split_replica_id
 from ftslurm.report.reader import ParseStats
 
+# one quorum change of the logs; its home is the run model's quorum types
+from ftslurm.run.quorum import QuorumChange as Quorum
+
 
 def replica_key(rid: str) -> tuple[str, str]:
     """Full (`prefix_i:uuid`) or Rust-side (`prefix_i`) id -> (`prefix_i`, index `"i"`); an
@@ -43,19 +46,6 @@ def went_back(start: float | None, end: float | None) -> float:
     if start is None or end is None or end >= start:
         return 0.0
     return start - end
-
-
-@dataclass
-class Quorum:
-    """One quorum CHANGE (a new `quorum_id`); `Quorum!` repeats each round and is read once."""
-
-    quorum_id: int
-    time: float | None
-    step: int
-    participants: list[str]  # full replica ids, ordered by replica id (= quorum rank)
-    commit_failures: dict[str, int] = field(default_factory=dict)
-    last_seen_before: float | None = None  # time of the previous quorum's last round
-    epoch: int = 0  # bumps when the Lighthouse restarts (quorum ids start again)
 
 
 @dataclass
