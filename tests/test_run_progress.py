@@ -101,6 +101,9 @@ def test_truncated_and_rotated_logs_are_read_again_from_their_start(tmp_path):
     s = reader.read()
     assert (s.attempt, s.last_step) == (1, 2)
     assert [r.step for r in steps.read()] == [2]
+    log.write_text("")  # truncated to nothing: nothing of the old text is left
+    s = reader.read()
+    assert (s.exists, s.attempt, s.last_step) == (True, None, None) and steps.read() == []
     log.rename(tmp_path / "old.out")  # rotated: a new file (a new inode) under the name
     log.write_text(BANNER0 + "step: 9  loss: 1.5\n" + "x" * 200 + "\n")
     s = reader.read()

@@ -143,18 +143,16 @@ class ProgressReader:
                 self._start()
         except OSError:
             return LogSummary(path=str(self.path))
-        for line in self.cursor.lines():
-            self._feed(line)
+        lines = self.cursor.lines()  # truncated or replaced: these are the new file's lines
+        if self.cursor.restarts != self._restarts:
+            self._restarts, self._fold = self.cursor.restarts, _Fold()
+        for line in lines:
+            self._fold.feed(line)
         fold = self._fold
         if partial and self.cursor.partial:
             fold = copy.deepcopy(fold)
             fold.feed(self.cursor.partial)
         return fold.summary(str(self.path), mtime)
-
-    def _feed(self, line: bytes) -> None:
-        if self.cursor.restarts != self._restarts:  # truncated or replaced: start over
-            self._restarts, self._fold = self.cursor.restarts, _Fold()
-        self._fold.feed(line)
 
     def _start(self) -> None:
         """The first read: the tail through `logtail.read_tail` (archives, cut lines), then
@@ -232,9 +230,10 @@ class StepReader:
 
     def read(self) -> list[StepRecord]:
         """All the step records so far, every attempt's, in the log's order."""
-        for line in self.cursor.lines():
-            if self.cursor.restarts != self._restarts:
-                self._restarts, self._fold = self.cursor.restarts, _StepFold()
+        lines = self.cursor.lines()  # truncated or replaced: these are the new file's lines
+        if self.cursor.restarts != self._restarts:
+            self._restarts, self._fold = self.cursor.restarts, _StepFold()
+        for line in lines:
             self._fold.feed(line)
         return self._fold.records
 
