@@ -238,9 +238,13 @@ def gres_gpus(gres: str) -> int:
     return total
 
 
-def script_gpus_per_task(script_text: str) -> int | None:
-    m = re.search(r"^#SBATCH\s+--gpus-per-task[= ](\d+)", script_text, re.MULTILINE)
-    return int(m.group(1)) if m else None
+def script_gpus_per_task(script: str | Path) -> int | None:
+    """The script's `#SBATCH --gpus-per-task`, read as sbatch reads it (the submit service's
+    reader); None without one, or when it is not a count."""
+    from ftslurm.submission import last_directive
+
+    value = last_directive(script, r"--gpus-per-task")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def check_gpus(device: str, rows: Sequence[NodeRow], wanted: int | None, script: str) -> Check:
@@ -796,11 +800,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
             checks.append(Check("partitions and idle nodes", FAIL, str(e),
                                 "check the controller's log (slurmctld.log)"))  # fmt: skip
         idle_node = probe_node(rows, parts)
-        try:
-            script_text = cfg.script.read_text()
-        except OSError:
-            script_text = ""
-        checks.append(check_gpus(cfg.device, rows, script_gpus_per_task(script_text),
+        checks.append(check_gpus(cfg.device, rows, script_gpus_per_task(cfg.script),
                                  cfg.script.name))  # fmt: skip
         if idle_node is None:
             skipped = "no idle compute node to run a probe on"

@@ -126,8 +126,7 @@ def test_gres_gpus(gres, gpus):
 
 
 def test_gpus_vs_the_scripts_gpus_per_task():
-    script = (ROOT / "llama3.1-8b-pretraining-torchft.sh").read_text()
-    wanted = d.script_gpus_per_task(script)
+    wanted = d.script_gpus_per_task(ROOT / "llama3.1-8b-pretraining-torchft.sh")
     assert wanted == 8
     local = parse_sinfo_rows(_sinfo("nodes_alloc_down"))
     cpu = d.check_gpus("cpu", local, wanted, "ft.sh")

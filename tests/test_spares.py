@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import logvocab
+from ftslurm import logvocab, submission
 from ftslurm import status as st
 from ftslurm.commands import submit
 from ftslurm.demo import DemoConfig, _replica_env, plan_lines
@@ -141,9 +141,9 @@ def test_submit_refuses_spares_that_leave_no_replica() -> None:
     assert submit.array_size(["--array=0-2"]) == 3
     assert submit.array_size(["--array", "0,1,5%2"]) == 3
     assert submit.array_size(["--array=0-9:2"]) is None
-    submit._check_spares(["--array=0-2"], 1)
+    submission.check_spares(["--array=0-2"], 1)
     with pytest.raises(UserError, match="--spares 2 with an array of 2 task"):
-        submit._check_spares(["--array=0-1"], 2)
+        submission.check_spares(["--array=0-1"], 2)
 
 
 @pytest.mark.process

@@ -271,13 +271,13 @@ def test_only_the_scripts_header_is_read(tmp_path: Path, fake_sbatch: Path):
 
 
 def test_a_header_cut_by_the_read_limit_loses_only_its_last_line(tmp_path: Path):
-    from ftslurm.commands import submit as sub
+    from ftslurm import submission as sub
 
     script = tmp_path / "long-header.sh"
     start, filler = "#!/bin/bash\n#SBATCH --array=0-1\n", "#" * 99 + "\n"
     whole = (sub.HEADER_MAX_BYTES - len(start)) // len(filler)  # the filler lines read whole
     script.write_text(start + filler * (whole + 1) + "#SBATCH -N1\n")
-    lines = sub._directives(str(script))
+    lines = sub.header_lines(str(script))
     # the line the limit cut is dropped, not read as a short `####`; the rest is not read
     assert lines == ["#SBATCH --array=0-1"] + [filler.strip()] * whole
 
