@@ -108,7 +108,7 @@ class Run:
 
     @property
     def run_dir(self) -> Path:
-        return self.outputs / "torchft" / f"tft-{self.job}"
+        return logvocab.run_dir(self.job, self.outputs)
 
     @property
     def events(self) -> Path:

@@ -57,6 +57,7 @@ from ftslurm.demo import DemoConfig, LocalBackend, run_demo
 from ftslurm.errors import UserError
 from ftslurm.replica import checksum
 from ftslurm.report import build_report
+from ftslurm.run.model import Run
 from ftslurm.run.progress import split_attempts, steps_in
 from ftslurm.wait import wait_for
 
@@ -192,11 +193,13 @@ def compare_checksums(run_dir: Path, replicas: int) -> tuple[int, list[str]]:
 def compare_all(run_dir: Path, tasks: int) -> tuple[int, list[str]]:
     """Every checksum line of tasks 1.. vs task 0's at the same (step, scope): with spares a
     slot's holder changes at each claim, and all replicas agree after an outer sync."""
+    run = Run.of(logvocab.run_job(run_dir.name), folder=run_dir)
+
     def text(task: int) -> str:
-        return logvocab.replica_log(run_dir.name[4:], task, run_dir).read_text(errors="replace")
+        return run.log(task).read_text(errors="replace")
 
     def started(task: int) -> bool:  # a spare Slurm never started has no log
-        return logvocab.replica_log(run_dir.name[4:], task, run_dir).is_file()
+        return run.log(task).is_file()
 
     return _compare(text(0), [(f"task {t}", text(t)) for t in range(1, tasks) if started(t)])
 
