@@ -39,13 +39,20 @@ import secrets
 import signal
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ftslurm import procs, runner, safefile
-from ftslurm.procs import ProcStat, proc_cmdline, proc_stat  # noqa: F401 (re-exported)
+from ftslurm.procs import (  # noqa: F401 (ProcStat, proc_cmdline, proc_stat: re-exported)
+    ProcId,
+    ProcStat,
+    exiting,
+    proc_cmdline,
+    proc_stat,
+)
+from ftslurm.wait import WaitTimeout, wait_for
 
 
 def is_alive(
@@ -57,17 +64,12 @@ def is_alive(
 ) -> bool:
     """True when `pid` is a live (not zombie) process that is still the one we started.
 
-    `expected_cmdline_substring` and `start_ticks` (from the state file) detect pid reuse;
-    `expected_arg`, an exact argument of the command line (the daemon's program: known to the
-    code, never read from a file someone may edit), makes sure it is the daemon at all. None
-    skips a check.
+    `start_ticks` (from the state file) detects pid reuse (`procs.ProcId`);
+    `expected_cmdline_substring` too, and `expected_arg`, an exact argument of the command line
+    (the daemon's program: known to the code, never read from a file someone may edit), makes
+    sure it is the daemon at all. None skips a check.
     """
-    if pid <= 0:
-        return False
-    st = proc_stat(pid)
-    if st is None or st.state in ("Z", "X", "x"):
-        return False
-    if start_ticks is not None and st.start_ticks != start_ticks:
+    if not ProcId(pid, start_ticks).running():
         return False
     if expected_cmdline_substring or expected_arg:
         argv = procs.cmdline(pid)
@@ -86,38 +88,17 @@ def is_alive(
 
 
 def _cmdline_settled(pid: int, timeout: float = 0.5) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """The arguments of `pid` once they read non-empty; [] when it exits or `timeout` passes
+    first."""
+
+    def settled() -> tuple[list[str]] | None:
         argv = procs.cmdline(pid)
-        if argv:
-            return argv
-        st = proc_stat(pid)
-        if st is None or st.state in ("Z", "X", "x"):
-            return []
-        time.sleep(0.002)
-    return []
+        return (argv,) if argv or not ProcId(pid).running() else None
 
-
-def exiting(pid: int) -> bool:
-    """True while any thread of `pid` is still running its exit.
-
-    A multi-threaded program (the Lighthouse is a tokio server) whose main thread is killed
-    first shows as a zombie (`Z`) while its other threads still hold its sockets and files:
-    "dead" by `is_alive`, yet its port is not free yet. Call this after identity was checked
-    (a pid is never reused while its zombie exists).
-    """
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        if raw.rpartition(")")[2].split()[:1] not in (["Z"], ["X"], ["x"]):
-            return True
-    return False
+        return wait_for(settled, timeout, 0.002, f"the command line of pid {pid}")[0]
+    except WaitTimeout:
+        return []
 
 
 def _reap(pid: int) -> None:
@@ -146,17 +127,22 @@ def stop(
         _reap(pid)
         return is_alive(pid, expected_cmdline_substring, start_ticks)
 
+    def ended(timeout: float) -> bool:
+        try:
+            procs.wait_gone(alive, timeout, f"pid {pid} to exit")
+            procs.wait_gone(lambda: exiting(pid), kill_timeout, f"pid {pid} to finish exiting")
+        except WaitTimeout:
+            return False
+        _reap(pid)
+        return True
+
     if not alive():
         return "not-running"
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if procs.wait_gone(alive, grace) and procs.wait_gone(lambda: exiting(pid), kill_timeout):
-        _reap(pid)
+    procs.kill_pids([pid], signal.SIGTERM)
+    if ended(grace):
         return "terminated"
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if procs.wait_gone(alive, kill_timeout) and procs.wait_gone(lambda: exiting(pid), kill_timeout):
-        _reap(pid)
+    procs.kill_pids([pid], signal.SIGKILL)
+    if ended(kill_timeout):
         return "killed"
     raise RuntimeError(f"pid {pid} survived SIGKILL for {kill_timeout:g} s (uninterruptible?)")
 
@@ -182,21 +168,18 @@ def wait_ready(
     """Poll `cond` until it returns a truthy value (returned); fail fast if `pid` dies.
 
     `poll` is `Popen.poll` when we have the child object (it also reaps it and gives the exit
-    code); otherwise liveness is read from /proc. Raises ProcessExited or TimeoutError.
+    code); otherwise liveness is read from /proc. Raises ProcessExited or WaitTimeout.
     The interval is short because readiness is on the user's critical path (`start` returns
     only then) and a Lighthouse is ready in a fraction of a second.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ready() -> Any:
         code = poll() if poll is not None else None
         if code is not None or (poll is None and not is_alive(pid)):
             raise ProcessExited(pid, code)
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+        return cond()
+
+    return wait_for(ready, timeout, interval, what)
 
 
 @dataclass
@@ -280,17 +263,20 @@ class Daemon:
         """Hold an exclusive lock so two CLIs never start (or stop) the daemon at once."""
         safefile.private_dir(self.state_dir)
         with os.fdopen(safefile.open_append(self.lockfile), "ab") as f:
-            deadline = time.monotonic() + timeout
-            while True:
+
+            def take() -> bool:
                 try:
                     fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
+                    return True
                 except OSError as e:
                     if e.errno not in (errno.EAGAIN, errno.EACCES):
                         raise
-                    if time.monotonic() >= deadline:
-                        raise TimeoutError(f"{self.lockfile} is held by another process") from e
-                    time.sleep(0.05)
+                    return False
+
+            try:
+                wait_for(take, timeout, 0.05, f"the lock {self.lockfile}")
+            except WaitTimeout as e:
+                raise WaitTimeout(f"{self.lockfile} is held by another process") from e
             try:
                 yield
             finally:
@@ -386,11 +372,10 @@ class Daemon:
             cmd, log_path=self.logfile, env=env, extra_env={**(extra_env or {}), TAG_ENV: tag},
             cwd=cwd, detach=True,
         )  # fmt: skip
-        st = proc_stat(proc.pid)
         state = DaemonState(
             name=self.name,
             pid=proc.pid,
-            start_ticks=st.start_ticks if st else None,
+            start_ticks=_ticks(proc.pid),
             started_at=time.time(),
             cmd=[str(c) for c in cmd],
             marker=marker,
@@ -457,63 +442,68 @@ class Daemon:
         s for all of them to be gone, SIGKILL what is left. A process of its session that is
         exiting (a zombie whose threads still run: they hold its port) is waited for too.
         Returns (outcome as in `stop`, the pids signalled)."""
-        seen: dict[int, int] = {}  # pid -> start ticks, of every process identified as ours
+        seen: set[ProcId] = set()  # every process identified as ours, as first seen
 
         def targets() -> list[int]:
             leader = self.owns(state)
             pids = ([state.pid] if leader else []) + self._followers(state, leader)
-            for p in pids:
-                st = proc_stat(p)
-                if st is not None:
-                    seen.setdefault(p, st.start_ticks)
+            seen.update(p for p in map(ProcId.of, pids) if p is not None)
             return pids
 
         def busy() -> bool:
             targets()
             _reap(state.pid)
-            return any(_present(p, ticks) for p, ticks in seen.items()) or any(
+            return any(p.present() for p in seen) or any(
                 _dying(p) for p in procs.session_pids(state.pid)
             )
 
+        def gone(timeout: float) -> bool:
+            try:
+                procs.wait_gone(busy, timeout, f"the processes of {self.name} to exit")
+            except WaitTimeout:
+                return False
+            return True
+
         first = targets()
         if not first:
-            procs.wait_gone(busy, kill_timeout)
+            gone(kill_timeout)
             return "not-running", []
         procs.kill_pids(list(first), signal.SIGTERM)
-        if procs.wait_gone(busy, grace):
-            return "terminated", sorted(seen)
+        if gone(grace):
+            return "terminated", _pids(seen)
         # every one seen, also those no longer found from the leader (it exited first)
-        left = {*targets(), *(p for p, ticks in seen.items() if _present(p, ticks))}
+        left = {*targets(), *(p.pid for p in seen if p.present())}
         procs.kill_pids(sorted(left), signal.SIGKILL)
-        if procs.wait_gone(busy, kill_timeout):
-            return "killed", sorted(seen)
-        left = [p for p, ticks in seen.items() if _present(p, ticks)]
-        if not left:  # only a dying process of the session, not one we signalled
-            return "killed", sorted(seen)
-        raise RuntimeError(f"pid(s) {left} survived SIGKILL for {kill_timeout:g} s "
+        if gone(kill_timeout):
+            return "killed", _pids(seen)
+        still = _pids(p for p in seen if p.present())
+        if not still:  # only a dying process of the session, not one we signalled
+            return "killed", _pids(seen)
+        raise RuntimeError(f"pid(s) {still} survived SIGKILL for {kill_timeout:g} s "
                            "(uninterruptible?)")  # fmt: skip
+
+
+def _pids(found: Iterable[ProcId]) -> list[int]:
+    return sorted({p.pid for p in found})
 
 
 def _not_older(pid: int, start_ticks: int | None) -> bool:
     """`pid` is alive and started no earlier than `start_ticks` (None: unknown, any)."""
-    st = proc_stat(pid)
-    if st is None or st.state in ("Z", "X", "x"):
+    now = ProcId.of(pid)
+    if now is None or not now.running():
         return False
-    return start_ticks is None or st.start_ticks >= start_ticks
+    return start_ticks is None or (now.start_ticks or 0) >= start_ticks
 
 
 def _dying(pid: int) -> bool:
     """`pid` is a zombie whose other threads are still running their exit."""
-    st = proc_stat(pid)
-    return st is not None and st.state in ("Z", "X", "x") and exiting(pid)
+    return ProcId(pid).present() and not ProcId(pid).running()
 
 
-def _present(pid: int, start_ticks: int) -> bool:
-    """`pid` is still the process first seen with `start_ticks`, running or exiting."""
-    st = proc_stat(pid)
-    if st is None or st.start_ticks != start_ticks:
-        return False
-    return st.state not in ("Z", "X", "x") or exiting(pid)
+def _ticks(pid: int) -> int | None:
+    """The start time that identifies `pid` in a state file (None: it is gone already)."""
+    found = ProcId.of(pid)
+    return found.start_ticks if found is not None else None
 
 
 def _well_typed(state: DaemonState) -> bool:

@@ -35,6 +35,7 @@ from ftslurm.runner import CommandError
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm import client
 from ftslurm.slurm.parse import JobInfo
+from ftslurm.wait import WaitTimeout, wait_for
 
 Say = Callable[[str], None]
 
@@ -150,8 +151,9 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 RESUME_WAITS_S = (0.5, 1.0, 2.0, 4.0)  # between the 5 tries of a RESUME: 7.5 s in all
 
 
-class RecoveryTimeout(UserError):
-    """The replica did not come back in time (not a usage mistake: exit code 1)."""
+class RecoveryTimeout(UserError, WaitTimeout):
+    """The replica did not come back in time: a `WaitTimeout` that the CLI shows as a one-line
+    error (not a usage mistake: exit code 1)."""
 
     exit_code = 1
 
@@ -322,12 +324,10 @@ class _Execution:
         return None
 
     def wait_until(self, cond: Callable[[], Any], limit: float, what: str) -> Any:
-        deadline = time.monotonic() + limit
-        while not (v := cond()):
-            if time.monotonic() >= deadline:
-                raise RecoveryTimeout(f"timed out after {limit:g} s waiting for {what}")
-            time.sleep(self.poll)
-        return v
+        try:
+            return wait_for(cond, limit, self.poll, what)
+        except WaitTimeout as e:
+            raise RecoveryTimeout(str(e)) from None
 
     def wait_left_running(self) -> None:
         key = self.t.task_key
@@ -599,18 +599,22 @@ def run_chaos(
     rng = random.Random(seed)
     summary = ChaosSummary()
     next_at = time.monotonic()
+
+    def pick_now() -> tuple[int] | None:
+        """A replica to fail now, in a tuple (replica 0 is falsy), or None."""
+        tasks = client.current().array_tasks(job)
+        pick = failure_plan.chaos_pick(tasks, rng, live(tasks) if live else None)
+        return None if pick is None else (pick,)
+
     try:
         with signals_raise():
             for k in range(count):
-                while (wait := next_at - time.monotonic()) > 0:
-                    time.sleep(min(wait, 0.5))
+                time.sleep(max(0.0, next_at - time.monotonic()))  # a signal raises in it
                 t_tick = time.monotonic()
-                while True:
-                    tasks = client.current().array_tasks(job)
-                    pick = failure_plan.chaos_pick(tasks, rng, live(tasks) if live else None)
-                    if pick is not None or time.monotonic() - t_tick >= wait_live:
-                        break
-                    time.sleep(0.5)
+                try:
+                    (pick,) = wait_for(pick_now, wait_live, 0.5, "2 live replicas")
+                except WaitTimeout:
+                    pick = None
                 waited = time.monotonic() - t_tick
                 stamp = time.strftime("%H:%M:%S")
                 next_at = time.monotonic() + every

@@ -1,4 +1,7 @@
-"""Facts about processes read from /proc: liveness (zombie-aware), pidfiles, namespaces.
+"""The process toolkit: facts read from /proc (liveness, zombie-aware; pidfiles; namespaces),
+one identity (`ProcId`: "is this still the process we saw?"), one stop (`kill_pids`, the only
+sender of signals besides `runner` for its own children) and the waits on processes (through
+`ftslurm.wait`, so a timeout is always a `WaitTimeout`).
 
 Why not `kill -0`: in containers PID 1 reaps lazily, so a dead daemon lingers as a zombie and
 `kill -0` says it is alive. Stopping by pid needs to know the truth.
@@ -6,14 +9,16 @@ Why not `kill -0`: in containers PID 1 reaps lazily, so a dead daemon lingers as
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import signal
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ftslurm.safefile import read_text
+from ftslurm.wait import wait_for
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,69 @@ def proc_stat(pid: int) -> ProcStat | None:
     return ProcStat(state=rest[0], ppid=int(rest[1]), start_ticks=int(rest[19]))
 
 
+_DEAD = ("Z", "X", "x")  # a zombie or a dead task: exited, whatever kill(pid, 0) says
+
+
+@dataclass(frozen=True)
+class ProcId:
+    """A process as it was first seen: its pid and its start time (`/proc/PID/stat` field 22).
+
+    Why both: a pid is reused once its process is reaped, so "is pid N still running" can name
+    an unrelated program (after a reboot, or a long time); a pid and its start time name one
+    process for as long as the machine runs. `start_ticks` None: unknown (a pidfile that holds
+    only a pid), and then only the pid is checked. Daemon pidfiles, the stop of a daemon's
+    processes and the attempt guard all ask this one question through it."""
+
+    pid: int
+    start_ticks: int | None = None
+
+    @classmethod
+    def of(cls, pid: int) -> ProcId | None:
+        """`pid` as it is now, or None when there is no such process."""
+        st = proc_stat(pid) if pid > 0 else None
+        return None if st is None else cls(pid, st.start_ticks)
+
+    def _stat(self) -> ProcStat | None:
+        """The process's stat if `pid` is still this process (any state), else None."""
+        st = proc_stat(self.pid) if self.pid > 0 else None
+        if st is None or (self.start_ticks is not None and st.start_ticks != self.start_ticks):
+            return None
+        return st
+
+    def running(self) -> bool:
+        """Still this process, and not exited (a zombie has exited)."""
+        st = self._stat()
+        return st is not None and st.state not in _DEAD
+
+    def present(self) -> bool:
+        """Still this process, running or still exiting: a zombie whose other threads run
+        their exit still holds its sockets and files (see `exiting`)."""
+        st = self._stat()
+        return st is not None and (st.state not in _DEAD or exiting(self.pid))
+
+
+def exiting(pid: int) -> bool:
+    """True while any thread of `pid` is still running its exit.
+
+    A multi-threaded program (the Lighthouse is a tokio server) whose main thread is killed
+    first shows as a zombie (`Z`) while its other threads still hold its sockets and files:
+    "dead" by `ProcId.running`, yet its port is not free yet. Ask after identity was checked
+    (a pid is never reused while its zombie exists).
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        if raw.rpartition(")")[2].split()[:1] not in (["Z"], ["X"], ["x"]):
+            return True
+    return False
+
+
 def proc_cmdline(pid: int) -> str:
     """The command line of `pid`, arguments joined by spaces ('' when unreadable or gone)."""
     try:
@@ -53,11 +121,8 @@ def proc_cmdline(pid: int) -> str:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """True if `pid` exists and is not a zombie (for pid-reuse checks see daemon.is_alive)."""
-    if not pid or pid <= 0:
-        return False
-    st = proc_stat(pid)
-    return st is not None and st.state not in ("Z", "X", "x")
+    """True if `pid` exists and is not a zombie (for pid-reuse checks: `ProcId`)."""
+    return pid is not None and ProcId(pid).running()
 
 
 def read_pidfile(path: Path) -> int | None:
@@ -127,7 +192,8 @@ def pids_in_uts_ns(ns: str) -> list[int]:
 
 
 def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
-    """Send `sig` to each of `pids`; one that is gone already is skipped."""
+    """Send `sig` to each of `pids`; one that is gone already is skipped. The one place that
+    signals a process by pid: callers check identity first (`ProcId`, `daemon.is_alive`)."""
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -209,16 +275,33 @@ def descends_from(ancestor: int, pid: int) -> bool:
     return False
 
 
-def wait_gone(alive: Callable[[], bool], timeout: float) -> bool:
-    """Poll `alive` (backing off 10 -> 100 ms) until it is false; False on timeout."""
-    deadline = time.monotonic() + timeout
-    interval = 0.01
-    while alive():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-        interval = min(interval * 2, 0.1)
-    return True
+def wait_gone(
+    alive: Callable[[], bool], timeout: float, what: str = "the processes to exit"
+) -> None:
+    """Wait until `alive()` is false; `WaitTimeout` after `timeout` seconds. Looks back off
+    from 10 to 100 ms: a killed process is usually gone within milliseconds."""
+    wait_for(lambda: not alive(), timeout, 0.01, what, max_interval=0.1)
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd of `pid` (readable once it has exited; never another process, even if the pid
+    is reused), or None where the kernel has none (before Linux 5.3). Raises
+    ProcessLookupError when `pid` is gone already."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except (AttributeError, OSError):
+        return None
+
+
+def wait_exited(proc: ProcId, pidfd: int | None) -> None:
+    """Block until `proc` has exited, however long that takes: on its pidfd when there is one,
+    else by polling its identity (every 0.5 s: nothing waits on the answer but a cleanup)."""
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the process has exited
+        return
+    wait_for(lambda: not proc.running(), math.inf, 0.5, f"pid {proc.pid} to exit")
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:

@@ -1,4 +1,11 @@
-"""Small helpers for waiting on conditions and picking ports (no sleeps where a wait fits)."""
+"""The one way ftslurm waits for a condition, and picking ports (no sleeps where a wait fits).
+
+Every wait with a deadline polls through `wait_for` and, when the deadline passes, raises
+`WaitTimeout` with the same text ("timed out after N s waiting for WHAT"): a caller catches one
+exception whatever it waited on (a daemon's readiness, a lock, processes to exit, a replica to
+come back), and `tests/test_procs_architecture.py` keeps other polling loops out of the process
+toolkit's modules.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +18,39 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-class WaitTimeout(Exception):
-    """A condition did not become true in time."""
+class WaitTimeout(TimeoutError):
+    """A condition did not become true in time.
+
+    A TimeoutError (and so an OSError), so code written against the standard library's
+    convention (`except TimeoutError`) catches it as it catches a socket's timeout."""
 
 
 def wait_for(
-    cond: Callable[[], T], timeout: float, interval: float = 0.2, what: str = "condition"
+    cond: Callable[[], T],
+    timeout: float,
+    interval: float = 0.2,
+    what: str = "condition",
+    *,
+    max_interval: float | None = None,
 ) -> T:
     """Poll `cond` until it returns a truthy value and return it; raise WaitTimeout after
-    `timeout` seconds."""
+    `timeout` seconds (`math.inf`: no deadline). An exception of `cond` ends the wait (how a
+    caller fails fast, e.g. when the process it waits on died).
+
+    `max_interval`: the pause doubles after each look, from `interval` up to it. Why: a killed
+    process is usually gone within milliseconds, so the first looks come quickly, while one
+    that takes seconds is not polled hundreds of times."""
     deadline = time.monotonic() + timeout
+    pause = interval
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(pause)
+        if max_interval is not None:
+            pause = min(pause * 2, max_interval)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

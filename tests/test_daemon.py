@@ -14,7 +14,7 @@ import pytest
 
 from ftslurm import daemon, runner
 from ftslurm.procs import pid_alive
-from ftslurm.wait import wait_for
+from ftslurm.wait import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -238,7 +238,7 @@ def test_wait_ready_fails_fast_when_process_dies(procs):
         daemon.wait_ready(lambda: False, pid=p.pid, poll=p.poll, timeout=30)
     assert e.value.returncode == 7
     assert time.monotonic() - t0 < 10
-    with pytest.raises(TimeoutError):
+    with pytest.raises(WaitTimeout, match=r"^timed out after 0\.1 s waiting for the daemon to be"):
         daemon.wait_ready(lambda: False, pid=os.getpid(), timeout=0.1)
     assert daemon.wait_ready(lambda: 42, pid=os.getpid(), timeout=1) == 42
 
@@ -275,7 +275,7 @@ def test_lock_serialises(tmp_path):
 
     with d.locked():
         # exclusion, deterministic: another holder times out while this one holds the lock
-        with pytest.raises(TimeoutError):
+        with pytest.raises(WaitTimeout, match=r"x\.lock is held by another process$"):
             with daemon.Daemon(tmp_path, "x").locked(timeout=0.1):
                 pass
         t = threading.Thread(target=lambda: (entered.set(), other()))

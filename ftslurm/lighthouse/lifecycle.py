@@ -28,6 +28,7 @@ from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve
 from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig
 from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
 from ftslurm.paths import lighthouse_dir
+from ftslurm.wait import WaitTimeout, free_port
 
 DEFAULT_STOP_GRACE_S = 10.0
 _ADDR_IN_USE = "Address already in use"
@@ -118,7 +119,7 @@ def _locked(d: daemon.Daemon) -> Iterator[None]:
                     "(chown, chmod go-w)"
                 )
             stack.enter_context(d.locked())
-        except TimeoutError as e:  # (an OSError too: first)
+        except WaitTimeout as e:  # (an OSError too: first)
             raise UserError(f"{e} (another `ftslurm lighthouse` command still running?)") from None
         except OSError as e:  # permission, not a directory, read-only file system...
             raise UserError(
@@ -270,7 +271,11 @@ def _orphan_gone(
     Lighthouse of this state dir (a stale pidfile just removed), that counts as it too."""
     if not _held_by_this_lighthouse(d, port, ownerless=crashed):
         return False
-    return procs.wait_gone(lambda: not ports.port_free(host, port), timeout)
+    try:
+        procs.wait_gone(lambda: not ports.port_free(host, port), timeout, f"port {port} to be free")
+    except WaitTimeout:
+        return False
+    return True
 
 
 def _held_by_this_lighthouse(
@@ -366,7 +371,7 @@ def _start_locked(
             f"the Lighthouse exited at start (code {e.returncode}): {last}{left}"
             f"{_still_held(port)} -- see {d.logfile}"
         ) from None
-    except TimeoutError as e:
+    except WaitTimeout as e:
         d.abort(state)  # it, and every process it started
         raise UserError(f"{e}; stopped it{_still_held(port)} -- see {d.logfile}") from None
     state.extra.update(where)
@@ -433,12 +438,13 @@ def _stale(d: daemon.Daemon, found: daemon.Lookup) -> daemon.Lookup:
     runs; never a signal (a status only reads: a copy of a state folder names the processes
     of another). Processes of it still running (a Lighthouse killed by PR_SET_PDEATHSIG
     exits a moment after its launcher) get a moment to go."""
-    procs.wait_gone(lambda: bool(d.lookup(clean_stale=False).left), 1.0)
+    with contextlib.suppress(WaitTimeout):  # still running: reported, not removed
+        procs.wait_gone(lambda: bool(d.lookup(clean_stale=False).left), 1.0)
     try:
         if daemon.unsafe_state_dir(d.state_dir) is None:  # else not ours to clean (nor lock)
             with d.locked(timeout=5.0):
                 return d.forget_stale()  # re-checked under the lock
-    except (TimeoutError, OSError):  # (TimeoutError is an OSError) busy, gone, read-only
+    except OSError:  # busy (a WaitTimeout is an OSError too), gone, read-only
         pass
     return d.lookup(clean_stale=False)
 
@@ -586,8 +592,6 @@ def exec_foreground(
             )
         host, port = address.parse_bind(cfg.bind)
         if port == 0:
-            from ftslurm.wait import free_port
-
             port = free_port("127.0.0.1" if address.is_wildcard(host) else host)
             cfg = replace(cfg, bind=address.format_bind(host, port))
         if not ports.port_free(host, port):
@@ -596,9 +600,9 @@ def exec_foreground(
         cmd, launcher_env = lighthouse_command(d.state_dir, binary)
         cmd += cfg.args()
         pid = os.getpid()
-        st = procs.proc_stat(pid)
+        me = procs.ProcId.of(pid)
         state = daemon.DaemonState(
-            name=NAME, pid=pid, start_ticks=st.start_ticks if st else None,
+            name=NAME, pid=pid, start_ticks=me.start_ticks if me else None,
             started_at=time.time(), cmd=cmd, marker=d.marker, log_path=None,
             extra={"config": cfg.binary_options(), "requested_bind": cfg.bind,
                    **_where(host, port, cfg.advertise), "foreground": True, "binary": binary},

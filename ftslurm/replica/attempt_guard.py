@@ -8,40 +8,27 @@ start on the same host (job.remove_stale_attempt_dirs, still the fallback for a 
 went down with its guard).
 
 How: the guard opens a pidfd of the launcher while the launcher waits for it (so the pid is
-the launcher's, never a reused one), then forks away and the launcher's child exits: the
-guard is no descendant of the launcher, and a kill of the launcher's process tree does not
-reach it. It ignores the signals a cancel sends to the whole job (the launcher cleans up
-itself then), waits until the pidfd says the launcher exited, removes the folder (only a
-real folder of this user whose name is an attempt folder's) and exits. It holds no file of
+the launcher's, never a reused one; on a kernel without pidfds, its pid and start time:
+`procs.ProcId`), then forks away and the launcher's child exits: the guard is no descendant
+of the launcher, and a kill of the launcher's process tree does not reach it. It ignores
+the signals a cancel sends to the whole job (the launcher cleans up itself then), waits
+until the launcher has exited (`procs.wait_exited`), removes the folder (only a real folder
+of this user whose name is an attempt folder's) and exits. It holds no file of
 the job open: its output goes nowhere.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import stat
 import sys
-import time
 from pathlib import Path
 
+from ftslurm import procs
+
 PREFIX = "ftslurm-attempt-"  # job.ATTEMPT_DIR_PREFIX (job.py imports torch-free modules only)
-
-
-def _wait_exit(pid: int, pidfd: int | None) -> None:
-    if pidfd is not None:
-        select.select([pidfd], [], [])  # readable once the process has exited
-        return
-    while True:  # no pidfd (a kernel before 5.3): poll; a reused pid only delays the cleanup
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            pass
-        time.sleep(0.5)
 
 
 def remove(folder: Path) -> bool:
@@ -64,19 +51,20 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     pid, folder = int(argv[0]), Path(argv[1])
+    launcher = procs.ProcId.of(pid)
     try:
-        pidfd: int | None = os.pidfd_open(pid)
+        pidfd = procs.open_pidfd(pid)
     except ProcessLookupError:
+        launcher = None
+    if launcher is None:
         remove(folder)  # the launcher is already gone
         return 0
-    except (AttributeError, OSError):
-        pidfd = None
     if os.fork() > 0:  # the launcher reaps this child; the guard lives on, re-parented
         os._exit(0)
     os.setsid()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    _wait_exit(pid, pidfd)
+    procs.wait_exited(launcher, pidfd)
     remove(folder)
     return 0
 
