@@ -3,7 +3,7 @@ parameters hashed, and what the training thread waits for, on CPU or one GPU.
 
 Why it matters: on CUDA every rank hashes its local shard every FTSLURM_CHECKSUM_EVERY (50)
 committed steps, and that time is taken from training. An 8B model in fp32 sharded over 8
-GPUs is 4 GB per rank: at 0.65 GB/s that was 6 s every 50 steps, at 1.4 GB/s under 3 s.
+GPUs is 4 GB per rank: at 0.65 GB/s that is 6 s every 50 steps, at 1.4 GB/s under 3 s.
 The hash itself runs on a background thread on CUDA; the host copy it hashes is what
 training waits for: 9.6 s for an 11.2 GB shard copied into fresh pageable memory on an H100
 machine (`snapshot`), hence `HostCopy` (one pinned buffer, reused).
@@ -39,7 +39,8 @@ def median_seconds(fn, runs: int) -> float:
 
 
 def snapshot(named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-    """Host copies in fresh pageable memory: what the background mode took before HostCopy."""
+    """Host copies in fresh pageable memory each call: the cost HostCopy's one reused pinned
+    buffer avoids."""
     return [(name, t.to("cpu", copy=True)) for name, t in named]
 
 

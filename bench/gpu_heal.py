@@ -1,10 +1,12 @@
 """Healing on one device: checkpoint transfer bandwidth, and the two healing bugs on and off.
 
-Issue 9, parts 2 and 3. Two fault-tolerant replicas (per-step mode, FSDP) of the launcher the
-sbatch scripts exec (`python -m ftslurm.replica job`) share this machine's one device, with the
-real torchft Lighthouse on a free port. Once both have committed steps with identical
-parameter checksums, replica 1's training worker is SIGKILLed, replica 1 is started again
-(attempt 1) and heals from replica 0 over torchft's HTTP checkpoint transport. Then:
+The bugs are those ftslurm/replica/fixes.py numbers 1 (the survivor crashes while it serves
+a heal) and 2 (a heal sends a stale optimizer state). Two fault-tolerant replicas (per-step
+mode, FSDP) of the launcher the sbatch scripts exec (`python -m ftslurm.replica job`) share
+this machine's one device, with the real torchft Lighthouse on a free port. Once both have
+committed steps with identical parameter checksums, replica 1's training worker is SIGKILLed,
+replica 1 is started again (attempt 1) and heals from replica 0 over torchft's HTTP checkpoint
+transport. Then:
 
 - transfer: seconds from the joiner's torchft log (`fetching checkpoint from ... took X s`:
   HTTP fetch + deserialisation), bytes as the survivor served them (the HTTP body, counted

@@ -1,9 +1,9 @@
 """How fast a healing replica gets the survivor's state, per checkpoint transport option
 (ftslurm/replica/transport.py), against the TCP loopback moving the same bytes.
 
-Why: a heal pauses the job, and torchft's default (one HTTP stream) moved an 8B heal at
-0.63-0.73 GB/s on an H100 (issue 29). Here two processes stand for the two replicas on this
-machine: the survivor holds a state of --size-gb of float32 tensors shaped like Llama 3 8B
+Why: a heal pauses the job, and torchft's default (one HTTP stream) moves an 8B heal at
+0.63-0.73 GB/s on an H100 (docs/benchmarks.md). Here two processes stand for the two replicas
+on this machine: the survivor holds a state of --size-gb of float32 tensors shaped like Llama 3 8B
 layers (smaller dims for tiny sizes), the joiner holds the same tensors (its own model, to be
 overwritten). Per option and run:
 - staging: the survivor's `send_checkpoint` until the checkpoint can be fetched (HTTP: a
@@ -23,7 +23,7 @@ transfer carries values of its own (the survivor fills them before it); after it
 checks every tensor; a wrong or stale value exits 1.
 
 Other load: this machine (2 CPUs) is shared, and its other users' processes (tests run
-outside the heavy lock) halved single runs: a run's cost is nearly all kernel copying, so a
+outside the heavy lock) can halve a single run: a run's cost is nearly all kernel copying, so a
 process taking a CPU for half a second shows at once. So each run waits (at most
 --quiet-wait-s) for a quiet machine before it starts, and records where the CPU went while
 it ran ("cpu": the machine's busy and steal seconds, each replica's CPU, the busiest other
@@ -37,8 +37,8 @@ figures over all runs are there too (all_runs_gbps, all_runs_spread).
 CPU placement (--cpus): `any` (the default) leaves both replicas to the scheduler; `two` puts
 each on a CPU of its own (slower here: a pinned replica cannot move off a CPU another process
 takes); `one` puts both on one CPU, so that a run's rate is the inverse of its CPU cost per
-byte. Tried against the spread on 2026-11-26, alternating with `any`: `one` did not hold its
-runs closer (docs/benchmarks-cpu.md, "Both replicas on one CPU").
+byte. Alternated with `any`, `one` does not hold its runs closer (docs/benchmarks-cpu.md,
+"Both replicas on one CPU").
 
 Run: python bench/heal_speed.py [--size-gb 2] [--runs 3] [--chunks 8] [--json]
      [--transports http,http-chunked,pg] [--device cpu|cuda] [--warmup 1] [--settle-s 1]

@@ -4,7 +4,7 @@ Builds a synthetic run from the REAL line shapes of tests/fixtures/report/cpu-ru
 recorded torchft CPU run: Lighthouse log + two replica logs), repeated with the date moved one
 day per copy, quorum ids renumbered and uuids changed so every copy is a new failure, requeue
 and recovery to the parser, plus a torchtitan
-step line with ANSI colours after every committed step (shape from notes/torchtitan-cpu.md).
+step line with ANSI colours after every committed step (torchtitan 0.2.2's shape: TITAN_STEP).
 Writes it to a temp dir (deleted afterwards), then runs `build_report` in a fresh child process
 per size and prints MB/s and the child's peak RSS. Goal: >= 200 MB/s, RSS flat in file size.
 Two kinds of run: "failing" (every copy a failure, a requeue and a recovery: the report's own

@@ -1,5 +1,5 @@
 """How fast a replica (re)starts on CPU: launcher banner -> torchtitan's `Starting job`
-(goal <= 4 s, issue 28 item 3) and -> its first step line, old way vs new way.
+(goal <= 4 s) and -> its first step line, upstream's start (`old`) vs ftslurm's (`new`).
 
 Each run is one real attempt of the launcher the sbatch script execs (`python -m
 ftslurm.replica job`, DEVICE=cpu, the FT script's environment: replica 0 of a group of 1,
@@ -124,7 +124,7 @@ def one_run(mode: str, lh_address: str, work: Path, n: int, timeout: float,
 IMPORT_LINE = re.compile(rb"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
-# the subtrees the issue names (inductor via flex attention, the varlen module that imports
+# the costly subtrees of a start (inductor via flex attention, the varlen module that imports
 # dynamo, datasets, pandas, DTensor) and torchrun's own entry point: cumulative seconds
 NAMED = (
     "torch.distributed.run",

@@ -1,8 +1,8 @@
 """Pure builders for the local cluster's files: slurm.conf, the hosts file, the node commands.
 
 Nothing here touches the machine, so the text is checked by unit tests and printable as a dry
-run. The keys come from ../shared/notes/slurm-minicluster.md (verified on Debian's Slurm
-22.05): proctrack/pgid (cgroup fails in containers), task/none, cred_expire=5 (the shortest
+run. The keys that differ from a production slurm.conf, each checked on Debian's Slurm
+22.05: proctrack/pgid (cgroup fails in containers), task/none, cred_expire=5 (the shortest
 requeue hold Slurm accepts), CPUs=1 + OverSubscribe=EXCLUSIVE (one job per node, as with
 `--exclusive` on a GPU cluster).
 """

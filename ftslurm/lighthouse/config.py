@@ -33,7 +33,7 @@ def safe_min_replicas(replicas: int) -> int:
 class LighthouseConfig:
     """The options of a start. The binary's follow the cluster guide:
     `--min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 10000`, port 29510; the heartbeat
-    timeout is ftslurm's choice (issue 28)."""
+    timeout is ftslurm's choice (see `heartbeat_timeout_ms`)."""
 
     bind: str = f":{DEFAULT_PORT}"
     min_replicas: int = 1

@@ -2,9 +2,10 @@
 
 A mistyped flag in FTSLURM_EXTRA_ARGS (`--training.stepz=3`), a bad value or a missing TOML
 fails every attempt the same way, seconds after torchrun started. torchrun only reports
-"exit code 1", so without this note the launcher took it for a crash and requeued the replica
-FT_MAX_REQUEUES times. The launcher names a file in FTSLURM_CONFIG_ERROR_FILE; the worker writes
-one line there when torchtitan's option parser fails; the launcher reads it after torchrun.
+"exit code 1", so without this note the launcher would take it for a crash and requeue the
+replica FT_MAX_REQUEUES times, failing the same way each time. The launcher names a file in
+FTSLURM_CONFIG_ERROR_FILE; the worker writes one line there when torchtitan's option parser
+fails; the launcher reads it after torchrun.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def install() -> None:
                 _write(path, "torchtitan's option parser refused them (its message is above)")
             raise
         except (FileNotFoundError, IsADirectoryError, ValueError) as e:  # no TOML, or a bad one
-            # (other OSErrors, a shared-filesystem hiccup, may pass: requeued as before)
+            # (other OSErrors, a shared-filesystem hiccup, may pass: requeued as any crash)
             missing = e.filename if isinstance(e, FileNotFoundError) else None
             _write(path, f"{type(e).__name__}: {e}", missing)
             raise

@@ -73,7 +73,8 @@ class RenderedReport(Report):
     """A Report with its renderings as methods: what `ftslurm.report.build_report` returns.
 
     The methods live here, not on `model.Report`, so that the model does not import its
-    renderer (`Report.to_text` calling into this module was the timeline <-> render cycle).
+    renderer (a `Report.to_text` that called into this module would close an import cycle
+    timeline <-> render).
     """
 
     @classmethod

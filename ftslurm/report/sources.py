@@ -116,11 +116,11 @@ def _spooled(path: str | Path) -> Path:
     kind of file refused.
 
     Why a copy at all: the report reads each file twice (the clock offset, then the events)
-    and a pipe can be read only once. Why bounded and unnamed: `report /dev/zero` copied the
-    device into /tmp without end, and a killed report left its copy behind; now a pipe past
-    SPOOL_MAX is refused, and the copy has no name (its path is /proc/self/fd/N), so it goes
-    with the process however that ends. A named pipe elsewhere is refused: opening one
-    with no writer blocks for ever.
+    and a pipe can be read only once. Why bounded and unnamed: an unbounded copy of
+    `report /dev/zero` would fill /tmp without end, and a named copy would stay behind when
+    the report is killed; so a pipe past SPOOL_MAX is refused, and the copy has no name (its
+    path is /proc/self/fd/N): it goes with the process however that ends. A named pipe
+    elsewhere is refused: opening one with no writer blocks for ever.
     """
     p = Path(path)
     try:
