@@ -32,13 +32,14 @@ class LogCursor:
     skip_first: bool = False
 
     def lines(self) -> list[bytes]:
-        """The complete lines appended since the previous call, without their newline."""
+        """The complete lines appended since the previous call, without their newline. A log
+        that is there but cannot be read (no permission) raises OSError: the caller says so."""
         try:
             if not S_ISREG(os.stat(self.path).st_mode):
                 return []  # a FIFO would block the reader, a folder is not a log
             fh = open(self.path, "rb")  # noqa: SIM115 - closed below, after fstat
-        except OSError:
-            return []
+        except FileNotFoundError:
+            return []  # not there yet (a task that starts late), or gone between the calls
         out: list[bytes] = []
         with fh:
             st = os.fstat(fh.fileno())

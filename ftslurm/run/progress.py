@@ -16,6 +16,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 from ftslurm import logvocab
 from ftslurm.logtail import read_tail
@@ -138,12 +139,15 @@ class ProgressReader:
         """The summary after the new lines; `partial`: the unfinished last line counts too (a
         writer in the middle of a step line), without being folded for the next read."""
         try:
-            mtime = self.path.stat().st_mtime
+            st = self.path.stat()
+            if not S_ISREG(st.st_mode):  # a folder or a FIFO named like a log: no log
+                return LogSummary(path=str(self.path))
+            mtime = st.st_mtime
             if not self._started:
                 self._start()
+            lines = self.cursor.lines()  # truncated or replaced: these are the new file's lines
         except OSError:
             return LogSummary(path=str(self.path))
-        lines = self.cursor.lines()  # truncated or replaced: these are the new file's lines
         if self.cursor.restarts != self._restarts:
             self._restarts, self._fold = self.cursor.restarts, _Fold()
         for line in lines:
