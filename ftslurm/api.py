@@ -10,7 +10,8 @@
     run.cancel()
 
 What runs where. submitit pickles a callable (`ReplicaTask`) into `outputs/submitit/` and
-submits one sbatch array (one node and one task per array task). On the node, submitit
+writes one sbatch array file (one node and one task per array task), which ftslurm's submit
+service (`ftslurm.submission`, as `ftslurm submit`) hands to sbatch. On the node, submitit
 unpickles it with the submitting interpreter's path (`sys.executable`: a venv on the shared
 filesystem), and it runs the sbatch script's launcher, `ftslurm.replica.job.main`, appending
 to the file the script writes (`outputs/torchft/tft-<job>/tft-<job>_<i>.out`), so the
@@ -26,11 +27,12 @@ replica heals from a live peer instead, so the array keeps Slurm's `--requeue`, 
 does: a node that goes DOWN puts its task back in the queue (submitit's pickle is still there,
 so the requeued task runs the same callable and logs its next attempt in the same file); a
 crashed training process is requeued by the launcher itself (FT_MAX_REQUEUES); USR2 is
-ignored (no checkpoint to take, and its default would end the replica).
+ignored (no checkpoint to take, and its default would end the replica). Slurm's time limit
+is met as in the script: `--signal=B:USR1@<FTSLURM_TIME_LIMIT_SIGNAL_S>` to the batch shell,
+which `exec`s submitit's runner, so the launcher in it saves a final checkpoint and requeues.
 
-submitit runs `sbatch` itself; everything else (state, cancel) goes through
-`ftslurm.slurm.client`. States come from `squeue`: submitit's come from `sacct`, which
-clusters without accounting (the local cluster) lack.
+sbatch, state and cancel go through `ftslurm.slurm.client`. States come from `squeue`:
+submitit's come from `sacct`, which clusters without accounting (the local cluster) lack.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm import knobs as knoblib
-from ftslurm import logvocab, paths
+from ftslurm import logvocab, paths, submission
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.resources import CLASSIC_JOB_NAME, CPU_NODE, FT_JOB_NAME, GPU_NODE
@@ -406,22 +408,6 @@ def executor_parameters(
     return params
 
 
-@contextlib.contextmanager
-def _slurm_conf_for_submitit() -> Iterator[None]:
-    """submitit runs `sbatch` with os.environ: give it SLURM_CONF when ftslurm would find the
-    local cluster's, for the duration of the submission only (it is exported to the job too,
-    where the launcher's `scontrol requeue` needs it)."""
-    conf = client.current().environment().get("SLURM_CONF")
-    if conf is None or "SLURM_CONF" in os.environ:
-        yield
-        return
-    os.environ["SLURM_CONF"] = conf
-    try:
-        yield
-    finally:
-        os.environ.pop("SLURM_CONF", None)
-
-
 def _executor(folder: Path, params: dict[str, Any]):
     try:
         import submitit
@@ -445,16 +431,47 @@ def _executor(folder: Path, params: dict[str, Any]):
 
 
 def _submit(ex: Any, task: ReplicaTask, count: int) -> list[Any]:
-    from submitit.core.utils import FailedJobError, FailedSubmissionError
+    """submitit's pickles and sbatch file, submitted by ftslurm's submit service (the job's
+    environment, the time-limit margin, sbatch through the Slurm client) instead of by
+    submitit: `count` callables (one array task each when more than one) -> their jobs.
 
+    The file `exec`s submitit's runner, as the FT script `exec`s the launcher: Slurm's
+    `--signal=B:USR1@<s>` goes to the batch shell only, and the launcher must be it to take
+    the final checkpoint."""
+    import uuid
+
+    from submitit.core import utils
+    from submitit.slurm.slurm import SlurmJob, _make_sbatch_string
+
+    from ftslurm.runner import CommandError
+
+    folder = utils.JobPaths.get_first_id_independent_folder(ex.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    pickles = []
+    for args in [(i,) for i in range(count)] if count > 1 else [()]:
+        delayed = utils.DelayedSubmission(task, *args)
+        delayed.set_timeout(ex.parameters.get("time", 5), ex.max_num_timeout)
+        pickles.append(folder / f"{uuid.uuid4().hex}.pkl")
+        delayed.dump(pickles[-1])
+    params = {**ex.parameters, **({"map_count": count} if count > 1 else {})}
+    script = folder / f".submission_file_{uuid.uuid4().hex}.sh"
+    script.write_text(_make_sbatch_string(command=f"exec {ex._submitit_command_str}",
+                                          folder=ex.folder, **params))  # fmt: skip
+    request = submission.SubmitRequest(str(script), device_options=(), outputs=Path(task.outputs),
+                                       slurm_output_dir=None)  # fmt: skip
     try:
-        with _slurm_conf_for_submitit():
-            if count == 1:
-                return [ex.submit(task)]
-            return ex.map_array(task, list(range(count)))
-    except (FailedJobError, FailedSubmissionError) as e:
-        last = (str(e).strip().splitlines() or ["sbatch failed"])[-1]
+        job_id = submission.submit(request).job_id
+    except CommandError as e:
+        last = (e.stderr.strip().splitlines() or [e.one_line()])[-1]
         raise UserError(f"sbatch refused the job: {last}") from None
+    tasks = list(range(ex._num_tasks()))
+    SlurmJob(folder=ex.folder, job_id=str(job_id), tasks=tasks).paths.move_temporary_file(
+        script, "submission_file", keep_as_symlink=True)  # fmt: skip
+    ids = [f"{job_id}_{i}" for i in range(count)] if count > 1 else [str(job_id)]
+    jobs = [SlurmJob(folder=ex.folder, job_id=jid, tasks=tasks) for jid in ids]
+    for job, pickle in zip(jobs, pickles, strict=True):
+        job.paths.move_temporary_file(pickle, "submitted_pickle")
+    return jobs
 
 
 def _nproc(plan: planlib.Plan) -> int:
@@ -475,6 +492,10 @@ def _launch(task: ReplicaTask, plan: planlib.Plan, nodes: int, count: int,
     if "timeout_min" not in slurm_options and "time" not in slurm_options:
         slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
     params = executor_parameters(plan.device, _nproc(plan), nodes, ft, **slurm_options)
+    if ft:  # the FT script's time-limit signal, unless the caller gave a --signal
+        margin = knoblib.get({**os.environ, **task.knobs}, knoblib.TIME_LIMIT_SIGNAL)
+        params["additional_parameters"].setdefault(
+            "signal", submission.time_limit_signal_spec(margin))  # fmt: skip
     return _submit(_executor(Path(task.outputs) / SUBMITIT_DIRNAME, params), task, count)
 
 

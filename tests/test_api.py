@@ -144,8 +144,11 @@ def fake_slurm_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     bin_dir, captured = tmp_path / "bin", tmp_path / "submitted.sbatch"
     bin_dir.mkdir()
     stubs = {
+        # the file is the last argument: the submit service gives sbatch its options first
         "sbatch": f'[ ! -e "{captured}" ] || {{ echo "sbatch called twice" >&2; exit 1; }}\n'
-                  f'cp "$1" "{captured}" && echo "Submitted batch job 4242"\n',
+                  'for a; do file=$a; done\n'
+                  f'cp "$file" "{captured}" && echo 4242\n'
+                  f'echo "$* margin=${{FTSLURM_TIME_LIMIT_SIGNAL_S:-}}" > "{captured}.argv"\n',
         "sinfo": f'cat "{SLURM_FIXTURES / "sinfo_partition_limits_2days.txt"}"\n',
         "srun": 'echo "srun must not run at submission" >&2; exit 99\n',
     }
@@ -183,6 +186,13 @@ def test_ft_array_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
     _check_golden("submit_ft_array.sbatch",
                   _portable(fake_slurm_commands.read_text(), tmp_path))  # fmt: skip
     assert (run.job_id, [r.job_id for r in run.replicas]) == (4242, ["4242_0", "4242_1"])
+    # the time-limit signal of the FT script: USR1 to the batch shell, which execs submitit's
+    # runner (the launcher), and the margin in the job's environment for the launcher to say
+    sbatch = fake_slurm_commands.read_text()
+    assert "#SBATCH --signal=B:USR1@300" in sbatch.splitlines() and "USR2" not in sbatch
+    assert sbatch.rstrip().splitlines()[-1].startswith("exec ")
+    sent = Path(f"{fake_slurm_commands}.argv").read_text().split()
+    assert sent[0] == "--parsable" and sent[-1] == "margin=300", sent
     # what each array task unpickles and runs: the launcher with these knobs, its index
     knobs = {"DEVICE": "cuda", "STEPS": "100", "TORCHFT_LIGHTHOUSE": "http://login-0:29510",
              "FTSLURM_OUTPUTS": str(out)}  # fmt: skip
@@ -198,6 +208,8 @@ def test_classic_sbatch_is_the_golden_file(tmp_path, fake_slurm_commands):
                              account="ml-team")  # fmt: skip
     _check_golden("submit_classic.sbatch", _portable(fake_slurm_commands.read_text(), tmp_path))
     assert (job.job_id, job.kind) == ("4242", "classic")
+    # no time-limit checkpoint in the classic job: no margin said to it
+    assert Path(f"{fake_slurm_commands}.argv").read_text().split()[-1] == "margin="
     sub = job.submitit_job.submission()
     knobs = {"DEVICE": "cuda", "FTSLURM_OUTPUTS": str(out)}
     assert (sub.function, sub.args) == (api.ReplicaTask("classic", knobs, str(out)), ())
