@@ -340,7 +340,10 @@ class SubmitRequest:
     script's or sbatch's own `--signal`; `time_limit_signal_from_env`: that margin came from
     FTSLURM_TIME_LIMIT_SIGNAL_S, not an option (an explicit `--signal` then wins);
     `workdir`: where sbatch runs (the job's working directory unless --chdir); `outputs`:
-    the outputs folder (None: `paths.outputs_dir()`)."""
+    the outputs folder (None: `paths.outputs_dir()`); `slurm_output_dir`: the folder of the
+    script's Slurm `--output`, relative to the job's working directory, made before sbatch
+    (Slurm does not make it, and a job whose output folder is missing fails unrequeued);
+    None: the script's own (the API's submitit file writes into submitit's folder)."""
 
     script: str
     sbatch_options: Sequence[str] = ()
@@ -354,6 +357,7 @@ class SubmitRequest:
     time_limit_signal_from_env: bool = False
     workdir: Path | None = None
     outputs: Path | None = None
+    slurm_output_dir: str | None = "outputs/torchft"
     timeout: float | None = None
 
     def cli_line(self, shown: Sequence[str] = ()) -> str:
@@ -413,12 +417,11 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
     if job_dir is not None:
         _check_job_dir(job_dir)
     outputs = paths.outputs_dir() if req.outputs is None else req.outputs
-    # the scripts' Slurm --output folder (relative to the job's working dir) and the runs
-    folders = [
-        (paths.torchft_runs_dir((job_dir or req.workdir or Path.cwd()) / "outputs"),
-         "submit from a folder you can write to, or give one with --chdir"),
-        (paths.torchft_runs_dir(outputs), _outputs_fix(env)),
-    ]  # fmt: skip
+    # the runs, and the scripts' Slurm --output folder (relative to the job's working dir)
+    folders = [(paths.torchft_runs_dir(outputs), _outputs_fix(env))]
+    if req.slurm_output_dir is not None:
+        folders.insert(0, ((job_dir or req.workdir or Path.cwd()) / req.slurm_output_dir,
+                           "submit from a folder you can write to, or give one with --chdir"))
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir,
     # and runs this environment's interpreter
     job_env = {**req.knobs, "FTSLURM_OUTPUTS": str(outputs),
