@@ -7,7 +7,7 @@
 # Why a list and not `pip download torchtitan torchft-nightly`: resolving dependencies would
 # pull torch (a CUDA torch is ~1 GB of wheels), and the GPU image already has its own CUDA
 # torch, numpy, pandas, pyarrow, tokenizers, huggingface-hub, einops, fsspec, pillow,
-# tensorboard, click, protobuf, requests... (/work/.library/device/KINDS.md). So only what the
+# tensorboard, click, protobuf, requests... (its pip list). So only what the
 # image lacks is fetched, with --no-deps, pinned to the versions the CPU tests here run with.
 # On the GPU machine (see docs/benchmarks.md):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site wheels/*.whl

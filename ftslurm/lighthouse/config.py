@@ -40,7 +40,7 @@ class LighthouseConfig:
     quorum_tick_ms: int = 100
     join_timeout_ms: int = 10000
     # 2000, not torchft's 5000: failures are detected 3 s sooner, and a 30-minute soak on a
-    # loaded 2-core machine had no false drop at 2000 (docs/benchmarks-cpu.md). None: the
+    # loaded 2-core machine has no false drop at 2000 (docs/benchmarks-cpu.md). None: the
     # binary's own default
     heartbeat_timeout_ms: int | None = 2000
     advertise: str | None = None  # None: the bind address if specific, else this hostname

@@ -529,7 +529,7 @@ def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:
     """(buf, end): `buf[:end]` is whole lines (the file's last may lack its newline).
 
     The same bytearray is refilled each time (`readinto1`): a fresh 1 MiB bytes object per
-    chunk costs page faults, and those made reading cost as much as parsing. Callers copy what
+    chunk costs page faults, and those make reading cost as much as parsing. Callers copy what
     they keep. Memory is bounded by CHUNK + MAX_LINE: a longer line (binary junk without
     newlines) is dropped and counted. A corrupt .gz or an I/O error ends the file early,
     counted in stats.read_errors, after what could be read.
