@@ -1,4 +1,5 @@
-"""`ftslurm submit [SBATCH OPTIONS] SCRIPT [ARGS]`: sbatch, with the log folder made first."""
+"""`ftslurm submit [SBATCH OPTIONS] SCRIPT [ARGS]`: the command line of the submit service
+(`ftslurm.submission`), which checks, makes the log folders and runs sbatch."""
 
 from __future__ import annotations
 
