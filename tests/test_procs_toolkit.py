@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,21 @@ def test_the_attempt_guard_removes_the_folder_once_its_launcher_exits(tmp_path) 
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_cluster_down_leaves_a_process_that_reused_a_daemon_s_pid(tmp_path) -> None:
+    """The local cluster's pidfiles name slurmctld and munged: a pid reused by another program
+    (a reboot, a long time) is not that daemon, and `cluster down` leaves it alone."""
+    from ftslurm.cluster import local
+
+    spec = local.new_spec(1, tmp_path / "cluster")
+    local._prepare_state_dir(spec)
+    other = _sleeper()
+    try:
+        for name in ("slurmctld", "munged"):
+            spec.pidfile(name).write_text(f"{other.pid}\n")
+        assert local.down(Path(spec.state_dir)) is True  # a pidfile named a live pid
+        assert other.poll() is None and not spec.pidfile("slurmctld").exists()
+    finally:
+        other.kill()
+        other.wait(10)

@@ -349,8 +349,8 @@ def down(state_dir: Path | None = None, progress: Progress = _quiet) -> bool:
         _kill_node(spec, node)
     for name in ("slurmctld", "munged"):
         pid = pids[name]
-        if pid and procs.pid_alive(pid):
-            daemon.stop(pid, grace=5)
+        if pid and procs.pid_alive(pid):  # and still that daemon (a reused pid is left alone)
+            daemon.stop(pid, grace=5, expected_cmdline_substring=name)
         spec.pidfile(name).unlink(missing_ok=True)
     if broken is not None:
         broken.unlink(missing_ok=True)
