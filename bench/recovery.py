@@ -19,8 +19,10 @@ that heartbeat timeout. `--mode kill,hang,freeze-node` runs every arm once per f
 figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=0 (a failed
 replica always requeues through Slurm) and once with 3 (it restarts in place in its allocation
 while its node is fine): the launcher's restart in place against the requeue, alternated in
-one run. `--ranks R` runs replicas of R ranks (GPUS_PER_NODE=R, the model FSDP-sharded across
-them; a kill hits one rank, as a GPU's error does).
+one run. `--warm 0,1` does the same with FT_WARM_RESTART (a restart in place takes the next
+run its launcher started ahead, or starts torchrun anew). `--ranks R` runs replicas of R
+ranks (GPUS_PER_NODE=R, the model FSDP-sharded across them; a kill hits one rank, as a
+GPU's error does).
 
 `--control` adds a failure-free control arm (the same replicas, no spares, failures=0, run at
 least as long as the failure arms: DemoConfig.min_run_s) and measures every failure run's
@@ -47,6 +49,8 @@ Run (root for the Slurm backend):
       --mode node-down,kill --json
   python bench/recovery.py --backend slurm --replicas 2 --ranks 2 --mode kill --failures 5 \
       --spares 0,1 --restarts 0,3 --json
+  python bench/recovery.py --backend slurm --replicas 2 --ranks 2 --mode kill --failures 5 \
+      --spares 0 --restarts 3 --warm 0,1 --json
 """
 
 from __future__ import annotations
@@ -110,19 +114,19 @@ def demo_config(backend: str, failures: int, outputs: Path, replicas: int = 2,
 
 
 @contextlib.contextmanager
-def max_restarts(n: int | None) -> Iterator[None]:
-    """FT_MAX_RESTARTS=n for the jobs the demo submits inside (they inherit this process's
-    environment); None leaves it as it is."""
-    old = os.environ.get("FT_MAX_RESTARTS")
-    if n is not None:
-        os.environ["FT_MAX_RESTARTS"] = str(n)
+def job_env(**knobs: int | None) -> Iterator[None]:
+    """Knobs (FT_MAX_RESTARTS=3, FT_WARM_RESTART=0) for the jobs the demo submits inside
+    (they inherit this process's environment); None leaves one as it is."""
+    old = {k: os.environ.get(k) for k in knobs}
+    os.environ.update({k: str(v) for k, v in knobs.items() if v is not None})
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("FT_MAX_RESTARTS", None)
-        else:
-            os.environ["FT_MAX_RESTARTS"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def measure(backend: str, failures: int, outputs: Path, replicas: int = 2,
@@ -241,9 +245,10 @@ def _r4(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def arm_name(spares: int, mode: str | None, restarts: int | None = None) -> str:
+def arm_name(spares: int, mode: str | None, restarts: int | None = None,
+             warm: int | None = None) -> str:  # fmt: skip
     return (f"spares{spares}" + (f"-restarts{restarts}" if restarts is not None else "")
-            + (f"-{mode}" if mode else ""))
+            + (f"-warm{warm}" if warm is not None else "") + (f"-{mode}" if mode else ""))
 
 
 def schedule(arms: list[str], repeats: int, control: bool) -> list[list[str]]:
@@ -262,9 +267,10 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     spares_list = a.spares_list
     modes: list[str | None] = list(a.modes) or [None]
     restarts: list[int | None] = list(getattr(a, "restarts_list", None) or [None])
+    warms: list[int | None] = list(getattr(a, "warm_list", None) or [None])
     ranks = getattr(a, "ranks", 1)
-    arms = [(s, m, r) for s in spares_list for r in restarts for m in modes]
-    names = {arm_name(s, m, r): (s, m, r) for s, m, r in arms}
+    arms = [(s, m, r, w) for s in spares_list for r in restarts for w in warms for m in modes]
+    names = {arm_name(s, m, r, w): (s, m, r, w) for s, m, r, w in arms}
     rounds = schedule(list(names), a.repeats, a.control)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     controls: list[dict[str, Any]] = []
@@ -292,11 +298,11 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
                       f"{sm['goodput_window_s']} s, {sm['failure_free_step_rate']} steps/s",
                       file=out)
                 continue
-            s, m, n = names[name]
+            s, m, n, w = names[name]
             print(f"\nround {r + 1}: {name}", file=out)
             cfg = demo_config(a.backend, a.failures, d, a.replicas, s, a.heartbeat_timeout_ms, m,
                               ranks=ranks)
-            with max_restarts(n):
+            with job_env(FT_MAX_RESTARTS=n, FT_WARM_RESTART=w):
                 run_dir = run(cfg, say=lambda msg: print(f"  {msg}", file=sys.stderr))
             done.append((name, run_dir, cfg))
             w = build_report(str(run_dir)).to_json()["summary"]["goodput_window_s"] or 0.0
@@ -304,6 +310,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
         for name, run_dir, cfg in done:
             fig = figures(run_dir, cfg, out, baseline=ctrl_dir, mode=names[name][1])
             fig["round"], fig["max_restarts"] = r + 1, names[name][2]
+            fig["warm_restart"] = names[name][3]
             runs[name].append(fig)
     arms_out: dict[str, Any] = {}
     if a.control:
@@ -315,6 +322,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
         failed = [x for x in rs if x["failures"]]
         arms_out[name] = {
             "spares": names[name][0], "mode": names[name][1], "max_restarts": names[name][2],
+            "warm_restart": names[name][3],
             "goodput": spread([x["goodput"] for x in rs]),
             "goodput_ratio": spread([x["goodput_ratio"] for x in rs]),
             "goodput_against": "control" if a.control else "self",
@@ -340,7 +348,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     _summary(arms_out, out)
     return {"backend": a.backend, "replicas": a.replicas, "failures": a.failures,
             "repeats": a.repeats, "spares": spares_list, "control": a.control,
-            "restarts": restarts, "ranks": ranks,
+            "restarts": restarts, "warm_restart": warms, "ranks": ranks,
             "order": rounds, "arms": arms_out, "modes": by_mode}
 
 
@@ -392,6 +400,9 @@ def main() -> None:
     ap.add_argument("--restarts", default="",
                     help="FT_MAX_RESTARTS, a comma list (0,3): one arm per value [the job's "
                          "default]")
+    ap.add_argument("--warm", default="",
+                    help="FT_WARM_RESTART, a comma list (0,1): one arm per value [the job's "
+                         "default: on for CPU]")
     ap.add_argument("--ranks", type=int, default=1,
                     help="Ranks per replica (GPUS_PER_NODE) [1]")
     ap.add_argument("--control", action="store_true",
@@ -413,13 +424,19 @@ def main() -> None:
         a.restarts_list = [int(x) for x in a.restarts.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--restarts {a.restarts}: a count or a comma list of counts (0,3)")
+    try:
+        a.warm_list = [int(x) for x in a.warm.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--warm {a.warm}: 0, 1 or 0,1")
+    if any(n not in (0, 1) for n in a.warm_list):
+        ap.error(f"--warm {a.warm}: 0, 1 or 0,1")
     if any(n < 0 for n in a.restarts_list) or not 1 <= a.ranks <= 8:
         ap.error("--restarts >= 0 and 1 <= --ranks <= 8")
     if (not a.spares_list or min(a.spares_list) < 0 or a.replicas < 2 or a.failures < 0
             or a.repeats < 1):
         ap.error("--spares >= 0, --replicas >= 2, --failures >= 0 and --repeats >= 1")
     if (a.control or a.repeats > 1 or len(a.spares_list) > 1 or len(a.modes) > 1
-            or a.restarts_list or a.ranks > 1):
+            or a.restarts_list or a.warm_list or a.ranks > 1):
         if a.backend == "both":
             ap.error("--control, --repeats, several --spares or --mode: one --backend")
         if a.control and a.failures == 0:

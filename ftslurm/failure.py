@@ -31,6 +31,7 @@ from typing import Any
 from ftslurm import failure_plan, knobs, logvocab, procs
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import Action, ActionKind, FailurePlan, KillSelection, Target
+from ftslurm.replica import warm_restart
 from ftslurm.runner import CommandError
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm import client
@@ -100,6 +101,8 @@ def find_local_workers(
         if environ.get("SLURM_JOB_ID") != str(raw_job_id):
             continue
         if rank is not None and environ.get("RANK") != str(rank):
+            continue
+        if warm_restart.waiting(environ):  # the replica's next run, not its training
             continue
         pids.append(pid)
         described.append(f"{pid}: {shlex.join(cmd)[:120]}")

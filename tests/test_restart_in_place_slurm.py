@@ -2,8 +2,9 @@
 Lighthouse and torchtitan): a SIGKILLed training worker on a healthy node is restarted by its
 launcher inside the same allocation (Slurm's restart count stays 0), heals from the survivor
 and then holds the same parameters; the report counts a restart in place, not a requeue; with
-FT_MAX_RESTARTS=0 the same kill goes through Slurm's requeue. Slow: marked `training`.
-Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest <this file>`.
+FT_MAX_RESTARTS=0 the same kill goes through Slurm's requeue. Warm (FT_WARM_RESTART=1) the
+restart takes the next run its launcher started ahead; cold, it starts torchrun anew. Slow:
+marked `training`. Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest <this file>`.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def _sums(text: str) -> dict[tuple[int, int, str], str]:
 
 
 @pytest.mark.timeout(420)
-def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_cluster, tmp_path):
-    with ft_job(tmp_path, steps=100000) as (t, job, logs):
+@pytest.mark.parametrize("warm", ["1", "0"], ids=["warm", "cold"])
+def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_cluster, tmp_path,
+                                                                       warm):  # fmt: skip
+    with ft_job(tmp_path, steps=100000, FT_WARM_RESTART=warm) as (t, job, logs):
 
         def text(i: int) -> str:
             return logs[i].read_text(errors="replace") if logs[i].exists() else ""
@@ -52,6 +55,11 @@ def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_clu
         log = text(1)
         assert f"restarting in place on {node} (" in log and "restart 1 of FT_MAX_RESTARTS=3" in log
         assert "(attempt 0, restart 1) on " + node in log and "requeueing" not in log
+        # warm: the next run was started ahead (once the first ran a step) and was told to
+        # train at the restart; cold: nothing was started ahead
+        told = "warm restart: this run was started" in log.split("(attempt 0, restart 1)", 1)[1]
+        assert told == (warm == "1"), log[-3000:]
+        assert ("warm restart" in log) == (warm == "1")
         tasks = client.current().array_tasks(job)
         assert (tasks[1].state, tasks[1].restarts, tasks[1].node) == ("RUNNING", 0, node)
         assert tasks[0].restarts == 0

@@ -28,7 +28,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ftslurm import knobs, logvocab, paths, procs, runner, safefile
@@ -40,6 +40,7 @@ from ftslurm.replica import (
     peer_watch,
     slots,
     train,
+    warm_restart,
     watchdog,
 )
 from ftslurm.replica import plan as planlib
@@ -121,16 +122,36 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
 
+    holder = _warm_holder(plan, env) if what == "job" else None
     restart = 0
-    while True:
-        run_env = {**env, RESTART_ENV: str(restart)}
-        if _announce(plan, run_env):
-            return 0
-        _prepare(plan, root)
-        code = _run_attempt(plan, run_env)
-        if code != RESTART_IN_PLACE:
-            return code
-        restart += 1
+    try:
+        while True:
+            run_env = {**env, RESTART_ENV: str(restart)}
+            if _announce(plan, run_env):
+                return 0
+            _prepare(plan, root)
+            code = _run_attempt(plan, run_env, holder)
+            if code != RESTART_IN_PLACE:
+                return code
+            restart += 1
+    finally:
+        if holder is not None:
+            holder.discard()
+
+
+def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Holder:
+    """The warm next run of a replica without spares (warm_restart.py): the same command
+    with the next restart's number, its notes in a folder of its own."""
+
+    def spawn(folder: Path, restart: int) -> runner.Child:
+        if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
+            _guard_attempt_dir(folder)
+        return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, folder / "config-error",
+                             go=folder / "go")  # fmt: skip
+
+    on = warm_restart.enabled(env, plan.device) and not knobs.get(env, "FTSLURM_DRY_RUN")
+    return warm_restart.Holder(on, knobs.get(env, "FT_MAX_RESTARTS"),
+                               attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn)
 
 
 def catch_early_time_limit() -> None:
@@ -249,6 +270,8 @@ TIME_LIMIT_EXIT = 77
 RESTART_IN_PLACE = -1
 # how many restarts in place this allocation has had, for the banner and the worker
 RESTART_ENV = "FTSLURM_RESTART"
+# the longest wait between two looks at a run that has a warm next run to start
+TICK_S = 1.0
 # a SIGTERM / SIGINT / SIGHUP the launcher got: Slurm is ending the allocation, so nothing
 # restarts in it, also when the signal comes between two runs of the training
 _STOP: list[int] = []
@@ -292,13 +315,22 @@ def remove_stale_attempt_dirs(tmp: Path, host: str) -> list[Path]:
     return removed
 
 
-def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
+                 holder: warm_restart.Holder | None = None) -> int:  # fmt: skip
     if _STOP:  # stopped between a failed run and its restart in place
         return 128 + _STOP[0]
     started = time.time()
     failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
     if failed is not None:
         return _finish(plan, env, failed[0], False, None, started, preflight=failed[1])
+    warm = holder.take(knobs.get(env, RESTART_ENV)) if holder is not None else None
+    if warm is not None:  # the next run waits warm: its notes are in its own folder
+        _say(f"warm restart: this run was started {time.time() - warm.started:.0f} s ago and "
+             "waits before torchft's Manager; told to train")  # fmt: skip
+        try:
+            return _run_torchrun(plan, env, warm.folder / "config-error", started, holder, warm)
+        finally:
+            shutil.rmtree(warm.folder, ignore_errors=True)
     host, tmp_root = socket.gethostname(), Path(tempfile.gettempdir())
     for stale in remove_stale_attempt_dirs(tmp_root, host):
         _say(f"removed {stale}: the temporary folder of an attempt that was killed")
@@ -307,7 +339,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str]) -> int:
         if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
             _guard_attempt_dir(Path(tmp))
         note = Path(tmp) / "config-error"
-        return _run_torchrun(plan, env, note, started)
+        return _run_torchrun(plan, env, note, started, holder)
 
 
 def _guard_attempt_dir(folder: Path) -> None:
@@ -332,15 +364,21 @@ def _watchdog(plan: planlib.Plan, env: Mapping[str, str],
     return watchdog.Watchdog(progress, knobs.get(env, "TORCHFT_LIGHTHOUSE"), float(floor))
 
 
-def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None) -> int:
+def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None,
+                  tick: Callable[[], object] | None = None) -> int:  # fmt: skip
     """The child's return code; with a watchdog, a worker it finds hung is SIGKILLed with
     every process under the child (torchrun's workers live in sessions of their own), and
-    the attempt ends as after a crash."""
+    the attempt ends as after a crash. `tick` is called between the checks (at least every
+    TICK_S): it starts the warm next run once this one trains."""
     while True:
-        rc = runner.wait_for_exit(child, None if dog is None else dog.next_check_s)
+        wait_s = dog.next_check_s if dog is not None else TICK_S if tick is not None else None
+        rc = runner.wait_for_exit(child, wait_s)
         if rc is not None:
             return rc
-        assert dog is not None
+        if tick is not None:
+            tick()
+        if dog is None:
+            continue
         why = dog.check()
         if why:
             _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  watchdog: ending the training "
@@ -349,20 +387,40 @@ def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None) -> int:
             return child.wait()
 
 
-def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
-                  started: float) -> int:  # fmt: skip
-    cancelled = False
-    fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
-    extra = {**plan.env, config_error.ENV: str(note), "FTSLURM_FENCED_FILE": str(fenced),
+def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], note: Path,
+                  go: Path | None = None) -> runner.Child:  # fmt: skip
+    """Start the run's torchrun (or its one worker). Its notes to and from the launcher are
+    files beside `note` (the config error); `go`: a warm next run that waits for it."""
+    extra = {**plan.env, config_error.ENV: str(note),
+             "FTSLURM_FENCED_FILE": str(note.with_name("fenced")),
              "FTSLURM_SLOT_FILE": str(note.with_name("slot")),
              peer_watch.PROGRESS_ENV: str(note.with_name("progress"))}  # fmt: skip
     if plan.torchrun_is_child:
         extra[train.LAUNCHER_ENV] = str(os.getpid())
-    time_limit = note.with_name("time-limit")
     if plan.kind == "ft":
-        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(time_limit)
-    child = runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
+        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(note.with_name("time-limit"))
+    if go is not None:
+        extra[warm_restart.GO_ENV] = str(go)
+    return runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
+
+
+def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, started: float,
+                  holder: warm_restart.Holder | None = None,
+                  warm: warm_restart.Standby | None = None) -> int:  # fmt: skip
+    cancelled = False
+    fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
+    time_limit = note.with_name("time-limit")
+    if warm is not None:
+        child = warm.child
+        warm.release()
+    else:
+        child = _spawn_worker(plan, env, note)
     dog = _watchdog(plan, env, note.with_name("progress"))
+    restart = knobs.get(env, RESTART_ENV)
+
+    def tick() -> None:
+        assert holder is not None
+        holder.maybe_start(note.with_name("progress"), restart, bool(_STOP or _TIME_LIMIT_EARLY))
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
@@ -370,6 +428,8 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
         _STOP.append(signum)
         if child.poll() is None:
             child.send_signal(signum)
+        if holder is not None and holder.ready is not None and holder.ready.alive():
+            holder.ready.child.send_signal(signum)  # the warm next run ends too
 
     def at_time_limit(_signum: int, _frame: object) -> None:
         # Slurm's `--signal=B:USR1@<s>` before the time limit: the worker sees the file after
@@ -388,7 +448,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path,
             _say(line)
     if _STOP:  # a signal that came before the handlers above: forwarded now
         forward(_STOP[0], None)
-    rc = _wait_watched(child, dog)
+    rc = _wait_watched(child, dog, tick if holder is not None and holder.enabled else None)
     code = rc if rc >= 0 else 128 - rc
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"

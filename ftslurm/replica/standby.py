@@ -1,4 +1,5 @@
-"""Warm spares and fencing inside the training worker (installed by train.py, like fixes.py).
+"""Warm spares, warm next runs and fencing inside the training worker (installed by train.py,
+like fixes.py).
 
 Where a spare waits: torchtitan 0.2.2's FTTrainer.__init__ first uses the replica id in
 `init_distributed` (only to name flight-recorder ranks), then in `FTManager.__init__` (torchft's
@@ -148,11 +149,43 @@ def _record_member(ft_manager: Any, root: Path, env: Mapping[str, str]) -> None:
         slots.record_member(root, int(knobs.get(env, "FTSLURM_REPLICA_ID")), epoch, member)
 
 
+def wait_for_go(go: Path, poll_s: float = 0.05) -> bool:
+    """A warm next run (warm_restart.py), in every rank: wait until the launcher writes `go`
+    (True: train) or `stop` (False). The lifeline (train.check_lifeline) ends a rank whose
+    launcher dies meanwhile."""
+    from ftslurm.replica import warm_restart
+
+    while True:
+        text = safefile.read_text(go)
+        if text in (warm_restart.GO, warm_restart.STOP):
+            return text == warm_restart.GO
+        time.sleep(poll_s)
+
+
+def _install_warm_restart(go: Path) -> str:
+    """Stop this worker at the start of FTManager.__init__ (where a spare waits) until its
+    launcher needs it; a `stop` ends it without training."""
+    from torchtitan.components.ft.manager import FTManager
+
+    upstream_init = FTManager.__init__
+
+    def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
+        if ft_config.enable and not wait_for_go(go):
+            raise SystemExit(0)
+        upstream_init(self, ft_config)
+
+    FTManager.__init__ = __init__  # type: ignore[method-assign]
+    return ("[ftslurm] warm restart: imports done; waiting before torchft's Manager until "
+            "this replica's training fails and the launcher restarts it in place")  # fmt: skip
+
+
 def install(env: dict[str, str] | None = None) -> str | None:
-    """Patch torchtitan when this worker belongs to a run with slots; the line to log."""
+    """Patch torchtitan when this worker belongs to a run with slots, or is a warm next run
+    (warm_restart.py); the line to log."""
     env = os.environ if env is None else env  # type: ignore[assignment]
     if not knobs.get(env, "FTSLURM_SLOTS_DIR"):
-        return None
+        go = knobs.get(env, "FTSLURM_WARM_GO_FILE")
+        return _install_warm_restart(Path(go)) if go else None
     from torchtitan.components.ft.manager import FTManager
     from torchtitan.experiments.ft.train import FTTrainer
 
