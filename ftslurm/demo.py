@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths, procs
+from ftslurm import knobs, logvocab, paths, procs, submission
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import SILENT_MODES
 from ftslurm.logtail import Appended
@@ -154,10 +154,9 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
         if b == "slurm"
         else []
     )
-    spares = f"--spares {s} " if s else ""
-    ranks = f"GPUS_PER_NODE={cfg.ranks} " if cfg.ranks > 1 else ""
+    shown = ["DEVICE", *(["GPUS_PER_NODE"] if cfg.ranks > 1 else [])]
     submit = (
-        f"DEVICE=cpu {ranks}ftslurm submit {spares}--array=0-{t - 1} {paths.FT_SCRIPT}"
+        submit_request(cfg, "<lighthouse>").cli_line(shown)
         if b == "slurm"
         else f"{t} x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES={s}, supervised by "
         "ftslurm)"
@@ -387,6 +386,21 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
     }
 
 
+def submit_request(cfg: DemoConfig, lighthouse_addr: str) -> submission.SubmitRequest:
+    """The FT array the Slurm backend submits, as `ftslurm submit` would: from the checkout
+    (the script's relative --output), Slurm's own messages beside the run folders of the
+    demo's outputs, the knobs of `_replica_env` (its group size is the array's task count)."""
+    job_knobs = _replica_env(cfg, lighthouse_addr)
+    job_knobs.pop("FTSLURM_GROUP_SIZE")
+    job_knobs.pop("FT_SPARES")  # the request's spares
+    runs = paths.torchft_runs_dir(cfg.outputs)
+    return submission.SubmitRequest(
+        str(paths.project_root() / paths.FT_SCRIPT), [f"--output={runs}/slurm-%A_%a.out"],
+        array=f"0-{cfg.tasks - 1}", spares=cfg.spares, knobs=job_knobs,
+        workdir=paths.project_root(), outputs=cfg.outputs, timeout=60,
+    )  # fmt: skip
+
+
 class SlurmBackend(Backend):
     name = "slurm"
 
@@ -399,7 +413,6 @@ class SlurmBackend(Backend):
 
     def setup(self) -> None:
         from ftslurm.cluster import local
-        from ftslurm.slurm import client
 
         was_up = local.status(self.cluster_dir).running
         running = local.load_spec(self.cluster_dir) if was_up else None
@@ -415,19 +428,7 @@ class SlurmBackend(Backend):
         self.started_cluster = not was_up
         os.environ["SLURM_CONF"] = str(spec.conf_path)
         addr = self.start_lighthouse(advertise="login-0", bind_host="0.0.0.0")
-        env = {**os.environ, **_replica_env(self.cfg, addr)}
-        env.pop("FTSLURM_GROUP_SIZE")  # the array's task count says it
-        from ftslurm.resources import device_overrides
-
-        runs = paths.torchft_runs_dir(self.cfg.outputs)
-        runs.mkdir(parents=True, exist_ok=True)
-        opts = [
-            *device_overrides(env),
-            f"--array=0-{self.cfg.tasks - 1}",
-            f"--output={runs}/slurm-%A_%a.out",
-        ]
-        sbatch = client.current(env=env, timeout=60).sbatch
-        self.job = sbatch(paths.project_root() / paths.FT_SCRIPT, opts, cwd=paths.project_root())
+        self.job = submission.submit(submit_request(self.cfg, addr), say=self.say).job_id
         self.run_id = str(self.job)
         self.attach_logs()
         spares = f", FT_SPARES={self.cfg.spares}" if self.cfg.spares else ""
