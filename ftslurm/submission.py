@@ -363,7 +363,7 @@ class SubmitRequest:
     def cli_line(self, shown: Sequence[str] = ()) -> str:
         """The request as the `ftslurm submit` command that makes it, with the knobs named in
         `shown` before it (a plan prints this; the others travel the same way, unprinted)."""
-        env = [f"{k}={self.knobs[k]}" for k in shown if k in self.knobs]
+        env = [f"{k}={shlex.quote(self.knobs[k])}" for k in shown if k in self.knobs]
         spares = ["--spares", str(self.spares)] if self.spares else []
         margin = [] if self.time_limit_signal is None or self.time_limit_signal_from_env else [
             "--time-limit-signal", str(self.time_limit_signal)]  # fmt: skip
@@ -387,11 +387,7 @@ class SbatchPlan:
     is_array: bool
     outputs: Path
     timeout: float | None
-
-    def command_line(self) -> str:
-        """The plan as one shell line: the job's variables, then sbatch's argv."""
-        shown = [f"{k}={v}" for k, v in self.job_env.items()]
-        return shlex.join([*shown, *self.argv])
+    env: Mapping[str, str] | None  # sbatch's environment before `job_env`; None: this process's
 
 
 @dataclass(frozen=True)
@@ -438,7 +434,7 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
     is_array = any(o.startswith(("--array", "-a")) for o in options) or _array_in(req.script)
     return SbatchPlan(args.sbatch_cmd(req.script, sent, req.script_args), job_env, req.workdir,
                       folders, req.script, sent, list(req.script_args), is_array, outputs,
-                      req.timeout)  # fmt: skip
+                      req.timeout, req.env)  # fmt: skip
 
 
 def _with_exports(overrides: list[str], options: list[str], env: Mapping[str, str],
@@ -461,7 +457,7 @@ def run(p: SbatchPlan) -> Submitted:
 
     for folder, fix in p.folders:
         _make_dir(folder, fix)
-    slurm = client.current() if p.timeout is None else client.current(timeout=p.timeout)
+    slurm = client.current(env=p.env, timeout=p.timeout or client.TIMEOUT_S)
     job_id = slurm.sbatch(p.script, p.options, p.script_args, cwd=p.cwd, extra_env=p.job_env)
     return Submitted(job_id, logvocab.run_dir(job_id, p.outputs) if p.is_array else None)
 
