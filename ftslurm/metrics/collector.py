@@ -37,8 +37,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
-from ftslurm.lighthouse.status_page import QuorumPage
 from ftslurm.metrics.snapshot import STATES, Snapshot, build_snapshot
+from ftslurm.run.quorum import QuorumPage
 
 _log = logging.getLogger(__name__)
 

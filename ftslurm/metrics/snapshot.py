@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ftslurm.lighthouse.status_page import Heartbeat, Member, QuorumPage
 from ftslurm.logvocab import split_replica_id
+from ftslurm.run.quorum import Heartbeat, PageMember, QuorumPage
 
 # `state` label values, in the order the exposition lists them
 TRAINING = "training"  # in the Lighthouse's quorum, heartbeating, not recovering
@@ -117,7 +117,7 @@ def _counts(items: Iterable[Mapping[str, Any]], key: str) -> Counter[str]:
     return Counter(slot_name(str(x[key])) for x in items if x.get(key) is not None)
 
 
-def _state(members: list[Member], heartbeats: list[Heartbeat]) -> str:
+def _state(members: list[PageMember], heartbeats: list[Heartbeat]) -> str:
     """One slot's state from its quorum members and heartbeats (every uuid it had)."""
     live = {h.replica_id for h in heartbeats if not h.old}
     in_quorum = [m for m in members if m.replica_id in live]
@@ -142,7 +142,7 @@ def build_snapshot(
     snap = Snapshot(lighthouse_up=page is not None, logs_up=report is not None, run=run)
     summary: Mapping[str, Any] = (report or {}).get("summary") or {}
     slots: set[str] = set()
-    members: dict[str, list[Member]] = defaultdict(list)  # by slot: one pass over the page
+    members: dict[str, list[PageMember]] = defaultdict(list)  # by slot: one pass over the page
     beats: dict[str, list[Heartbeat]] = defaultdict(list)
     if page is not None:
         for m in page.members:
