@@ -1,5 +1,8 @@
-"""Shared fixtures: a real local Slurm cluster for the whole session (own state dir and ports,
-so it never touches a user's cluster), stopped by pid at the end."""
+"""Shared fixtures: every test's own state (HOME, XDG folders, outputs, the Lighthouse's state
+and the event log in tmp folders, so no test reads or writes a user's files or the checkout's
+outputs/), fake programs on PATH, Lighthouse state dirs stopped at the end (tests/clirun.py
+holds their code and the CLI runners), and a real local Slurm cluster for the whole session
+(own state dir and ports, so it never touches a user's cluster), stopped by pid at the end."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import _posixsubprocess
 import multiprocessing.process
 import os
 import signal
+import site
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +21,7 @@ import pytest
 
 from ftslurm.cluster import local
 from ftslurm.cluster.config import ClusterSpec
+from tests.clirun import FakeBin, LighthouseDirs
 
 CLUSTER_NODES = 3
 
@@ -179,14 +184,98 @@ def fixtures_dir() -> Path:
     return Path(__file__).parent / "fixtures"
 
 
+# --------------------------------------------------------------------------------------------
+# State isolation: ftslurm keeps state in the checkout's outputs/ (paths.py) and the Lighthouse's
+# and event log's knobs; a test that ran with them would read a user's runs (a report picking
+# up outputs/lighthouse/lighthouse.log) or write beside them. The session's values cover what
+# module and session fixtures do; each test then gets folders of its own, except for a name a
+# module's fixture set itself (the Slurm cluster's, tests/ftjob.py's outputs), and a test's own
+# monkeypatch or env comes after and wins.
+
+# HOME and the XDG folders programs keep user state in (config, data, state)
+HOME_VARS = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+
+
+def _state_env(root: Path) -> dict[str, str]:
+    """The isolated values under `root`: a home (created: programs expect it to exist) and
+    ftslurm's state knobs (created by ftslurm when it writes, as in a fresh checkout)."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    outputs = root / "outputs"
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "FTSLURM_OUTPUTS": str(outputs),
+        "FTSLURM_LIGHTHOUSE_DIR": str(outputs / "lighthouse"),
+        "FTSLURM_EVENTS": str(outputs / "events.jsonl"),
+        "FTSLURM_CLUSTER_DIR": str(outputs / "cluster"),
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The session's isolated values (see above), returned for `isolated_state` to compare.
+    Caches stay the user's (XDG_CACHE_HOME, where it was before HOME moved): matplotlib's font
+    cache, built anew, runs `fc-list` in a unit test, and a fresh datasets cache per test
+    costs seconds each. So do the user's site-packages (PYTHONUSERBASE: it follows HOME
+    otherwise): installed code is not state."""
+    root = tmp_path_factory.mktemp("session-state")
+    home = Path.home()
+    values = _state_env(root)
+    values.update(XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME") or str(home / ".cache"),
+                  PYTHONUSERBASE=os.environ.get("PYTHONUSERBASE") or site.getuserbase())
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in values.items():
+            mp.setenv(name, value)
+        yield values
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(
+    _session_state: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Each test's own HOME, XDG folders, outputs, Lighthouse state dir, event log and
+    cluster dir (the names it set, as `_state_env` names them); a name a module's or class's
+    fixture set to its own value keeps it."""
+    root = tmp_path_factory.mktemp("state", numbered=True)
+    values = {name: value for name, value in _state_env(root).items()
+              if os.environ.get(name) == _session_state[name]}  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in values.items():
+            mp.setenv(name, value)
+        yield values
+
+
 @pytest.fixture(scope="module")
 def no_user_state(tmp_path_factory: pytest.TempPathFactory):
-    """The managed Lighthouse's state, the failure log and outputs/ in an empty folder for a
-    module: after a user's `ftslurm demo` or `lighthouse start` in this checkout, a report of a
-    recorded run would otherwise pick up outputs/lighthouse/lighthouse.log and events.jsonl."""
+    """The Lighthouse's state, the event log and outputs/ in one empty folder for a whole
+    module (what `isolated_state` gives each test), for a module whose module-scoped fixtures
+    write state the module's tests then read."""
     state = tmp_path_factory.mktemp("user-state")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state / "lighthouse"))
         mp.setenv("FTSLURM_EVENTS", str(state / "events.jsonl"))
         mp.setenv("FTSLURM_OUTPUTS", str(state / "outputs"))
         yield
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBin:
+    """A folder first on PATH for the test's fake programs (`fake_bin.add("sbatch", body)`)."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    return FakeBin(folder)
+
+
+@pytest.fixture
+def lighthouse_dirs(tmp_path: Path) -> Iterator[LighthouseDirs]:
+    """Lighthouse state dirs (`lighthouse_dirs.new()`), each stopped at the end by its
+    pidfile and state (`ftslurm lighthouse stop`), whatever the test did."""
+    dirs = LighthouseDirs(tmp_path)
+    try:
+        yield dirs
+    finally:
+        dirs.stop_all()

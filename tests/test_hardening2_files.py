@@ -14,13 +14,12 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import knobs, procs, safefile
-from ftslurm.cli import cli
 from ftslurm.errors import UserError
 from ftslurm.replica import slots, standby
 from ftslurm.wait import wait_for
+from tests.clirun import executable, ftslurm, invoke, one_error_line
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[1]
@@ -89,20 +88,6 @@ def test_claims_and_finished_are_never_written_through_a_linked_folder(
     assert (elsewhere / "finished").read_text() == "precious\n"
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 20,
-         stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "ftslurm", *args], capture_output=True,
-                          text=True, timeout=timeout, input=stdin,
-                          env={**os.environ, **(env or {})})  # fmt: skip
-
-
-def _one_error_line(out: subprocess.CompletedProcess[str]) -> str:
-    assert "Traceback" not in out.stderr, out.stderr
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("Error: "), out
-    return lines[0]
-
-
 @pytest.mark.parametrize("what", ["zero", "fifo"])
 def test_cluster_json_through_a_link_or_a_fifo_is_refused_at_once(
     tmp_path: Path, what: str
@@ -115,10 +100,10 @@ def test_cluster_json_through_a_link_or_a_fifo_is_refused_at_once(
         os.mkfifo(state / "cluster.json")
     env = {"FTSLURM_CLUSTER_DIR": str(state)}
     t0 = time.monotonic()
-    line = _one_error_line(_cli("cluster", "env", env=env, timeout=10))
+    line = one_error_line(ftslurm("cluster", "env", env=env, timeout=10))
     assert str(state / "cluster.json") in line
     assert ("symbolic link" if what == "zero" else "not a regular file") in line
-    st = _cli("cluster", "status", env=env, timeout=10)
+    st = ftslurm("cluster", "status", env=env, timeout=10)
     assert st.returncode == 3 and "not running" in st.stdout, st
     assert time.monotonic() - t0 < 10
 
@@ -145,7 +130,7 @@ def test_slurm_conf_through_a_link_or_a_fifo_is_not_read(tmp_path: Path, what: s
     env = {"FTSLURM_CLUSTER_DIR": str(tmp_path)}
     os.environ.pop("SLURM_CONF", None)
     for argv in (["status"], ["simulate-failure", "--dry-run", "--job", "5", "--replica", "0"]):
-        out = _cli(*argv, env={**env, "PATH": "/nonexistent"}, timeout=10)
+        out = ftslurm(*argv, env={**env, "PATH": "/nonexistent"}, timeout=10)
         assert "Traceback" not in out.stderr and out.returncode != 0, out
 
 
@@ -255,18 +240,19 @@ def test_ft_spares_takes_ascii_decimal_within_its_maximum(raw: str) -> None:
 
 @pytest.mark.parametrize("raw", ["٢", "1_0", "99999999999999999999"])
 def test_the_demo_refuses_a_bad_ft_spares_in_one_line(raw: str) -> None:
-    out = _cli("demo", "--backend", "local", "--dry-run", env={"FT_SPARES": raw})
-    line = _one_error_line(out)
+    out = ftslurm("demo", "--backend", "local", "--dry-run", env={"FT_SPARES": raw},
+                  timeout=20)
+    line = one_error_line(out)
     assert "--spares" in line
 
 
 @pytest.mark.parametrize("raw", ["18446744073709551615", "٣", "1_0", "86400001", "0"])
 def test_heartbeat_timeout_ms_takes_ascii_decimal_within_a_day(raw: str) -> None:
-    r = CliRunner().invoke(cli, ["lighthouse", "start", "--heartbeat-timeout-ms", raw,
-                                 "--state-dir", "/nonexistent/never-used"])  # fmt: skip
+    r = invoke("lighthouse", "start", "--heartbeat-timeout-ms", raw,
+               "--state-dir", "/nonexistent/never-used")  # fmt: skip
     assert r.exit_code == 2 and "Invalid value for '--heartbeat-timeout-ms'" in r.output, r.output
-    r = CliRunner().invoke(cli, ["lighthouse", "start", "--state-dir", "/nonexistent/x"],
-                           env={"FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS": raw})  # fmt: skip
+    r = invoke("lighthouse", "start", "--state-dir", "/nonexistent/x",
+               env={"FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS": raw})
     assert r.exit_code == 2 and "Invalid value for '--heartbeat-timeout-ms'" in r.output, r.output
 
 
@@ -283,7 +269,7 @@ def test_the_count_param_type() -> None:
 def test_a_too_long_cluster_dir_is_one_error_line(tmp_path: Path) -> None:
     for long in ("/tmp/" + "a" * 5000, "/tmp/" + "/".join(["a" * 200] * 30)):
         for argv in (["cluster", "status"], ["cluster", "env"]):
-            line = _one_error_line(_cli(*argv, env={"FTSLURM_CLUSTER_DIR": long}))
+            line = one_error_line(ftslurm(*argv, env={"FTSLURM_CLUSTER_DIR": long}, timeout=20))
             assert "FTSLURM_CLUSTER_DIR=" in line and "too long" in line and len(line) < 300
 
 
@@ -291,7 +277,7 @@ def test_knobs_write_outside_a_checkout_is_one_error_line(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-m", "ftslurm.knobs", "--write"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=30,
                          env={**os.environ, "FTSLURM_PROJECT": str(tmp_path)})  # fmt: skip
-    line = _one_error_line(out)
+    line = one_error_line(out)
     assert "docs/settings.md" in line
     assert list(tmp_path.iterdir()) == []
 
@@ -322,9 +308,8 @@ def test_the_token_is_not_on_the_command_line_while_it_downloads(tmp_path: Path,
     hub.mkdir(parents=True)
     (hub / "__init__.py").write_text(FAKE_HUB)
     record = tmp_path / "record"
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(PYTHONPATH=f"{hub.parent}{os.pathsep}{REPO}", FAKE_HUB_RECORD=str(record),
-               HF_HUB_OFFLINE="1")  # fmt: skip
+    env = {"HF_TOKEN": None, "PYTHONPATH": f"{hub.parent}{os.pathsep}{REPO}",
+           "FAKE_HUB_RECORD": str(record), "HF_HUB_OFFLINE": "1"}
     stdin = None
     if how == "--token":
         args = ["--token", TOKEN]
@@ -335,9 +320,8 @@ def test_the_token_is_not_on_the_command_line_while_it_downloads(tmp_path: Path,
         args = ["--token-file", str(tmp_path / "tok")]
     else:
         args, stdin = ["--token-file", "-"], TOKEN + "\n"
-    out = subprocess.run([sys.executable, "-m", "ftslurm", "assets", "download", *args,
-                          "--dest", str(tmp_path / "d")], capture_output=True, text=True,
-                         env=env, input=stdin, timeout=60)  # fmt: skip
+    out = ftslurm("assets", "download", *args, "--dest", str(tmp_path / "d"), env=env,
+                  input=stdin, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert TOKEN not in out.stdout + out.stderr
     seen = record.read_text().splitlines()
@@ -349,8 +333,7 @@ def test_the_token_is_not_on_the_command_line_while_it_downloads(tmp_path: Path,
 
 def test_token_and_token_file_together_is_one_error_line(tmp_path: Path) -> None:
     (tmp_path / "tok").write_text("x\n")
-    r = CliRunner().invoke(cli, ["assets", "download", "--token", "a", "--token-file",
-                                 str(tmp_path / "tok")])  # fmt: skip
+    r = invoke("assets", "download", "--token", "a", "--token-file", str(tmp_path / "tok"))
     assert r.exit_code == 2 and "not both" in r.output
 
 
@@ -381,9 +364,7 @@ def _launcher(tmp_path: Path, torchrun: str) -> subprocess.Popen:
 def test_a_sigkilled_attempts_folder_is_removed_at_once(tmp_path: Path) -> None:
     """The local demo SIGKILLs its launchers' process trees (a failure, its teardown): each
     left its attempt folder behind until a later attempt started on the host."""
-    slow = tmp_path / "slow-torchrun"
-    slow.write_text("#!/bin/sh\nexec sleep 60\n")
-    slow.chmod(0o755)
+    slow = executable(tmp_path / "slow-torchrun", "#!/bin/sh\nexec sleep 60\n")
     p = _launcher(tmp_path, str(slow))
     try:
         wait_for(lambda: _attempt_dirs(tmp_path / "tmp"), timeout=30, what="the attempt folder")

@@ -4,12 +4,9 @@ for --heartbeat-timeout-ms and FT_SPARES."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.test_hardening_lighthouse import one_error_line
+from tests.clirun import ftslurm, one_error_line
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,8 +21,7 @@ pytestmark = pytest.mark.timeout(60)
     (["submit", "--spares", "10001", "--array=0-2", "x.sh"], "'--spares': 10001"),
 ])  # fmt: skip
 def test_count_options_take_ascii_digits_within_a_maximum(tmp_path, argv, expected) -> None:
-    r = subprocess.run([sys.executable, "-m", "ftslurm", *argv],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                            "FTSLURM_LIGHTHOUSE_DIR": str(tmp_path / "lh")})  # fmt: skip
+    r = ftslurm(*argv, cwd=tmp_path, inherit=False,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                     "FTSLURM_LIGHTHOUSE_DIR": str(tmp_path / "lh")})  # fmt: skip
     assert expected in one_error_line(r)
