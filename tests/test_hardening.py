@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import procs
-from ftslurm.cli import cli
+from tests.clirun import invoke, lighthouse_cli
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +27,7 @@ def test_assets_token_on_the_command_line_warns_and_is_never_printed(monkeypatch
 
     monkeypatch.setattr("ftslurm.replica.assets.download_tokenizer", fake_download)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    res = CliRunner().invoke(cli, ["assets", "download", "--token", TOKEN, "--dest", str(tmp_path)])
+    res = invoke("assets", "download", "--token", TOKEN, "--dest", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert seen["token"] == TOKEN
     assert "visible to every user of this machine in `ps`" in res.stderr
@@ -39,7 +38,7 @@ def test_assets_token_on_the_command_line_warns_and_is_never_printed(monkeypatch
 def test_assets_token_from_the_environment_does_not_warn(monkeypatch, tmp_path):
     monkeypatch.setattr("ftslurm.replica.assets.download_tokenizer", lambda d, t: [d / t])
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    res = CliRunner().invoke(cli, ["assets", "download", "--dest", str(tmp_path)])
+    res = invoke("assets", "download", "--dest", str(tmp_path))
     assert res.exit_code == 0
     assert res.stderr == ""
 
@@ -226,11 +225,7 @@ def test_a_garbage_lighthouse_pid_is_stale_and_removed(tmp_path: Path, files, co
     state.mkdir()
     for name, text in files.items():
         (state / name).write_bytes(text if isinstance(text, bytes) else text.encode())
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "lighthouse", command],
-        env={**os.environ, "FTSLURM_LIGHTHOUSE_DIR": str(state)},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    out = lighthouse_cli(state, command)
     assert "Traceback" not in out.stderr and "Error" not in out.stderr, out.stderr
     if command == "status":
         assert out.returncode == 3 and "not running" in out.stdout.lower(), out.stdout

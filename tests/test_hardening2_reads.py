@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage, http_get, pars
 from ftslurm.metrics.collector import FtslurmCollector, MetricsSources
 from ftslurm.metrics.snapshot import UNKNOWN, build_snapshot, slot
 from ftslurm.wait import wait_for
+from tests.clirun import ftslurm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,12 +44,6 @@ MEASURE = (
 )
 
 
-def ftslurm(*args: str, env: dict[str, str] | None = None,
-            timeout: float = 60) -> runner.Completed:  # fmt: skip
-    return runner.run([sys.executable, "-m", "ftslurm", *args], timeout=timeout, check=False,
-                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
-
-
 def measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
              timeout: float = 90) -> tuple[int, int, Path, str]:  # fmt: skip
     """(exit status, peak RSS in KiB, stdout file, stderr) of `ftslurm ARGS`."""
@@ -59,7 +55,7 @@ def measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     return rc, rss, out, done.stderr
 
 
-def one_error_line(done: runner.Completed, starts: str) -> None:
+def one_error_line(done: runner.Completed | subprocess.CompletedProcess[str], starts: str) -> None:
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert done.stderr.startswith(starts) and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
@@ -348,6 +344,7 @@ def test_serve_on_every_interface_says_it_is_exposed(tmp_path: Path):
 @pytest.mark.parametrize("host", ["\udcff", "no-such-host.invalid", "not a host!"])
 def test_a_host_that_is_no_host_name_is_one_line(host: str):
     """`--host $'\\xff'` raised UnicodeError (idna) with a traceback."""
-    done = ftslurm("metrics", "serve", "--host", host, "--port", "0", timeout=60)
+    done = ftslurm("metrics", "serve", "--host", host, "--port", "0", timeout=60,
+                   errors="replace")  # the surrogate comes back in the error line
     one_error_line(done, "Error: cannot listen on ")
     assert done.stdout == ""
