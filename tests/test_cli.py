@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import __version__
-from ftslurm.cli import COMMANDS, cli
+from ftslurm.cli import COMMANDS
+from tests.clirun import ftslurm, ftslurm_popen, invoke
 
 
 def test_importing_cli_does_not_import_torch():
@@ -39,7 +39,7 @@ def test_help_lists_every_command_without_importing_them():
 
 
 def test_version():
-    result = CliRunner().invoke(cli, ["--version"])
+    result = invoke("--version")
     assert result.exit_code == 0
     assert __version__ in result.output
 
@@ -58,9 +58,7 @@ def test_version():
     ],
 )
 def test_user_mistakes_exit_2_without_traceback(argv):
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", *argv], capture_output=True, text=True, timeout=60
-    )
+    out = ftslurm(*argv)
     assert out.returncode == 2
     assert out.stderr.startswith("Error: ") and out.stderr.count("\n") == 1, out.stderr
     assert "--help`" in out.stderr
@@ -78,9 +76,7 @@ def test_user_mistakes_exit_2_without_traceback(argv):
 def test_usage_error_names_the_help_of_the_command_used(argv, where):
     """click raises "Option '--bind' requires an argument" without a context: the help named
     must still be the sub-command's, not `ftslurm --help`."""
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", *argv], capture_output=True, text=True, timeout=60
-    )
+    out = ftslurm(*argv)
     where = where.replace("ftslurm", "python -m ftslurm")  # click's name for `-m ftslurm`
     assert out.returncode == 2 and out.stderr.endswith(f"See `{where} --help`.\n"), out.stderr
 
@@ -98,12 +94,7 @@ def test_every_command_module_imports():
 
 def test_user_error_is_one_line_exit_2(tmp_path):
     env_dir = tmp_path / "nothing"
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "cluster", "env", "--state-dir", str(env_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = ftslurm("cluster", "env", "--state-dir", str(env_dir))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
     assert "ftslurm cluster up" in out.stderr
@@ -181,12 +172,7 @@ def test_follow_stops_when_its_reader_is_gone(what, guide_run, tmp_path):
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_bytes((GUIDE_RUN / "lighthouse.log").read_bytes())
         argv = ["lighthouse", "logs", "-f", "--state-dir", str(tmp_path)]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "ftslurm", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    p = ftslurm_popen(*argv)
     try:
         assert p.stdout is not None and p.stdout.readline()
         p.stdout.close()
@@ -212,9 +198,7 @@ def test_submit_names_the_missing_script(tmp_path, monkeypatch):
 
 
 def test_a_group_without_sub_command_prints_its_help_not_an_error():
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "lighthouse"], capture_output=True, text=True, timeout=60
-    )
+    out = ftslurm("lighthouse")
     assert out.returncode == 2 and out.stderr.startswith("Usage: ")
     assert "Error" not in out.stderr and "ftslurm lighthouse start" in out.stderr
 
@@ -223,10 +207,7 @@ def test_a_user_error_quoting_a_control_sequence_shows_it_escaped(tmp_path):
     """An error that quotes what the user gave (a path with an OSC title sequence here) is
     printed with the control characters escaped: the terminal shows them and does not act."""
     path = tmp_path / "x\x1b]0;pwned\x07"
-    out = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", str(path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    out = ftslurm("report", str(path))
     assert out.returncode == 2, out
     assert "\x1b" not in out.stderr and "\x07" not in out.stderr
     assert "x\\x1b]0;pwned\\x07" in out.stderr and out.stderr.startswith("Error: ")

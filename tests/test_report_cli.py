@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm.commands.report import report
 from ftslurm.errors import UserError
+from tests.clirun import ftslurm, invoke
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 
 
 def test_text_on_guide_excerpt():
-    res = CliRunner().invoke(report, [str(FIX / "guide")])
+    res = invoke(str(FIX / "guide"), command=report)
     assert res.exit_code == 0, res.output
     out = res.output
     assert "13:49:41.512  quorum 3 changed at step 21: 1/2 replicas [0]; left: 1" in out
@@ -33,7 +33,7 @@ def test_text_on_guide_excerpt():
 
 
 def test_json_is_the_documented_structure():
-    res = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--json"])
+    res = invoke(str(FIX / "cpu-run1"), "--json", command=report)
     assert res.exit_code == 0, res.output
     j = json.loads(res.output)
     for key in ("quorums", "failures", "recoveries", "degraded", "summary"):
@@ -54,30 +54,27 @@ def test_json_is_the_documented_structure():
 def test_plot_option(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    res = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--plot", str(png)])
+    res = invoke(str(FIX / "cpu-run1"), "--plot", str(png), command=report)
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:4] == b"\x89PNG"
     # a folder that is not there is a typo to report, not a path to create
-    typo = CliRunner().invoke(report, [str(FIX / "cpu-run1"), "--plot", str(tmp_path / "x/r.png")])
+    typo = invoke(str(FIX / "cpu-run1"), "--plot", str(tmp_path / "x/r.png"), command=report)
     assert isinstance(typo.exception, UserError) and "not a folder" in str(typo.exception)
     assert typo.output == "" and not (tmp_path / "x").exists()
 
 
 def test_help_has_an_example():
-    res = CliRunner().invoke(report, ["--help"])
+    res = invoke("--help", command=report)
     assert res.exit_code == 0
     assert "ftslurm report outputs/torchft/tft-12" in res.output
 
 
 @pytest.mark.process
 def test_user_error_not_traceback(tmp_path):
-    res = CliRunner().invoke(report, [str(tmp_path / "missing")])
+    res = invoke(str(tmp_path / "missing"), command=report)
     assert isinstance(res.exception, UserError)
     assert str(res.exception) == f"no such file or directory: {tmp_path / 'missing'}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )
+    proc = ftslurm("report", str(tmp_path))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"Error: no logs found in {tmp_path} " \
         "(expected tft-<job>_<i>.out replica logs or a lighthouse log)"
@@ -96,7 +93,7 @@ def test_user_mistakes_are_errors_not_silent(tmp_path):
         ([guide, "--lighthouse", str(tmp_path)], "a directory; give the log file"),
     ]
     for argv, message in cases:
-        res = CliRunner().invoke(report, argv)
+        res = invoke(*argv, command=report)
         assert isinstance(res.exception, UserError) and message in str(res.exception), argv
         assert res.output == "", argv  # nothing printed before the error
 
@@ -106,7 +103,7 @@ def test_a_folder_of_unrelated_logs_is_named_in_one_short_line(tmp_path):
     files read and counts the rest, instead of listing every one."""
     for i in range(40):
         (tmp_path / f"other-{i:02d}.log").write_text("nothing of torchft here\n")
-    res = CliRunner().invoke(report, [str(tmp_path)])
+    res = invoke(str(tmp_path), command=report)
     assert isinstance(res.exception, UserError)
     message = str(res.exception)
     assert message.count(".log") == 3 and " and 37 more (" in message, message

@@ -19,6 +19,7 @@ from ftslurm.errors import UserError
 from ftslurm.replica import job, slots
 from ftslurm.replica import plan as planlib
 from ftslurm.slurm.parse import JobInfo
+from tests.clirun import ftslurm
 from tests.ftjob import KNOB_ENV_RE
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -150,10 +151,9 @@ def test_submit_refuses_spares_that_leave_no_replica() -> None:
 def test_submit_spares_mistake_is_one_error_line(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parent.parent / "llama3.1-8b-pretraining-torchft.sh"
     env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
-    r = subprocess.run([sys.executable, "-m", "ftslurm", "submit", "--spares", "2", "--array=0-1",
-                        str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={**env, "FTSLURM_OUTPUTS": str(tmp_path / "out"),
-                            "PYTHONPATH": str(script.parent)})  # fmt: skip
+    r = ftslurm("submit", "--spares", "2", "--array=0-1", str(script), cwd=tmp_path,
+                env={**env, "FTSLURM_OUTPUTS": str(tmp_path / "out"),
+                     "PYTHONPATH": str(script.parent)}, inherit=False)  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "Error: --spares 2 with an array of 2 task(s) leaves no replica to train: use "
@@ -213,14 +213,11 @@ def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
     cannot do is one line, exit 2."""
     env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
     env.update(FT_SPARES="1", FTSLURM_OUTPUTS=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "ftslurm", "demo", "--backend", "local",
-                        "--dry-run"], env=env, capture_output=True, text=True,
-                       timeout=60)  # fmt: skip
+    r = ftslurm("demo", "--backend", "local", "--dry-run", env=env, inherit=False)
     assert r.returncode == 0, r.stderr
     assert "3 x python -m ftslurm.replica job  (DEVICE=cpu, FT_SPARES=1," in r.stdout
-    r = subprocess.run([sys.executable, "-m", "ftslurm", "demo", "--backend", "local",
-                        "--mode", "node-down", "--dry-run"], env=env, capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+    r = ftslurm("demo", "--backend", "local", "--mode", "node-down", "--dry-run", env=env,
+                inherit=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         "Error: the local backend fails a replica one way, kill; --backend slurm for "
