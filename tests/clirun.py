@@ -51,14 +51,18 @@ def ftslurm(
     inherit: bool = True,
     cwd: str | Path | None = None,
     timeout: float = 60,
-    input: str | None = None,
-    errors: str = "strict",
-) -> subprocess.CompletedProcess[str]:
+    input: str | bytes | None = None,
+    errors: str | None = "strict",
+    text: bool = True,
+    **run: Any,
+) -> subprocess.CompletedProcess[Any]:
     """`python -m ftslurm ARGS` in a new process (this interpreter), its output captured as
-    text. `errors="replace"` for a test whose point is bytes that are not UTF-8."""
+    text (`text` False: as bytes, `input` bytes too). `errors="replace"` for a test whose
+    point is bytes that are not UTF-8. `run`: more of subprocess.run's (`preexec_fn`)."""
     return subprocess.run(
         [sys.executable, "-m", "ftslurm", *args], env=environment(env, inherit), cwd=cwd,
-        capture_output=True, text=True, timeout=timeout, input=input, errors=errors,
+        capture_output=True, text=text, timeout=timeout, input=input,
+        errors=errors if text else None, **run,
     )  # fmt: skip
 
 
@@ -86,14 +90,14 @@ def one_error_line(r: subprocess.CompletedProcess[str]) -> str:
 def ftslurm_popen(
     *args: str, env: Env | None = None, inherit: bool = True, cwd: str | Path | None = None,
     **popen: Any,
-) -> subprocess.Popen[str]:  # fmt: skip
+) -> subprocess.Popen[Any]:  # fmt: skip
     """`python -m ftslurm ARGS` started, not waited for (a test that signals it while it runs);
-    stdout and stderr are pipes unless `popen` says otherwise. The caller waits for it."""
+    stdout and stderr are text pipes unless `popen` says otherwise. The caller waits for it."""
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
     return subprocess.Popen([sys.executable, "-m", "ftslurm", *args],
-                            env=environment(env, inherit), cwd=cwd, text=True,
-                            **popen)  # fmt: skip
+                            env=environment(env, inherit), cwd=cwd, **popen)  # fmt: skip
 
 
 def invoke(*args: str, env: Mapping[str, str | None] | None = None, input: str | None = None,

@@ -17,14 +17,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import logtail, logvocab
 from ftslurm import status as st
-from ftslurm.cli import cli
 from ftslurm.errors import UserError
 from ftslurm.report import build_report, sources
 from ftslurm.report import reader as R
+from tests.clirun import ftslurm, ftslurm_popen, invoke
 
 REPO = Path(__file__).resolve().parent.parent
 # the managed Lighthouse's log, the event log and outputs/ of this checkout stay out of it
@@ -66,7 +65,7 @@ def test_logs_shows_terminal_controls_escaped_never_raw(tmp_path):
     )
     run = run_dir(tmp_path, {0: hostile})
     for colour in ("--no-color", "--color"):
-        r = CliRunner().invoke(cli, ["logs", "--run-dir", str(run), "-n", "5", colour])
+        r = invoke("logs", "--run-dir", str(run), "-n", "5", colour)
         assert r.exit_code == 0, r.output
         first, second = r.output.splitlines()
         body = first[first.index("[titan]") :]  # after the prefix (coloured with --color)
@@ -84,7 +83,7 @@ def test_logs_notes_escape_job_names_from_file_names(tmp_path):
     (run / "tft-11_0.out").write_text(STEP_LINE.format(i=1) + "\n")
     (run / "tft-1\x1b[2J_0.out").write_text(STEP_LINE.format(i=1) + "\n")
     os.utime(run / "tft-11_0.out", (1e9, 1e9))  # the other job is the newest
-    r = CliRunner().invoke(cli, ["logs", "--run-dir", str(run), "-n", "1"])
+    r = invoke("logs", "--run-dir", str(run), "-n", "1")
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.stderr and "showing job 1\\x1b[2J, the newest" in r.stderr
 
@@ -109,10 +108,8 @@ def _small_files() -> None:
 
 
 def _report(*args: str, tmpdir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", *args], capture_output=True, timeout=60,
-        env=env(tmpdir.parent, TMPDIR=str(tmpdir)), preexec_fn=_small_files,
-    )  # fmt: skip
+    return ftslurm("report", *args, env=env(tmpdir.parent, TMPDIR=str(tmpdir)), inherit=False,
+                   text=False, preexec_fn=_small_files)  # fmt: skip
 
 
 @pytest.mark.process
@@ -147,11 +144,10 @@ def test_a_pipe_is_spooled_into_a_file_nobody_can_leave_behind(tmp_path):
     killed while it reads (SIGKILL: no handler runs), nothing is left in TMPDIR."""
     spool = tmp_path / "tmp"
     spool.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ftslurm", "report", "/dev/stdin"], stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=env(tmp_path, TMPDIR=str(spool)), preexec_fn=_small_files,
-    )  # fmt: skip
+    proc = ftslurm_popen("report", "/dev/stdin", env=env(tmp_path, TMPDIR=str(spool)),
+                         inherit=False, text=False, stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=_small_files)  # fmt: skip
     try:
         assert proc.stdin is not None
         # a pipe holds 64 KiB: once 4 MiB are written, the report has read most of them
@@ -387,7 +383,7 @@ def test_logs_names_each_log_it_cannot_read_and_exits_1(tmp_path):
     run = run_dir(tmp_path, {0: (STEP_LINE.format(i=1) + "\n").encode()})
     (run / "tft-7_1.out").mkdir()  # a folder named like a log
     (run / "tft-7_2.out").symlink_to(tmp_path / "gone")  # a dangling link
-    r = CliRunner().invoke(cli, ["logs", "--run-dir", str(run), "-n", "3"])
+    r = invoke("logs", "--run-dir", str(run), "-n", "3")
     assert r.exit_code == 1, r.output
     assert r.stdout == f"[r0] {STEP_LINE.format(i=1)}\n"  # the others are still shown
     assert r.stderr.splitlines() == [
@@ -395,7 +391,7 @@ def test_logs_names_each_log_it_cannot_read_and_exits_1(tmp_path):
         f"Error: cannot read the log of replica 2, {run / 'tft-7_2.out'} "
         "(No such file or directory)",
     ]
-    only0 = CliRunner().invoke(cli, ["logs", "--run-dir", str(run), "--replica", "0"])
+    only0 = invoke("logs", "--run-dir", str(run), "--replica", "0")
     assert only0.exit_code == 0 and only0.stderr == ""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import resources
+from tests.clirun import FakeBin
 from tests.ftjob import KNOB_ENV_RE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,24 +223,21 @@ def test_ft_script_refuses_a_bad_knob_in_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_classic_script_dry_run_gpu_defaults(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+def test_classic_script_dry_run_gpu_defaults(tmp_path: Path, fake_bin: FakeBin) -> None:
     calls = tmp_path / "scontrol.calls"
-    stub = bin_dir / "scontrol"
-    stub.write_text(
-        "#!/bin/bash\n"
+    fake_bin.add(
+        "scontrol",
         f'echo "$*" >> {shlex.quote(str(calls))}\n'
         '[ "$1 $2" = "show hostnames" ] || exit 3\n'
-        "printf 'worker-3\\nworker-4\\n'\n"
+        "printf 'worker-3\\nworker-4\\n'\n",
+        shebang="#!/bin/bash",
     )
-    stub.chmod(0o755)
     env = _clean_env(
         tmp_path,
         SLURM_JOB_ID="77",
         SLURM_NNODES="2",
         SLURM_JOB_NODELIST="worker-[3-4]",
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        PATH=os.environ["PATH"],  # fake_bin's first
     )
     out = subprocess.run(
         ["bash", str(CLASSIC_SCRIPT)],
