@@ -19,12 +19,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm.commands.report import report as report_cmd
 from ftslurm.errors import UserError
 from ftslurm.logvocab import parse_time
 from ftslurm.report import build_report
+from tests.clirun import invoke
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 RUNS = sorted(p for p in FIX.iterdir() if p.is_dir())
@@ -169,12 +169,11 @@ def test_baseline_control_run(tmp_path):
     assert sm["goodput"] == pytest.approx(min(1.0, 14 / ideal), abs=2e-3)
     assert f"    failure-free rate from the control run {ctrl} (1 full-strength" in rep.to_text()
     # the CLI: --baseline; a control with failures is refused in one line
-    res = CliRunner().invoke(report_cmd, [str(FIX / "slurm-tft-11"), "--baseline", str(ctrl),
-                                          "--json"])
+    res = invoke(str(FIX / "slurm-tft-11"), "--baseline", str(ctrl), "--json", command=report_cmd)
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["summary"]["goodput_baseline"]["source"] == "control"
-    res = CliRunner().invoke(report_cmd, [str(FIX / "cpu-run1"), "--baseline",
-                                          str(FIX / "slurm-tft-11")])
+    res = invoke(str(FIX / "cpu-run1"), "--baseline", str(FIX / "slurm-tft-11"),
+                 command=report_cmd)
     assert isinstance(res.exception, UserError)
     assert "not a failure-free run (2 failure(s) in its logs)" in str(res.exception)
 

@@ -9,16 +9,15 @@ import types
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import failure, failure_plan
 from ftslurm import status as st
-from ftslurm.cli import cli
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import KillSelection, Target
 from ftslurm.replica import checksum, fixes
 from ftslurm.replica import plan as planlib
 from ftslurm.report import events
+from tests.clirun import invoke
 
 pytestmark = pytest.mark.unit
 
@@ -161,8 +160,8 @@ def test_rank_kill_event_round_trips_and_bad_ranks_are_dropped(tmp_path: Path) -
 
 
 def test_cli_refuses_rank_without_kill() -> None:
-    r = CliRunner().invoke(cli, ["simulate-failure", "--replica", "1", "--rank", "1",
-                                 "--mode", "node-down", "--dry-run"])  # fmt: skip
+    r = invoke("simulate-failure", "--replica", "1", "--rank", "1", "--mode", "node-down",
+               "--dry-run")  # fmt: skip
     assert isinstance(r.exception, UserError) and r.exception.exit_code == 2  # main: one line
     assert "only with --mode kill" in str(r.exception)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from ftslurm import knobs, paths
 from ftslurm.commands.params import Count, knob_option
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
+from tests.clirun import invoke
 
 pytestmark = pytest.mark.unit
 
@@ -136,9 +136,9 @@ def _cmd(every: int) -> None:
 @pytest.mark.parametrize(("raw", "out"), [("7", "every=7"), (" 8 ", "every=8"), ("", "every=5"),
                                           ("   ", "every=5")])  # fmt: skip
 def test_a_knob_option_takes_the_registrys_value(raw: str, out: str) -> None:
-    r = CliRunner().invoke(_cmd, [], env={"FTSLURM_CHECKSUM_EVERY": raw})
+    r = invoke(command=_cmd, env={"FTSLURM_CHECKSUM_EVERY": raw})
     assert r.exit_code == 0 and r.output.strip() == out, r.output
-    r = CliRunner().invoke(_cmd, ["--every", "9"], env={"FTSLURM_CHECKSUM_EVERY": "bad"})
+    r = invoke("--every", "9", command=_cmd, env={"FTSLURM_CHECKSUM_EVERY": "bad"})
     assert r.output.strip() == "every=9"  # the flag wins; the variable is not read
 
 
@@ -148,6 +148,6 @@ def test_a_knob_option_takes_the_registrys_value(raw: str, out: str) -> None:
     ("101", "101 is not in the range 1<=x<=100"),  # the option's own range still applies
 ])  # fmt: skip
 def test_a_bad_knob_option_value_is_one_error_naming_the_knob(raw: str, words: str) -> None:
-    r = CliRunner().invoke(_cmd, [], env={"FTSLURM_CHECKSUM_EVERY": raw})
+    r = invoke(command=_cmd, env={"FTSLURM_CHECKSUM_EVERY": raw})
     assert r.exit_code == 2 and "Invalid value for '--every'" in r.output, r.output
     assert words in r.output
