@@ -112,7 +112,7 @@ def find_local_workers(
 def freeze_selection(target: Target) -> KillSelection:
     """Every process of a node of the local cluster (its UTS namespace: slurmd, slurmstepd,
     the job's steps, the launcher, the workers); srun + pkill is no way to freeze a node."""
-    srun = knobs.get(os.environ, "FTSLURM_KILL_VIA") == "srun"  # the real-cluster path
+    srun = knobs.environ().FTSLURM_KILL_VIA == "srun"  # the real-cluster path
     ns = None if srun else local_node_ns(target.node)
     if ns is None:
         return KillSelection(local=False)
@@ -133,7 +133,7 @@ def selection(mode: str, target: Target) -> KillSelection | None:
 def kill_selection(target: Target) -> KillSelection:
     """Local pids on the local cluster; `srun` + `pkill` elsewhere, or anywhere with
     FTSLURM_KILL_VIA=srun (the real-cluster path, also right on the local cluster)."""
-    via = knobs.get(os.environ, "FTSLURM_KILL_VIA")
+    via = knobs.environ().FTSLURM_KILL_VIA
     ns = None if via == "srun" else local_node_ns(target.node)
     if ns is None or target.raw_job_id is None:
         if via == "local":

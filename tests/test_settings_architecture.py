@@ -30,6 +30,7 @@ CONVERTED = (
     "commands/metrics.py", "replica/plan.py", "replica/preflight.py", "replica/fixes.py",
     "replica/train.py", "replica/tiny.py", "replica/checksum.py", "replica/transport.py",
     "replica/early_sync.py", "replica/startup.py", "replica/ft_checkpoints.py", "replica/cpu.py",
+    "replica/job.py", "replica/warm_restart.py", "failure.py",
 )  # fmt: skip
 
 # Options whose file is not switched yet: they still read their variable by click's rules.
@@ -54,6 +55,7 @@ NOT_YET_DIRECT = {
     "lighthouse/command.py": {"FTSLURM_LIGHTHOUSE_BIN"},
     "lighthouse/launcher.py": {"FTSLURM_LIGHTHOUSE_LOG", "FTSLURM_LIGHTHOUSE_BINARY",
                                "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES"},
+    # not reads: a claimed slot is written into the worker's environment (standby._become)
     "replica/standby.py": {"FTSLURM_REPLICA_ID", "FTSLURM_SLOT_EPOCH"},
 }  # fmt: skip
 

@@ -51,7 +51,7 @@ from ftslurm.slurm import client
 def default_torchrun(env: Mapping[str, str]) -> list[str]:
     """torchrun of the interpreter running us (the sbatch script picks it with
     FTSLURM_PYTHON), so the training runs in the same environment as the launcher."""
-    if torchrun := knobs.get(env, "FTSLURM_TORCHRUN"):
+    if torchrun := knobs.load(env).FTSLURM_TORCHRUN:
         return [torchrun]
     sibling = Path(sys.executable).parent / "torchrun"
     return [str(sibling)] if sibling.exists() else ["torchrun"]
@@ -117,7 +117,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     if what == "job":
         plan = planlib.build_ft_plan(env, root, torchrun, python=[sys.executable])
     elif what == "classic":
-        head = "localhost" if knobs.get(env, "FTSLURM_SINGLE_NODE") else head_node(env)
+        head = "localhost" if knobs.load(env).FTSLURM_SINGLE_NODE else head_node(env)
         plan = planlib.build_classic_plan(env, root, head, torchrun)
     else:
         raise UserError(f"unknown launcher command {what!r}; use `job` or `classic`")
@@ -143,14 +143,16 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
     """The warm next run of a replica without spares (warm_restart.py): the same command
     with the next restart's number, its notes in a folder of its own."""
 
+    s = knobs.load(env)
+
     def spawn(folder: Path, restart: int) -> runner.Child:
-        if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
+        if s.FTSLURM_ATTEMPT_GUARD:
             _guard_attempt_dir(folder)
         return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, folder / "config-error",
                              go=folder / "go")  # fmt: skip
 
-    on = warm_restart.enabled(env, plan.device) and not knobs.get(env, "FTSLURM_DRY_RUN")
-    return warm_restart.Holder(on, knobs.get(env, "FT_MAX_RESTARTS"),
+    on = warm_restart.enabled(s, plan.device) and not s.FTSLURM_DRY_RUN
+    return warm_restart.Holder(on, s.FT_MAX_RESTARTS,
                                attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn)
 
 
@@ -164,13 +166,14 @@ def catch_early_time_limit() -> None:
 def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
     """The banner, env, command and notes; True on a dry run (nothing to start)."""
     host = socket.gethostname()
-    restart = knobs.get(env, RESTART_ENV)
+    s = knobs.load(env)
+    restart = s[RESTART_ENV]
     _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host, restart))
     _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
     _say("command: " + plan.command_line())
     for note in plan.notes:
         _say(f"note: {note}")
-    if knobs.get(env, "FTSLURM_DRY_RUN"):
+    if s.FTSLURM_DRY_RUN:
         _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
         return True
     return False
@@ -196,7 +199,7 @@ def slot_env(env: Mapping[str, str], root: Path, layout: tuple[int, int, int],
     for k in ("FTSLURM_SPARE", "FTSLURM_SLOT_EPOCH", "FTSLURM_REPLICA_ID"):
         out.pop(k, None)
     claim = None
-    if not spare_only and not knobs.get(env, "FTSLURM_DRY_RUN"):
+    if not spare_only and not knobs.load(env).FTSLURM_DRY_RUN:
         claims = slots.holders(folder, group)
         slot, why = slots.startup_slot(task, group, claims)
         if slot is not None:
@@ -323,7 +326,8 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
     failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
     if failed is not None:
         return _finish(plan, env, failed[0], False, None, started, preflight=failed[1])
-    warm = holder.take(knobs.get(env, RESTART_ENV)) if holder is not None else None
+    s = knobs.load(env)
+    warm = holder.take(s[RESTART_ENV]) if holder is not None else None
     if warm is not None:  # the next run waits warm: its notes are in its own folder
         _say(f"warm restart: this run was started {time.time() - warm.started:.0f} s ago and "
              "waits before torchft's Manager; told to train")  # fmt: skip
@@ -336,7 +340,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
         _say(f"removed {stale}: the temporary folder of an attempt that was killed")
     prefix = attempt_dir_prefix(host, os.getpid())
     with tempfile.TemporaryDirectory(prefix=prefix, dir=tmp_root) as tmp:
-        if knobs.get(env, "FTSLURM_ATTEMPT_GUARD"):
+        if s.FTSLURM_ATTEMPT_GUARD:
             _guard_attempt_dir(Path(tmp))
         note = Path(tmp) / "config-error"
         return _run_torchrun(plan, env, note, started, holder)
@@ -358,10 +362,11 @@ def _watchdog(plan: planlib.Plan, env: Mapping[str, str],
               progress: Path) -> watchdog.Watchdog | None:  # fmt: skip
     """The attempt's watchdog (watchdog.py): FT replicas only, off with
     FTSLURM_HANG_TIMEOUT_S=0."""
-    floor = knobs.get(env, "FTSLURM_HANG_TIMEOUT_S", plan.device)
+    s = knobs.load(env, plan.device)
+    floor = s.FTSLURM_HANG_TIMEOUT_S
     if plan.kind != "ft" or not floor:
         return None
-    return watchdog.Watchdog(progress, knobs.get(env, "TORCHFT_LIGHTHOUSE"), float(floor))
+    return watchdog.Watchdog(progress, s.TORCHFT_LIGHTHOUSE, float(floor))
 
 
 def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None,
@@ -416,7 +421,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     else:
         child = _spawn_worker(plan, env, note)
     dog = _watchdog(plan, env, note.with_name("progress"))
-    restart = knobs.get(env, RESTART_ENV)
+    restart = knobs.load(env)[RESTART_ENV]
 
     def tick() -> None:
         assert holder is not None
@@ -487,7 +492,8 @@ def _restart_in_place(plan: planlib.Plan, env: Mapping[str, str], why: str) -> b
     (FT_MAX_RESTARTS), no stop or time-limit signal, and the node usable as Slurm sees it (a
     node that is down, draining or unknown requeues, so Slurm places the replica). Says which
     and why."""
-    used, cap = knobs.get(env, RESTART_ENV), knobs.get(env, "FT_MAX_RESTARTS")
+    s = knobs.load(env)
+    used, cap = s[RESTART_ENV], s.FT_MAX_RESTARTS
     if _STOP or not cap:
         return False
     if _TIME_LIMIT_EARLY:  # Slurm ends the allocation soon: the requeue goes on from there

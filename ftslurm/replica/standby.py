@@ -85,11 +85,10 @@ def wait_for_slot(
 ) -> slots.Claim | None:
     """Local rank 0 of a spare: wait until a slot is vacant and claim it. None when the run
     finished first (nothing left to replace)."""
-    root = Path(knobs.get(env, "FTSLURM_SLOTS_DIR"))
-    task = knobs.get(env, "FTSLURM_TASK")
-    group = knobs.get(env, "FTSLURM_GROUP_SIZE")
-    lighthouse = knobs.get(env, "TORCHFT_LIGHTHOUSE")
-    w = Watcher(root, group, knobs.get(env, "FTSLURM_SPARE_GRACE_S"),
+    s = knobs.load(env)
+    root = Path(s.FTSLURM_SLOTS_DIR)
+    task, group, lighthouse = s.FTSLURM_TASK, s.FTSLURM_GROUP_SIZE, s.TORCHFT_LIGHTHOUSE
+    w = Watcher(root, group, s.FTSLURM_SPARE_GRACE_S,
                 heartbeats or (lambda: _heartbeats(lighthouse)))  # fmt: skip
     say(f"[ftslurm] spare (task {task}): warm, watching the Lighthouse {lighthouse} for a "
         f"replica of slots 0..{group - 1} to leave")  # fmt: skip
@@ -140,13 +139,14 @@ def _become(claim: slots.Claim, job_config_ft: Any, env: dict[str, str]) -> None
 
 def _record_member(ft_manager: Any, root: Path, env: Mapping[str, str]) -> None:
     """Group rank 0: note the torchft replica id (with its uuid) this slot's holder runs as."""
-    epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
+    s = knobs.load(env)
+    epoch = s.FTSLURM_SLOT_EPOCH
     manager = getattr(ft_manager, "_manager", None)
     if epoch is None or manager is None or getattr(manager, "_group_rank", 0) != 0:
         return
     member = getattr(getattr(manager, "_logger", None), "_replica_id", None)
     if member:
-        slots.record_member(root, int(knobs.get(env, "FTSLURM_REPLICA_ID")), epoch, member)
+        slots.record_member(root, int(s.FTSLURM_REPLICA_ID), epoch, member)
 
 
 def wait_for_go(go: Path, poll_s: float = 0.05) -> bool:
@@ -183,28 +183,35 @@ def install(env: dict[str, str] | None = None) -> str | None:
     """Patch torchtitan when this worker belongs to a run with slots, or is a warm next run
     (warm_restart.py); the line to log."""
     env = os.environ if env is None else env  # type: ignore[assignment]
-    if not knobs.get(env, "FTSLURM_SLOTS_DIR"):
-        go = knobs.get(env, "FTSLURM_WARM_GO_FILE")
+
+    def settings() -> knobs.Settings:
+        """Read at each use: claiming a slot changes FTSLURM_REPLICA_ID / FTSLURM_SLOT_EPOCH
+        in this process's environment (`_become`); parsed again only when it changed."""
+        return knobs.environ() if env is os.environ else knobs.load(env)
+
+    first = settings()
+    if not first.FTSLURM_SLOTS_DIR:
+        go = first.FTSLURM_WARM_GO_FILE
         return _install_warm_restart(Path(go)) if go else None
     from torchtitan.components.ft.manager import FTManager
     from torchtitan.experiments.ft.train import FTTrainer
 
     if getattr(FTManager.__init__, "_ftslurm", False):
         return None
-    root = Path(knobs.get(env, "FTSLURM_SLOTS_DIR"))
+    root = Path(first.FTSLURM_SLOTS_DIR)
     upstream_init, upstream_step = FTManager.__init__, FTTrainer.train_step
-    spare = knobs.get(env, "FTSLURM_SPARE")
+    spare = first.FTSLURM_SPARE
 
     def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
-        if knobs.get(env, "FTSLURM_SPARE") and ft_config.enable:
-            path = Path(knobs.get(env, "FTSLURM_SLOT_FILE"))
+        s = settings()
+        if s.FTSLURM_SPARE and ft_config.enable:
+            path = Path(s.FTSLURM_SLOT_FILE)
             if int(env.get("LOCAL_RANK", "0")) == 0:
                 claim = wait_for_slot(env)
                 _publish(path, claim)
                 if claim is not None:
-                    _say(claim_banner(claim, knobs.get(env, "FTSLURM_ATTEMPT"),
-                                      socket.gethostname(),
-                                      knobs.get(env, "FTSLURM_RESTART")))  # fmt: skip
+                    _say(claim_banner(claim, s.FTSLURM_ATTEMPT, socket.gethostname(),
+                                      s.FTSLURM_RESTART))  # fmt: skip
             else:
                 claim = _await_published(path)
             if claim is None:
@@ -216,14 +223,15 @@ def install(env: dict[str, str] | None = None) -> str | None:
 
     def fence(slot: int, before: str) -> None:
         """Exit (FENCED_EXIT) when a newer claim of this worker's slot exists."""
-        epoch = knobs.get(env, "FTSLURM_SLOT_EPOCH")
+        s = settings()
+        epoch = s.FTSLURM_SLOT_EPOCH
         if epoch is None:
             return
         mine = slots.Claim(slot, epoch, -1, "", 0, 0.0)
         if (newer := slots.fenced_by(root, mine)) is not None:
             _say(f"[ftslurm] fenced: slot {slot} epoch {epoch} was claimed by task "
                  f"{newer.task} (epoch {newer.epoch}); stopping before {before}")  # fmt: skip
-            if note := knobs.get(env, "FTSLURM_FENCED_FILE"):
+            if note := s.FTSLURM_FENCED_FILE:
                 safefile.write_atomic(note, newer.to_json())
             os._exit(FENCED_EXIT)
 
@@ -234,7 +242,7 @@ def install(env: dict[str, str] | None = None) -> str | None:
     def start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
         # a worker that stood still (a frozen node) while a spare took its slot resumes in the
         # middle of a step: in DiLoCo the quorum comes before the next step's check
-        fence(knobs.get(env, "FTSLURM_REPLICA_ID"), "its next quorum")  # a waiting spare: no epoch
+        fence(settings().FTSLURM_REPLICA_ID, "its next quorum")  # a waiting spare: no epoch
         return upstream_quorum(self, *args, **kwargs)
 
     from torchft.manager import Manager
@@ -247,5 +255,5 @@ def install(env: dict[str, str] | None = None) -> str | None:
     if spare:
         return ("[ftslurm] spare: imports done; waiting warm before torchft's Manager for a "
                 "slot to take (fenced at every step once it trains)")  # fmt: skip
-    return f"[ftslurm] slot {env.get('FTSLURM_REPLICA_ID')} epoch " \
-           f"{env.get('FTSLURM_SLOT_EPOCH')}: fenced at every step"
+    return (f"[ftslurm] slot {first.raw('FTSLURM_REPLICA_ID') or None} epoch "
+            f"{first.raw('FTSLURM_SLOT_EPOCH') or None}: fenced at every step")

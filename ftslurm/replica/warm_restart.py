@@ -129,6 +129,6 @@ def waiting(environ: Mapping[str, str]) -> bool:
     return bool(go) and safefile.read_text(Path(go)) != GO
 
 
-def enabled(env: Mapping[str, str], device: str) -> bool:
+def enabled(env: Mapping[str, str] | knobs.Settings, device: str) -> bool:
     """FT_WARM_RESTART, whose default depends on the device."""
-    return bool(knobs.get(env, "FT_WARM_RESTART", device))
+    return bool(knobs.load(env, device).FT_WARM_RESTART)
