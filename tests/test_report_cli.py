@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -117,14 +114,9 @@ def test_a_pipe_is_read_like_a_file(tmp_path):
 
     log = gzip.decompress((FIX / "cpu-run1" / "replica_0.log.gz").read_bytes())
     (tmp_path / "replica_0.log").write_bytes(log)
-    named = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", str(tmp_path / "replica_0.log"), "--json"],
-        capture_output=True, timeout=60,
-    )  # fmt: skip
-    piped = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", "/dev/stdin", "--json"],
-        input=log, capture_output=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
+    named = ftslurm("report", str(tmp_path / "replica_0.log"), "--json", text=False)
+    piped = ftslurm("report", "/dev/stdin", "--json", input=log, text=False,
+                    env={"TMPDIR": str(tmp_path)})  # fmt: skip
     assert piped.returncode == 0, piped.stderr
     a, b = json.loads(named.stdout)["summary"], json.loads(piped.stdout)["summary"]
     assert a == b and a["steps_committed"] > 10
@@ -138,9 +130,6 @@ def test_piped_input_is_not_mixed_with_the_managed_lighthouse_log(tmp_path):
     lh_dir = tmp_path / "lh"
     lh_dir.mkdir()
     (lh_dir / "lighthouse.log").write_bytes((FIX / "guide" / "lighthouse.log").read_bytes())
-    env = {**os.environ, "FTSLURM_LIGHTHOUSE_DIR": str(lh_dir), "TMPDIR": str(tmp_path)}
-    r = subprocess.run(
-        [sys.executable, "-m", "ftslurm", "report", "/dev/stdin"],
-        input=b"not a log line\n" * 3, capture_output=True, timeout=60, env=env,
-    )  # fmt: skip
+    env = {"FTSLURM_LIGHTHOUSE_DIR": str(lh_dir), "TMPDIR": str(tmp_path)}
+    r = ftslurm("report", "/dev/stdin", input=b"not a log line\n" * 3, text=False, env=env)
     assert r.returncode == 2 and b"nothing to report" in r.stderr, r.stdout + r.stderr
