@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -21,6 +19,7 @@ import pytest
 from ftslurm import lighthouse
 from ftslurm.replica import checksum
 from ftslurm.wait import wait_for
+from tests.clirun import ftslurm
 from tests.ftjob import ROOT, cancel, failure_excerpt, ft_test_env, resume_all_nodes, submit_ft
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
@@ -31,11 +30,6 @@ SMALL = "--training.local_batch_size=2 --training.seq_len=128"
 COMMITTED = re.compile(r"/(\d+) - step \d+\] should_commit=True")  # torchft, each rank
 STEP = re.compile(r"step:\s+(\d+)\s+loss:")
 STARTUP_HEAL = re.compile(r" - step (\d+)\] Loaded state dict")
-
-
-def _cli(env: dict[str, str], *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftslurm", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def _last_step(text: str) -> int:
@@ -85,9 +79,9 @@ def test_two_ranks_per_replica_heal_after_a_node_down_and_a_rank_kill(slurm_clus
         assert f"--nproc_per_node={RANKS}" in text(0)
 
         # 1. replica 1's node goes DOWN: Slurm requeues it; it heals from replica 0
-        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "1", "--mode",
-                 "node-down", "--down-for", "5", "--wait-recovered", "--timeout", "150",
-                 "--json")  # fmt: skip
+        r = ftslurm("simulate-failure", "--job", str(job), "--replica", "1", "--mode",
+                    "node-down", "--down-for", "5", "--wait-recovered", "--timeout", "150",
+                    "--json", env=env, inherit=False, cwd=ROOT, timeout=200)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text(1))
         assert json.loads(r.stdout)["recovered"] is True
         healed_1 = "(attempt 1)"
@@ -98,8 +92,9 @@ def test_two_ranks_per_replica_heal_after_a_node_down_and_a_rank_kill(slurm_clus
 
         # 2. rank 1 of replica 0 is killed: torchrun ends rank 0 too, the launcher restarts the
         # replica whole (in place: its node is fine), and it heals from replica 1
-        r = _cli(env, "simulate-failure", "--job", str(job), "--replica", "0", "--mode", "kill",
-                 "--rank", "1", "--wait-recovered", "--timeout", "150", "--json")  # fmt: skip
+        r = ftslurm("simulate-failure", "--job", str(job), "--replica", "0", "--mode", "kill",
+                    "--rank", "1", "--wait-recovered", "--timeout", "150", "--json",
+                    env=env, inherit=False, cwd=ROOT, timeout=200)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr + failure_excerpt(text(0))
         out = json.loads(r.stdout)
         assert (out["recovered"], out["rank"]) == (True, 1), out
@@ -110,12 +105,14 @@ def test_two_ranks_per_replica_heal_after_a_node_down_and_a_rank_kill(slurm_clus
         wait_for(lambda: _identical_after(after_0(), text(1)), 180, 1,
                  "replica 0 healed, two checksummed steps per rank equal to replica 1's")
         assert ranks_committed(0, restarted) == set(range(RANKS))  # back whole
-        st = _cli(env, "status", "--json", "--no-lighthouse", "--job", str(job), timeout=60)
+        st = ftslurm("status", "--json", "--no-lighthouse", "--job", str(job), env=env,
+                     inherit=False, cwd=ROOT, timeout=60)  # fmt: skip
         assert st.returncode == 0, st.stderr
         tasks = json.loads(st.stdout)["tasks"]
         assert [(t["ranks"], t["ranks_alive"]) for t in tasks] == [(RANKS, RANKS)] * 2, tasks
 
-        rep = _cli(env, "report", "--json", str(run_dir), timeout=120)
+        rep = ftslurm("report", "--json", str(run_dir), env=env, inherit=False, cwd=ROOT,
+                      timeout=120)  # fmt: skip
         assert rep.returncode == 0, rep.stderr
         data = json.loads(rep.stdout)
         failures = sorted((f["replica"], f["kind"], f["rank"]) for f in data["failures"])

@@ -6,22 +6,16 @@ replica 1, and task 1, requeued, finds its slot taken and waits as a spare. Slow
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from ftslurm import lighthouse
 from ftslurm.replica import slots
 from ftslurm.wait import wait_for
+from tests.clirun import ftslurm
 from tests.ftjob import ROOT, FTRun, cancel, ft_test_env, resume_all_nodes, submit_ft
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
-
-
-def _ftslurm(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftslurm", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 @pytest.mark.timeout(500)
@@ -42,8 +36,8 @@ def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare
         assert sorted((c.slot, c.epoch, c.task) for c in slots.history(root, 2)) == [
             (0, 0, 0), (1, 0, 1)]  # fmt: skip
 
-        r = _ftslurm(env, "simulate-failure", "--job", str(job), "--replica", "1",
-                     "--down-for", "5", "--json", timeout=200)  # fmt: skip
+        r = ftslurm("simulate-failure", "--job", str(job), "--replica", "1", "--down-for", "5",
+                    "--json", env=env, inherit=False, cwd=ROOT, timeout=200)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
 
         def taken() -> slots.Claim | None:
@@ -67,7 +61,8 @@ def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare
         assert " loss: " not in tail1
         # never two live processes as replica 1: one holder, and the status shows who holds what
         assert slots.current(root, 1).task == 2
-        out = _ftslurm(env, "status", "--job", str(job), "--json", "--no-lighthouse")
+        out = ftslurm("status", "--job", str(job), "--json", "--no-lighthouse", env=env,
+                      inherit=False, cwd=ROOT, timeout=120)  # fmt: skip
         assert out.returncode == 0, out.stderr
         status = json.loads(out.stdout)
         rows = {t["replica"]: t for t in status["tasks"]}
@@ -75,8 +70,8 @@ def test_spare_takes_over_a_downed_replica_and_the_requeued_task_becomes_a_spare
         assert [(c["slot"], c["epoch"], c["task"]) for c in status["claims"]][-1] == (1, 1, 2)
         # a failure of the spare is allowed, and said to be one: the replicas train on
         steps_before = (len(run.steps(0)), len(run.steps(2)))
-        r = _ftslurm(env, "simulate-failure", "--job", str(job), "--replica", "1",
-                     "--mode", "requeue", "--json", timeout=200)  # fmt: skip
+        r = ftslurm("simulate-failure", "--job", str(job), "--replica", "1", "--mode", "requeue",
+                    "--json", env=env, inherit=False, cwd=ROOT, timeout=200)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         assert "# task 1: a warm spare (holds no slot)" in r.stderr
         assert f"# target: array task 1 of job {job} on worker-" in r.stderr  # not "replica 1"
