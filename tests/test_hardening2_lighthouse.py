@@ -11,6 +11,7 @@ dir; escapes sent to the Lighthouse by anyone who can reach it reached the termi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pwd
@@ -28,10 +29,9 @@ import pytest
 
 from ftslurm import lighthouse as lh
 from ftslurm import procs
-from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
 from ftslurm.wait import wait_for
-from tests.test_hardening_lighthouse import one_error_line
+from tests.clirun import LighthouseDirs, executable, lighthouse_cli, one_error_line, stop_lighthouse
 
 pytestmark = pytest.mark.timeout(120)
 needs_torchft = pytest.mark.skipif(
@@ -41,18 +41,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="plays another user: n
 ESC = "\x1b]0;PWN\x07"  # sets the terminal's title: what no output of ftslurm may do
 
 
-def cli(state_dir: Path | None, *args: str | bytes, timeout: float = 60,
-        command: str = "lighthouse") -> subprocess.CompletedProcess:  # fmt: skip
-    """`ftslurm COMMAND ARGS` in a new process, the Lighthouse's state in `state_dir`."""
-    env = dict(os.environ)
-    if state_dir is not None:
-        env["FTSLURM_LIGHTHOUSE_DIR"] = str(state_dir)
-    return subprocess.run(
-        [sys.executable, "-m", "ftslurm", *([command] if command else []), *args],
-        env=env, capture_output=True, text=True, timeout=timeout, errors="replace",
-    )  # fmt: skip
-
-
+# bytes that are not UTF-8 on the Lighthouse's output are the point of some tests here
+cli = functools.partial(lighthouse_cli, errors="replace")
 
 
 def no_escapes(text: str) -> None:
@@ -69,25 +59,13 @@ def answers(state_dir: Path) -> bool:
     return lh.answers(f"http://127.0.0.1:{on_port(state_dir)}/status")
 
 
-def stop_all(*dirs: Path) -> None:
-    """Whatever ran from `dirs` is stopped (their launcher's path is in every command line)."""
-    for d in dirs:
-        with contextlib.suppress(UserError):
-            lh.stop(d, grace=2)
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and any(str(d) in procs.proc_cmdline(int(p.name)) for d in dirs):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(p.name), signal.SIGKILL)
-
-
 @pytest.fixture
-def original(tmp_path: Path) -> Iterator[Path]:
-    """A running Lighthouse's state dir (the one a copy is made of)."""
-    d = tmp_path / "lhA"
+def original(lighthouse_dirs: LighthouseDirs) -> Path:
+    """A running Lighthouse's state dir (the one a copy is made of), stopped at the end."""
+    d = lighthouse_dirs.new("lhA")
     r = cli(d, "start", "--bind", "127.0.0.1:0")
     assert r.returncode == 0, r.stderr
-    yield d
-    stop_all(d)
+    return d
 
 
 def copy_of(original: Path) -> Path:
@@ -148,7 +126,7 @@ def test_stop_and_start_on_a_copy_leave_the_original_running(original: Path, com
         time.sleep(0.3)
         assert procs.pid_alive(pid) and answers(original)
     finally:
-        stop_all(copy)
+        stop_lighthouse(copy)
 
 
 @needs_torchft
@@ -156,11 +134,8 @@ def test_a_status_of_a_killed_lighthouse_says_gone_and_signals_nothing(tmp_path:
     """Finding 1 (message): a status says "gone" only of a pid that is gone; with processes
     it started still running it names them and leaves them to `stop`, never signals them."""
     d, pids = tmp_path / "lh", tmp_path / "child.pid"
-    w = tmp_path / "bin" / "wrapper"
-    w.parent.mkdir()
-    w.write_text(f'#!/bin/bash\nsleep 300 & echo $! >{pids}\nexec {sys.executable} '
-                 f'{launcher.__file__} "$@"\n')  # fmt: skip
-    w.chmod(0o755)
+    w = executable(tmp_path / "bin" / "wrapper", f'#!/bin/bash\nsleep 300 & echo $! >{pids}\n'
+                   f'exec {sys.executable} {launcher.__file__} "$@"\n')  # fmt: skip
     try:
         r = cli(d, "start", "--bind", "127.0.0.1:0", "--binary", str(w))
         assert r.returncode == 0, r.stderr
@@ -174,7 +149,7 @@ def test_a_status_of_a_killed_lighthouse_says_gone_and_signals_nothing(tmp_path:
         r = cli(d, "stop")
         assert r.returncode == 0 and not procs.pid_alive(child), r.stderr
     finally:
-        stop_all(d)
+        stop_lighthouse(d)
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             os.kill(int(pids.read_text()), signal.SIGKILL)
 
@@ -235,7 +210,7 @@ def test_root_refuses_a_state_dir_another_user_can_write(tmp_path: Path):
         assert not marker.exists(), marker.read_text()
         assert not (ww / "lighthouse.json").exists()
     finally:
-        stop_all(ww)
+        stop_lighthouse(ww)
         shutil.rmtree(reachable)
 
 
@@ -258,7 +233,8 @@ def test_root_refuses_a_state_dir_of_another_user(tmp_path: Path):
         # a read-only command still reads it, and removes nothing there
         assert cli(theirs, "status").returncode == 3
     finally:
-        stop_all(theirs, inside)
+        for d in (theirs, inside):
+            stop_lighthouse(d)
 
 
 @needs_root
@@ -283,7 +259,7 @@ def test_start_refuses_a_binary_another_user_can_change(tmp_path: Path, how: str
         assert line.startswith(f"Error: refusing to run the Lighthouse binary {binary}: "), line
         assert not marker.exists()
     finally:
-        stop_all(d)
+        stop_lighthouse(d)
 
 
 # ------------------------------------------------------------------------- findings 6 and 8
@@ -338,7 +314,7 @@ def test_advertise_with_escapes_is_refused(tmp_path: Path, advertise: str):
         no_escapes(line)
         assert not (d / "lighthouse.json").exists()
     finally:
-        stop_all(d)
+        stop_lighthouse(d)
 
 
 @pytest.mark.parametrize("advertise", ["fe80::1%eth0", "[fe80::1%2]", "login-0", "10.0.0.1"])
@@ -356,14 +332,12 @@ def test_bad_bind_hosts_are_one_line(tmp_path: Path, bind: bytes):
     tracebacks instead of one line."""
     d = tmp_path / "lh"
     try:
-        r = subprocess.run([sys.executable, "-m", "ftslurm", "lighthouse", "start", "--bind",
-                            bind, "--state-dir", str(d)], capture_output=True, text=True,
-                           timeout=60, errors="replace")  # fmt: skip
+        r = cli(None, "start", "--bind", bind, "--state-dir", str(d))
         line = one_error_line(r)
         assert line.startswith("Error: --bind "), line
         no_escapes(line)
     finally:
-        stop_all(d)
+        stop_lighthouse(d)
 
 
 @needs_torchft
@@ -404,11 +378,8 @@ def test_stop_ends_a_child_that_left_the_session_and_its_environment(tmp_path: P
     survived `stop`, and stop waited the full 10 s grace: the sleep held the log pipe, so
     the launcher never exited on SIGTERM."""
     d, pids = tmp_path / "lh", tmp_path / "child.pid"
-    w = tmp_path / "bin" / "wrapper"
-    w.parent.mkdir()
-    w.write_text(f"#!/bin/bash\n{escape.format(pids=pids)}\nexec {sys.executable} "
-                 f'{launcher.__file__} "$@"\n')  # fmt: skip
-    w.chmod(0o755)
+    w = executable(tmp_path / "bin" / "wrapper", f"#!/bin/bash\n{escape.format(pids=pids)}\n"
+                   f'exec {sys.executable} {launcher.__file__} "$@"\n')  # fmt: skip
     try:
         r = cli(d, "start", "--bind", "127.0.0.1:0", "--binary", str(w))
         assert r.returncode == 0, r.stderr
@@ -421,7 +392,7 @@ def test_stop_ends_a_child_that_left_the_session_and_its_environment(tmp_path: P
         assert not procs.pid_alive(child)
         assert took < 15, f"stop took {took:.1f} s: the 30 s grace was waited"
     finally:
-        stop_all(d)
+        stop_lighthouse(d)
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             os.kill(int(pids.read_text()), signal.SIGKILL)
 

@@ -8,7 +8,6 @@ file, may turn a command against the machine.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.report import events as E
 from ftslurm.safefile import UnsafePath
 from ftslurm.wait import free_port, wait_for
+from tests.clirun import LighthouseDirs, executable, ftslurm, lighthouse_cli, one_error_line
 
 pytestmark = pytest.mark.timeout(90)
 needs_torchft = pytest.mark.skipif(
@@ -39,24 +39,6 @@ needs_torchft = pytest.mark.skipif(
 PRECIOUS = "precious: root's file, never to be written by ftslurm\n"
 
 
-def cli(state_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """`ftslurm lighthouse ARGS` in a new process, its state in `state_dir`."""
-    return subprocess.run(
-        [sys.executable, "-m", "ftslurm", "lighthouse", *args],
-        env={**os.environ, "FTSLURM_LIGHTHOUSE_DIR": str(state_dir)},
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-
-
-def one_error_line(r: subprocess.CompletedProcess) -> str:
-    """The run was a user error: exit 2, nothing on stdout, one `Error:` line on stderr."""
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert r.stdout == "" and "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
-    return lines[0]
-
-
 def kill(pids: list[int]) -> None:
     for pid in pids:
         if procs.pid_alive(pid):
@@ -64,15 +46,9 @@ def kill(pids: list[int]) -> None:
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path):
-    """A state dir; whatever ran from it is stopped at the end (its launcher's path is in the
-    command line of each of its processes), whatever the test did."""
-    d = tmp_path / "lighthouse"
-    yield d
-    with contextlib.suppress(UserError):  # a port still held: killed below
-        lh.stop(d, grace=2)
-    kill([int(p.name) for p in Path("/proc").iterdir()
-          if p.name.isdigit() and str(d) in procs.proc_cmdline(int(p.name))])  # fmt: skip
+def state_dir(lighthouse_dirs: LighthouseDirs) -> Path:
+    """A state dir; whatever ran from it is stopped at the end, whatever the test did."""
+    return lighthouse_dirs.new("lighthouse")
 
 
 @pytest.fixture
@@ -86,11 +62,7 @@ def victim(tmp_path: Path) -> Path:
 
 def wrapper(tmp_path: Path, body: str) -> Path:
     """A user's --binary: a bash script (`$@` are the Lighthouse's arguments)."""
-    w = tmp_path / "bin" / "site_lighthouse"
-    w.parent.mkdir(exist_ok=True)
-    w.write_text("#!/bin/bash\n" + textwrap.dedent(body))
-    w.chmod(0o755)
-    return w
+    return executable(tmp_path / "bin" / "site_lighthouse", "#!/bin/bash\n" + textwrap.dedent(body))
 
 
 # ---------------------------------------------------------------------------------- finding 3
@@ -114,8 +86,8 @@ def test_a_failed_start_ends_what_a_wrapper_forked(tmp_path: Path, state_dir: Pa
     port, pids = free_port(), tmp_path / "child.pid"
     w = wrapper(tmp_path, fork.format(http=HTTP.format(port=port), pids=pids))
     try:
-        r = cli(state_dir, "start", "--binary", str(w), "--ready-timeout", "2",
-                "--bind", f"127.0.0.1:{port}")  # fmt: skip
+        r = lighthouse_cli(state_dir, "start", "--binary", str(w), "--ready-timeout", "2",
+                           "--bind", f"127.0.0.1:{port}")  # fmt: skip
         line = one_error_line(r)
         assert "still held" not in line, line
         assert ports.port_owner(port) == [], ports.port_owner(port)
@@ -147,8 +119,8 @@ def test_a_failed_start_says_which_process_still_holds_the_port(tmp_path: Path, 
     args, pids = outsider(tmp_path, HTTP.format(port=port) + " >/dev/null 2>&1")
     w = wrapper(tmp_path, f'echo "$@" >{args}.tmp; mv {args}.tmp {args}; sleep 60')
     try:
-        r = cli(state_dir, "start", "--binary", str(w), "--ready-timeout", "2",
-                "--bind", f"127.0.0.1:{port}")  # fmt: skip
+        r = lighthouse_cli(state_dir, "start", "--binary", str(w), "--ready-timeout", "2",
+                           "--bind", f"127.0.0.1:{port}")  # fmt: skip
         line = one_error_line(r)
         child = int(pids.read_text())
         assert f"port {port} is still held by pid {child} (" in line, line
@@ -166,7 +138,7 @@ def test_stop_ends_the_lighthouse_a_wrapper_left_behind(tmp_path: Path, state_di
     real = Path(launcher.__file__)  # torchft's Lighthouse, loaded directly
     w = wrapper(tmp_path, f'{sys.executable} {real} "$@" & echo $! >{pids}; sleep 2')
     try:
-        r = cli(state_dir, "start", "--binary", str(w), "--bind", f"127.0.0.1:{port}")
+        r = lighthouse_cli(state_dir, "start", "--binary", str(w), "--bind", f"127.0.0.1:{port}")
         assert r.returncode == 0, r.stderr
         child = int(pids.read_text())
         if how == "daemon-killed":
@@ -175,7 +147,7 @@ def test_stop_ends_the_lighthouse_a_wrapper_left_behind(tmp_path: Path, state_di
                                  for p in Path("/proc").iterdir() if p.name.isdigit()),
                  timeout=20, what="the wrapper's exit")  # fmt: skip
         assert procs.pid_alive(child) and ports.port_owner(port)  # the Lighthouse, on its own
-        r = cli(state_dir, "stop")
+        r = lighthouse_cli(state_dir, "stop")
         assert r.returncode == 0 and r.stderr.splitlines() == [{
             "wrapper-exits": "Lighthouse stopped.",
             "daemon-killed": "Lighthouse not running, but processes it had started still "
@@ -195,10 +167,10 @@ def test_stop_says_when_the_port_is_still_held(tmp_path: Path, state_dir: Path):
     args, pids = outsider(tmp_path, f"{sys.executable} {Path(launcher.__file__)} {{args}}")
     w = wrapper(tmp_path, f'echo "$@" >{args}.tmp; mv {args}.tmp {args}; sleep 60')
     try:
-        r = cli(state_dir, "start", "--binary", str(w), "--bind", f"127.0.0.1:{port}")
+        r = lighthouse_cli(state_dir, "start", "--binary", str(w), "--bind", f"127.0.0.1:{port}")
         assert r.returncode == 0, r.stderr
         pid = json.loads((state_dir / "lighthouse.json").read_text())["pid"]
-        line = one_error_line(cli(state_dir, "stop"))
+        line = one_error_line(lighthouse_cli(state_dir, "stop"))
         child = int(pids.read_text())
         assert line.startswith(f"Error: stopped the Lighthouse (pid {pid}), but port {port} is "
                                f"still held by pid {child} ("), line  # fmt: skip
@@ -220,7 +192,7 @@ def test_a_link_planted_at_a_whole_state_file_is_replaced_not_followed(
     file renamed over the link. The start goes on, its usual one line on stdout."""
     state_dir.mkdir()
     (state_dir / name).symlink_to(victim)
-    r = cli(state_dir, "start", "--bind", "127.0.0.1:0")
+    r = lighthouse_cli(state_dir, "start", "--bind", "127.0.0.1:0")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1, r.stderr
     assert victim.read_text() == PRECIOUS
     assert not (state_dir / name).is_symlink()
@@ -237,7 +209,7 @@ def test_a_link_planted_at_an_appended_state_file_is_refused(
     state_dir.mkdir()
     dangling = victim.with_name("created-by-root")
     (state_dir / name).symlink_to(dangling if name == "lighthouse.lock" else victim)
-    line = one_error_line(cli(state_dir, "start", "--bind", "127.0.0.1:0"))
+    line = one_error_line(lighthouse_cli(state_dir, "start", "--bind", "127.0.0.1:0"))
     assert f"refusing to write {state_dir / name}: it is a symbolic link" in line, line
     assert victim.read_text() == PRECIOUS and not dangling.exists()
     assert not (state_dir / "lighthouse.json").exists()
@@ -247,7 +219,7 @@ def test_logs_does_not_print_through_a_link(state_dir: Path, victim: Path):
     """Finding 4: `lighthouse logs` (under sudo) would print whatever a planted link names."""
     state_dir.mkdir()
     (state_dir / "lighthouse.log").symlink_to(victim)
-    line = one_error_line(cli(state_dir, "logs"))
+    line = one_error_line(lighthouse_cli(state_dir, "logs"))
     assert "symbolic link" in line and "precious" not in line
 
 
@@ -288,7 +260,7 @@ def test_the_launchers_log_rotation_does_not_follow_a_link(tmp_path: Path, victi
 def test_new_state_is_private(state_dir: Path):
     """Finding 4: a state dir the Lighthouse creates is 0o700 (no one else can plant a name
     in it), its files 0o600."""
-    r = cli(state_dir, "start", "--bind", "127.0.0.1:0")
+    r = lighthouse_cli(state_dir, "start", "--bind", "127.0.0.1:0")
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in state_dir.iterdir()}
@@ -318,7 +290,8 @@ def test_a_state_file_naming_another_process_never_stops_it(state_dir: Path, com
         state_dir.mkdir()
         (state_dir / "lighthouse.json").write_text(_state_naming(sleeper.pid))
         (state_dir / "lighthouse.pid").write_text(f"{sleeper.pid}\n")
-        r = cli(state_dir, command, *(["--bind", "127.0.0.1:0"] if command == "restart" else []))
+        r = lighthouse_cli(state_dir, command,
+                           *(["--bind", "127.0.0.1:0"] if command == "restart" else []))
         time.sleep(0.2)
         assert sleeper.poll() is None, (command, r.stderr)
         assert "Traceback" not in r.stderr
@@ -351,7 +324,7 @@ def test_a_forged_state_cannot_name_a_dead_leaders_session(state_dir: Path, tmp_
             "name": "lighthouse", "pid": leader.pid, "start_ticks": 1, "started_at": time.time(),
             "cmd": [], "marker": "", "extra": {}, "tag": "guess",
         }))  # fmt: skip
-        r = cli(state_dir, "stop")
+        r = lighthouse_cli(state_dir, "stop")
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
         assert procs.pid_alive(child) and os.getsid(child) == leader.pid
     finally:
@@ -363,12 +336,10 @@ def test_the_identity_does_not_depend_on_how_the_state_dir_is_named(state_dir: P
     """Finding 5 (guard): the identity is the launcher's path in the command line, so a
     Lighthouse started with a relative --state-dir is stopped with an absolute one."""
     state_dir.mkdir()
-    run = [sys.executable, "-m", "ftslurm", "lighthouse"]
-    r = subprocess.run([*run, "start", "--bind", "127.0.0.1:0", "--state-dir", "lighthouse"],
-                       cwd=state_dir.parent, capture_output=True, text=True, timeout=60)
+    r = ftslurm("lighthouse", "start", "--bind", "127.0.0.1:0", "--state-dir", "lighthouse",
+                cwd=state_dir.parent)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([*run, "stop", "--state-dir", str(state_dir)], capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+    r = ftslurm("lighthouse", "stop", "--state-dir", str(state_dir))
     assert (r.returncode, r.stderr) == (0, "Lighthouse stopped.\n")
 
 
@@ -382,7 +353,7 @@ def test_advertise_is_a_host_only(state_dir: Path, bad: str):
     injected, variable for `export "$(ftslurm lighthouse start)"`), `http://x:1` gave
     `http://http://x:1:PORT`. Now: one error line, exit 2, nothing started. ("" is the
     default: this machine's name.)"""
-    r = cli(state_dir, "start", "--bind", "127.0.0.1:0", "--advertise", bad)
+    r = lighthouse_cli(state_dir, "start", "--bind", "127.0.0.1:0", "--advertise", bad)
     if bad == "":
         assert r.returncode == 0 and len(r.stdout.splitlines()) == 1, r.stderr
         return
