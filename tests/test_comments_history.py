@@ -1,10 +1,10 @@
 """Comments and docstrings of `ftslurm/` point only where a reader of this repository can go.
 
 Why: a comment explains why the code is as it is now; its history belongs in commit messages.
-This project's own issue numbers (`issue 28`, `(issue 29)`, `#44`) and paths into a notes folder
+This project's own issue numbers (`issue N`, `(issue N)`, `#N`) and paths into a notes folder
 outside the repository (`../shared/notes/...`) are references nobody with a clone can follow.
-A public upstream reference names its project (`torchtitan issue 4754`,
-`pytorch/torchtitan#4686`) and stays allowed; so do files of this repository (`docs/*.md`,
+A public upstream reference names its project (`torchtitan issue N`,
+`pytorch/torchtitan#N`) and stays allowed; so do files of this repository (`docs/*.md`,
 a module).
 
 Comments are read with `tokenize`, docstrings (module, class, function) with `ast`; string
