@@ -1,10 +1,10 @@
-"""A cheaper (re)start of the training worker (issue 28 item 3), each cut with an off switch.
+"""A cheaper (re)start of the training worker, each cut with an off switch.
 
-A restarted CPU replica spent ~10.6 s between the launcher's banner and torchtitan's
-`Starting job` line beside a training replica (5.98 s alone), all of it process starts and
-imports (docs/benchmarks-cpu.md, "Restart speed": the `python -X importtime` breakdown and
-the figures with each cut; both: 3.56 s). What nothing on the training path uses is
-not paid for any more; nothing here changes what trains (same argv to torchtitan, same
+Without these cuts a restarted CPU replica spends ~10.6 s between the launcher's banner and
+torchtitan's `Starting job` line beside a training replica (5.98 s alone), all of it process
+starts and imports (docs/benchmarks-cpu.md, "Restart speed": the `python -X importtime`
+breakdown and the figures with each cut; both: 3.56 s). What nothing on the training path uses
+is not paid for; nothing here changes what trains (same argv to torchtitan, same
 modules once they are used, same checksums).
 
 1. FTSLURM_SKIP_TORCHRUN (plan.py, job.py; one rank per node, e.g. every DEVICE=cpu replica):

@@ -3,7 +3,8 @@ FTSLURM_HEAL_TRANSPORT (and FTSLURM_HEAL_CHUNKS for `http-chunked`), read by fix
 
 Why a choice: the heal is a pause of the whole job (the joiner is not training, and with a
 synchronous quorum the survivor waits for it at its next cross-replica collective), and
-torchft's default, one HTTP stream, moved an 8B heal at 0.63-0.73 GB/s on an H100 (issue 29).
+torchft's default, one HTTP stream, moves an 8B heal at 0.63-0.73 GB/s on an H100
+(docs/benchmarks.md).
 The options, measured against the TCP loopback on the same bytes by bench/heal_speed.py
 (figures: docs/benchmarks-cpu.md, "Heal transport"):
 
