@@ -21,6 +21,7 @@ import pytest
 
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
+from tests.clirun import executable, ftslurm
 
 pytestmark = [pytest.mark.slurm]
 
@@ -35,19 +36,16 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def _submit(tmp: Path, **extra: str) -> int:
     """A 2-task FT array whose tasks run the real launcher with the light worker."""
-    worker = tmp / "worker.sh"  # FTSLURM_PYTHON: the tiny worker's interpreter
-    worker.write_text(f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(FAKEPKG))} exec python3 -u "
-                      "-m torchtitan.train\n")  # fmt: skip
-    script = tmp / "ft.sh"
-    script.write_text(
+    # FTSLURM_PYTHON: the tiny worker's interpreter
+    worker = executable(tmp / "worker.sh", f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(FAKEPKG))} "
+                        "exec python3 -u -m torchtitan.train\n")  # fmt: skip
+    script = executable(tmp / "ft.sh", (
         "#!/bin/bash\n"
         'dir="$FTSLURM_OUTPUTS/torchft/tft-$SLURM_ARRAY_JOB_ID"; mkdir -p "$dir"\n'
         'exec >>"$dir/tft-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1\n'
         f"cd {shlex.quote(str(ROOT))}\n"
         f"exec {shlex.quote(sys.executable)} -m ftslurm.replica job\n"
-    )
-    for f in (worker, script):
-        f.chmod(0o755)
+    ))
     (tmp / "outputs" / "torchft").mkdir(parents=True, exist_ok=True)
     env = _env(tmp, FTSLURM_PRESET="tiny", DEVICE="cpu", FTSLURM_PYTHON=str(worker),
                TORCHFT_LIGHTHOUSE="http://localhost:9", FTSLURM_HANG_TIMEOUT_S="0",
@@ -78,14 +76,10 @@ def _reasons() -> dict[str, tuple[str, str]]:
     return {r.name: (r.state, r.reason) for r in client.current().node_reasons()}
 
 
-def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftslurm", *args], env=_env(tmp), cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-
-
 def _undo_from_doctor(tmp: Path, node: str) -> list[str]:
     """The command `ftslurm doctor --json` gives to bring `node` back."""
-    r = _cli(tmp, "doctor", "--json", "--device", "cpu")
+    r = ftslurm("doctor", "--json", "--device", "cpu", env=_env(tmp), inherit=False, cwd=ROOT,
+                timeout=120)  # fmt: skip
     check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "drained nodes")
     assert node in check["detail"], check
     commands = check["fix"].split(": ", 1)[1]  # "once fixed, bring each back: sudo ..."
@@ -117,8 +111,9 @@ def test_a_node_that_keeps_failing_is_drained_and_the_replica_moves(slurm_cluste
             assert t.node == bad and t.restarts == 0, (t.node, t.restarts)
             wait_for(lambda: " loss: " in _log(tmp_path, job, task).rsplit("launching", 1)[-1],
                      30, what="a step of this attempt")  # fmt: skip
-            r = _cli(tmp_path, "simulate-failure", "--job", str(job), "--replica", str(task),
-                     "--mode", "kill", "--count-as-bad")  # fmt: skip
+            r = ftslurm("simulate-failure", "--job", str(job), "--replica", str(task),
+                        "--mode", "kill", "--count-as-bad", env=_env(tmp_path), inherit=False,
+                        cwd=ROOT, timeout=120)  # fmt: skip
             assert r.returncode == 0, r.stderr
             if n == 1:  # one failure: the node is still fine, the launcher restarts in place
                 wait_for(lambda: "(attempt 0, restart 1)" in _log(tmp_path, job, task), 30,
@@ -132,7 +127,8 @@ def test_a_node_that_keeps_failing_is_drained_and_the_replica_moves(slurm_cluste
         assert moved.node not in (bad, first[1 - task].node)
         # the other replica was never touched
         assert client.current().array_tasks(job)[1 - task].restarts == 0
-        status = _cli(tmp_path, "status", "--job", str(job))
+        status = ftslurm("status", "--job", str(job), env=_env(tmp_path), inherit=False,
+                         cwd=ROOT, timeout=120)  # fmt: skip
         assert f"{bad}" in status.stdout and "drain" in status.stdout, status.stdout
         undo = _undo_from_doctor(tmp_path, bad)
         assert undo == ["scontrol", "update", f"NodeName={bad}", "State=RESUME"]

@@ -22,6 +22,7 @@ import pytest
 
 from ftslurm import lighthouse
 from ftslurm.wait import free_port
+from tests.clirun import executable
 from tests.ftjob import KNOB_ENV_RE, ROOT
 
 yaml = pytest.importorskip("yaml")
@@ -160,13 +161,11 @@ def test_yaml_run_script_starts_the_lighthouse_and_the_replica_launcher(tmp_path
         # restarted FT_MAX_REQUEUES times, then gives up
         wlog_path.unlink()
         fake = tmp_path / "bin"
-        fake.mkdir()
-        (fake / "python3").write_text(
+        executable(fake / "python3", (
             "#!/bin/sh\n"
             'if [ "$2" = ftslurm.replica ]; then echo "launcher crashed (test)"; exit 1; fi\n'
             f'exec {sys.executable} "$@"\n'
-        )
-        (fake / "python3").chmod(0o755)
+        ))
         worker = _run_node(tmp_path, 1, port, FT_MAX_REQUEUES="1",
                            PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
         assert worker.returncode == 1, worker.stdout + worker.stderr
