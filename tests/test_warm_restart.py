@@ -143,3 +143,19 @@ def test_a_stopped_run_is_killed_not_released(tmp_path: Path) -> None:
     wait_for(ready.stopped, 5, 0.05, "the process to stop")
     assert h.take(1) is None
     assert ready.child.poll() is not None and not procs.pid_alive(ready.child.pid)
+
+
+@pytest.mark.parametrize("preset, device, on", [
+    ("debug_cpu", "cpu", True),  # torchtitan: its FTManager waits for `go`
+    ("tiny", "cpu", False),  # the tiny worker has no such wait: a second copy would train
+    ("llama3_8b_ft", "cuda", False),  # off on GPUs until measured there
+])  # fmt: skip
+def test_the_launcher_starts_a_warm_next_run_only_for_a_worker_that_waits(
+        preset: str, device: str, on: bool) -> None:  # fmt: skip
+    from ftslurm.replica import job
+    from tests.test_restart_in_place import _plan
+
+    env = {"DEVICE": device, "FTSLURM_PRESET": preset, "SLURM_ARRAY_JOB_ID": "7",
+           "SLURM_ARRAY_TASK_ID": "1"}  # fmt: skip
+    plan = _plan(**env)
+    assert job._warm_holder(plan, {**env, "FT_MAX_RESTARTS": "3"}).enabled is on

@@ -151,7 +151,9 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
         return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, folder / "config-error",
                              go=folder / "go")  # fmt: skip
 
-    on = warm_restart.enabled(s, plan.device) and not s.FTSLURM_DRY_RUN
+    # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none
+    torchtitan = planlib.PRESETS[plan.preset].worker != "tiny"
+    on = warm_restart.enabled(s, plan.device) and torchtitan and not s.FTSLURM_DRY_RUN
     return warm_restart.Holder(on, s.FT_MAX_RESTARTS,
                                attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn)
 
