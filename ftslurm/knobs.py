@@ -1,13 +1,13 @@
 """Every environment variable ftslurm reads (its "knobs"), in one typed registry.
 
-Why one registry: the knobs were listed by hand in five places (plan.py, `ftslurm submit`,
-the tests, both sbatch scripts, the README) and booleans were parsed three ways that
-disagreed (`FTSLURM_CHECKSUM_ASYNC=off` left it on). Now every read goes through `get` (one
-parser per type; a bad value is a `UserError` naming the knob); `check`, which the launcher's
-plan calls, makes `ftslurm submit`, the Python API and the launcher refuse a bad value in one
-line before the queue wait, not on every rank after it; and the knob tables of the scripts
-and of docs/settings.md are rendered from here (`--write`; tests/test_knobs.py fails when they
-drift).
+Why one registry: knobs listed by hand in several places (plan.py, `ftslurm submit`, the
+tests, both sbatch scripts, the README) drift apart, and booleans parsed in several ways
+disagree (one parser would leave `FTSLURM_CHECKSUM_ASYNC=off` on). So every read goes
+through `get` (one parser per type; a bad value is a `UserError` naming the knob); `check`,
+which the launcher's plan calls, makes `ftslurm submit`, the Python API and the launcher
+refuse a bad value in one line before the queue wait, not on every rank after it; and the
+knob tables of the scripts and of docs/settings.md are rendered from here (`--write`;
+tests/test_knobs.py fails when they drift).
 
 Read once: `load(env)` parses every knob set in `env` into a frozen `Settings` (a bad value
 is kept and raised, in the same one line, where the knob is read, so a command that never reads
@@ -436,8 +436,8 @@ class Settings:
     silent None), else its default on `device`.
 
     A bad value is kept, not raised, at load: it is raised (the same one-line `UserError`) where
-    it is read, as reading it from the environment did, so `ftslurm status` does not fail on a
-    knob only the launcher reads; `check` raises the first bad public one up front. `env` is
+    it is read, so `ftslurm status` does not fail on a knob only the launcher reads; `check`
+    raises the first bad public one up front. `env` is
     the snapshot the values came from, for the variables that are not knobs (Slurm's)."""
 
     env: Mapping[str, str] = field(repr=False)  # may hold secrets (WANDB_API_KEY)

@@ -70,8 +70,8 @@ def wait_while(
     `timeout` each); return, per condition, its value and the monotonic time it first held.
 
     Why: a failure that blocks (a node kept DOWN for --down-for) must not hold up the stopwatch
-    of what happens meanwhile: a spare's claim 2 s in was timed at 5 s when it was polled
-    only after the node came back. An exception of `busy` or a WaitTimeout of a wait is raised
+    of what happens meanwhile: polled only after the node comes back, a spare's claim 2 s in
+    would be timed at 5 s. An exception of `busy` or a WaitTimeout of a wait is raised
     here."""
     got: list[tuple[T, float]] = []
     errors: list[BaseException] = []

@@ -2,10 +2,10 @@
 temporary folder as soon as its launcher is gone, however it ended.
 
 Why a process of its own: the launcher removes its folder when it returns, but SIGKILL (the
-local demo's teardown and its injected failures, an OOM kill) ends it without any cleanup, so
-every killed attempt left one `ftslurm-attempt-*` folder until a later attempt happened to
-start on the same host (job.remove_stale_attempt_dirs, still the fallback for a node that
-went down with its guard).
+local demo's teardown and its injected failures, an OOM kill) ends it without any cleanup:
+without a guard, every killed attempt would leave one `ftslurm-attempt-*` folder until a later
+attempt happens to start on the same host (job.remove_stale_attempt_dirs, the fallback for a
+node that went down with its guard).
 
 How: the guard opens a pidfd of the launcher while the launcher waits for it (so the pid is
 the launcher's, never a reused one; on a kernel without pidfds, its pid and start time:

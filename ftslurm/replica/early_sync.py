@@ -9,8 +9,9 @@ position, so those steps are thrown away. On CPU (H = 3, ~1.1 s a step) that is 
 heal; on GPUs with H = 10 it is 10 steps. Here the counter starts one step before its sync
 point and the optimizer's post-step hook runs once when training starts (DiLoCo.__enter__,
 before the first batch): the replica prepares (and, with no fragment sync delay, syncs) its
-fragment right away; the quorum forms at the survivor's next sync, as before. (Until
-2026-11-25 it asked after one inner step: ~1.1 s more on CPU.)
+fragment right away; the quorum forms at the survivor's next sync, as upstream. (The hook
+run at the start matters: with the counter alone the replica would ask after one inner step,
+~1.1 s more on CPU.)
 
 Why it is safe: the hook is what the first inner step would have run, minus a step whose
 result the heal overwrites; which fragment syncs is chosen from the manager step after the

@@ -53,9 +53,9 @@ reproduce a bug, or once upstream is fixed).
    which outlived the restart) still holds the old quorum's keys under that id in its store,
    so the new group's ranks read their peers' old addresses: gloo's connectFullMesh fails
    (`Connection refused`, or a connect timeout of the process group's timeout) at the new
-   quorums whose ids the old Lighthouse had used. Seen in CI on 2026-11-26
-   (tests/test_scale_slurm.py, 8 replicas, Lighthouse restarted after quorum 4): the new
-   quorums 2 and 3 failed to connect for 75 s and replica 6 did not heal within 120 s. Fix:
+   quorums whose ids the old Lighthouse had used. With 8 replicas and the Lighthouse
+   restarted after quorum 4 (tests/test_scale_slurm.py), the new quorums 2 and 3 cannot
+   connect for 75 s and a replica does not heal within the test's 120 s. Fix:
    the rendezvous is named by the quorum id, its max step and its members' ids (each
    replica's id has a per-process uuid), the same for every member of a quorum and new
    after a restart.

@@ -1,9 +1,10 @@
 """Node health for the launcher: a pre-flight check before training, the failure history that
 bounds a crash loop by rate, and taking a bad node out of the array's way.
 
-Why: a replica that fails is requeued, and nothing stopped it from landing on the same bad
-node again (a GPU with uncorrectable ECC errors, one off the bus): every attempt failed the
-same way until the lifetime cap (FT_MAX_REQUEUES) ended the replica for good. Now:
+Why: a replica that fails is requeued, and without these checks nothing stops it from landing
+on the same bad node again (a GPU with uncorrectable ECC errors, one off the bus): every
+attempt would fail the same way until the lifetime cap (FT_MAX_REQUEUES) ends the replica for
+good. So:
 
 - `run_checks` runs before torchrun: on GPUs the expected GPU count, each GPU answering an
   `nvidia-smi` query, no uncorrectable ECC error or pending row remap, a short allocation on

@@ -114,10 +114,11 @@ def exit_now() -> NoReturn:
     closed, its checkpoints written, the process groups destroyed: nothing is left to do).
     Why: with torch 2.13 the teardown itself sometimes aborts after a clean run ("terminate
     called without an active exception", SIGABRT, no Python stack: a C++ thread still joinable
-    when its owner is destroyed at exit). Seen on the local Slurm's classic 2-node job, rank 1,
-    which leaves while rank 0 sleeps its 2 s: 1 run in 6 under CPU load, and once in CI.
+    when its owner is destroyed at exit). On the local Slurm's classic 2-node job it hits
+    rank 1, which leaves while rank 0 sleeps its 2 s: 1 run in 6 under CPU load.
     torchrun then calls the rank failed and the job FAILED; an FT launcher would requeue a
-    replica that had finished. A torchtitan exception still raises, as before."""
+    replica that had finished. A torchtitan exception still raises: this runs only once main
+    has returned."""
     logging.shutdown()  # torchtitan's log handlers
     sys.stdout.flush()
     sys.stderr.flush()

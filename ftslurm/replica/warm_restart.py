@@ -13,8 +13,8 @@ end of training, a stop), the launcher writes `stop` and ends them.
 Only in a run without spares (a task of a run with spares comes back as a spare, which waits
 warm already) and only while restarts in place are left (FT_MAX_RESTARTS). FT_WARM_RESTART
 switches it; its cost is one idle copy of the replica's processes per node (their memory; on a
-GPU a CUDA context per rank), which is why it is on for CPU runs and off on GPUs until it is
-measured there.
+GPU a CUDA context per rank), which is why it is on for CPU runs and off on GPUs, where that
+cost is not measured.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from ftslurm.report.reader import ParseStats
 
 SLACK_S = 5.0  # clock skew tolerated between two logs (controller, Lighthouse, replica nodes)
 PLAUSIBLE_S = 30 * 86400.0  # the least distance from the median time that is still plausible
-EARLIEST = 946684800.0  # 2000-01-01: no log this tool reads is older
-LATEST = 4102444800.0  # 2100-01-01
+EARLIEST = 946684800.0  # `2000-01-01`: no log this tool reads is older
+LATEST = 4102444800.0  # `2100-01-01`
 BACK_TOLERANCE_S = 1.0
 
 
