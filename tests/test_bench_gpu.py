@@ -1,4 +1,4 @@
-"""The GPU benchmarks of issue 9 (bench/gpu_overhead.py, bench/gpu_heal.py) on CPU.
+"""The GPU benchmarks (bench/gpu_overhead.py, bench/gpu_heal.py) on CPU.
 
 The GPU figures come from a GPU machine (docs/benchmarks.md); here the same scripts run in
 their `--device cpu --smoke` mode -- the same launcher, Lighthouse and log parsing, the debug

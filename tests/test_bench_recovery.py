@@ -1,6 +1,6 @@
 """bench/recovery.py's figures come from the report: its `measure` on a recorded run (the
-demo replaced by the fixture's run dir), the JSON keys issue 28 names, the spares and the
-heartbeat timeout passed to the demo."""
+demo replaced by the fixture's run dir), the JSON keys of its result (full strength, detection,
+goodput, step ratio), the spares and the heartbeat timeout passed to the demo."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 30's findings that have no better home: each test failed before its fix."""
+"""Hardening findings that have no better home: each test fails without its fix."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Hardening of `report`, `logs` and `status` against hostile or broken input (issue 30,
-findings 7-11): terminal escapes in log lines, non-regular files and endless pipes given to
-`report`, newline-free logs, numbers too long for int(), and replica logs that cannot be read.
-Every test here failed before its fix."""
+"""Hardening of `report`, `logs` and `status` against hostile or broken input:
+terminal escapes in log lines, non-regular files and endless pipes given to `report`,
+newline-free logs, numbers too long for int(), and replica logs that cannot be read.
+Every test here fails without its fix."""
 
 from __future__ import annotations
 

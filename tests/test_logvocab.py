@@ -79,7 +79,7 @@ def test_step_line_recorded_and_coloured():
     assert (ev.kind, ev.step, ev.detail, ev.time) == (
         V.TITAN_STEP, 39, "6.37609", pytest.approx(ts("2026-11-23T10:12:53.579"))
     )
-    # torchtitan colours the same line on a terminal (notes/torchtitan-cpu.md)
+    # torchtitan colours the same line on a terminal
     coloured = plain.replace(b"step:", b"\x1b[31mstep:").replace(b"loss:", b"\x1b[32mloss:")
     assert V.strip_ansi(coloured + b"\x1b[39m") == plain
     assert V.parse_line(coloured).detail == "6.37609"

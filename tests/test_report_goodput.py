@@ -100,7 +100,7 @@ def test_tft_11_two_node_downs_time_to_full_strength_and_goodput():
 
 
 def test_existing_figures_stay_the_same():
-    """The figures the report gave before goodput (issue 28) are unchanged."""
+    """Goodput adds figures; the report's other figures stay as they are."""
     sm = build_report(FIX / "slurm-tft-11").to_json()["summary"]
     assert sm["failure_to_next_commit_s"] == [4.988, 5.17]
     assert sm["requeue_to_healed_s"] == [31.622, 40.088]

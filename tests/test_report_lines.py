@@ -1,5 +1,5 @@
-"""One line -> one event, on lines copied verbatim from real logs (notes/torchft-logs.md,
-the cluster guide's excerpt, shared/data/torchft-ddp-cpu-run1)."""
+"""One line -> one event, on lines copied verbatim from real logs (torchft's, the cluster
+guide's excerpt, a torchft DDP run on CPU)."""
 
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ def test_corrupt_gzip_is_counted_not_raised(tmp_path):
 
 
 def test_torchtitan_heal_excerpt(tmp_path):
-    """The restarted torchtitan replica's log from notes/torchtitan-cpu.md, verbatim."""
+    """A restarted torchtitan replica's log (CPU run), verbatim."""
     log = tmp_path / "tft-1_1.out"
     log.write_text(
         "[titan] 2026-11-23 08:43:04,231 - root - INFO - Loading the FT checkpoint at step 13.\n"

@@ -1,5 +1,5 @@
 """The report across nodes whose clocks disagree, and over logs whose times or text cannot be
-trusted (issue 30: item 12, and the report's part of item 7).
+trusted.
 
 The acceptance test (`test_skewed_clocks_tell_the_same_story`) takes the recorded 3-replica
 run (tests/fixtures/report/slurm-3-replicas-tft-3: replicas 1 and 2 each lost and healed
