@@ -7,6 +7,12 @@ A public upstream reference names its project (`torchtitan issue N`,
 `pytorch/torchtitan#N`) and stays allowed; so do files of this repository (`docs/*.md`,
 a module).
 
+A story of the past is flagged too: a date (`YYYY-MM-DD`, "on <date> it did ...") and "seen in
+CI", since a comment states the present reason (keeping the figure that explains a choice) and
+the day something happened is history. A date inside backquotes (a constant's value), a
+timestamp of an example log line (the date followed by a time) and a date in a path
+(`docs/cpu/<date>/`) are not a story.
+
 Comments are read with `tokenize`, docstrings (module, class, function) with `ast`; string
 literals in code are not looked at (a log line may quote anything). Files that still had hits
 when this check was written are listed in ALLOWED with their count: a listed file may only go
@@ -19,7 +25,7 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,7 +51,10 @@ ALLOWED: dict[str, int] = {
     "ftslurm/report/timeline.py": 1,
 }
 
-# swept: these must never enter ALLOWED
+# file -> dates and "seen in CI"s it still has (story_refs); lower these as files are swept
+ALLOWED_STORIES: dict[str, int] = {}
+
+# swept: these must never enter ALLOWED or ALLOWED_STORIES
 SWEPT = (
     "ftslurm/report/render.py", "ftslurm/report/clock.py", "ftslurm/report/heals.py",
     "ftslurm/report/goodput.py", "ftslurm/report/reader.py", "ftslurm/report/events.py",
@@ -55,7 +64,10 @@ SWEPT = (
     "ftslurm/lighthouse/config.py", "ftslurm/lighthouse/address.py",
     "ftslurm/lighthouse/command.py", "ftslurm/lighthouse/ports.py", "ftslurm/cluster/config.py",
     "ftslurm/replica/slots.py", "ftslurm/replica/assets.py", "ftslurm/replica/watchdog.py",
-    "ftslurm/replica/config_error.py",
+    "ftslurm/replica/config_error.py", "ftslurm/replica/attempt_guard.py",
+    "ftslurm/replica/early_sync.py", "ftslurm/replica/fixes.py", "ftslurm/replica/preflight.py",
+    "ftslurm/replica/train.py", "ftslurm/replica/warm_restart.py", "ftslurm/knobs.py",
+    "ftslurm/wait.py",
 )  # fmt: skip
 
 
@@ -84,10 +96,31 @@ def hits(source: str) -> list[tuple[int, str]]:
     return [(line, ref) for line, text in comment_texts(source) for ref in history_refs(text)]
 
 
-def package_hits() -> dict[str, list[tuple[int, str]]]:
+# backquoted spans (may wrap a line); a date then counts only outside them
+_TICKS = re.compile(r"`[^`]*`")
+# a date that is not part of a word or path, and not a timestamp's (a time follows it)
+_DATE = re.compile(r"(?<![\w/.-])\d{4}-\d{2}-\d{2}(?![\w/-])(?!T\d|\s+\d\d:\d\d)")
+_SEEN_IN_CI = re.compile(r"(?i)\bseen in CI\b")
+
+
+def story_refs(text: str) -> list[str]:
+    """The dates and "seen in CI"s of `text` that tell when something happened."""
+    bare = _TICKS.sub("``", text)
+    return [m.group(0) for m in _DATE.finditer(bare)] + [
+        m.group(0) for m in _SEEN_IN_CI.finditer(bare)
+    ]
+
+
+def story_hits(source: str) -> list[tuple[int, str]]:
+    return [(line, ref) for line, text in comment_texts(source) for ref in story_refs(text)]
+
+
+def package_hits(
+    find: Callable[[str], list[tuple[int, str]]] = hits,
+) -> dict[str, list[tuple[int, str]]]:
     out = {}
     for path in sorted(PKG.rglob("*.py")):
-        found = hits(path.read_text(encoding="utf-8"))
+        found = find(path.read_text(encoding="utf-8"))
         if found:
             out[path.relative_to(ROOT).as_posix()] = found
     return out
@@ -138,5 +171,52 @@ def test_no_issue_numbers_or_notes_paths_in_comments() -> None:
             f"  {f}:{line}: {ref}  (allowed {ALLOWED.get(f, 0)})"
             for f, found in over.items()
             for line, ref in found
+        )
+    )
+
+
+@pytest.mark.parametrize("text", [
+    "Seen in CI on 2026-11-26 (8 replicas)", "seen in CI", "(Until 2026-11-25 it asked after one "
+    "inner step)", "measured 2026-11-27: 3.05 s", "on 2026-11-25\nit asked",
+])  # fmt: skip
+def test_a_story_of_the_past_is_found(text: str) -> None:
+    assert story_refs(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "`2000-01-01`: no log is older", "`[titan] 2026-11-23\n10:10:51,647`",
+    '{"time": "2026-11-23T08:51:02.461+00:00"', "[2025-07-16 13:51:42]  launching replica 1",
+    "docs/cpu/2026-11-27/checkpoint/", "on CPU this costs ~1.1 s", "a run seen in the logs",
+    "FT_MAX_REQUEUES=2026", "1-2-3",
+])  # fmt: skip
+def test_a_constant_a_line_shape_or_a_path_is_no_story(text: str) -> None:
+    assert not story_refs(text), text
+
+
+def test_stories_are_read_in_comments_and_docstrings() -> None:
+    source = (
+        '"""Module."""\n'
+        "x = 'seen in CI on 2026-11-26'  # seen in CI\n"
+        "def f():\n"
+        '    """Until 2026-11-25 it waited."""\n'
+    )
+    assert sorted(story_hits(source)) == [(2, "seen in CI"), (4, "2026-11-25")]
+
+
+def test_swept_files_tell_no_story() -> None:
+    assert not set(SWEPT) & set(ALLOWED_STORIES)
+
+
+def test_no_dates_or_seen_in_ci_in_comments() -> None:
+    found = package_hits(story_hits)
+    over = {f: refs for f, refs in found.items() if len(refs) > ALLOWED_STORIES.get(f, 0)}
+    assert not over, (
+        'comments/docstrings tell when something happened (a date, "seen in CI"); say why the '
+        "code is as it is now (a figure may stay) and leave the day to the commit message; a "
+        "constant's date goes in backquotes:\n"
+        + "\n".join(
+            f"  {f}:{line}: {ref}  (allowed {ALLOWED_STORIES.get(f, 0)})"
+            for f, refs in over.items()
+            for line, ref in refs
         )
     )
