@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
+from tests.clirun import ftslurm, ftslurm_popen
 
 pytestmark = [pytest.mark.slurm]
 
@@ -54,19 +54,13 @@ class Mimic:
     def cli(
         self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "ftslurm", *args],
-            env={**self.env(), **(env or {})}, cwd=ROOT, capture_output=True, text=True,
-            timeout=timeout,
-        )  # fmt: skip
+        return ftslurm(*args, env={**self.env(), **(env or {})}, inherit=False, cwd=ROOT,
+                       timeout=timeout)  # fmt: skip
 
     def popen(self, *args: str) -> subprocess.Popen:
         """The command as from a terminal: SIGHUP at its default even under `nohup pytest`."""
-        return subprocess.Popen(
-            [sys.executable, "-m", "ftslurm", *args],
-            env=self.env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
-        )  # fmt: skip
+        return ftslurm_popen(*args, env=self.env(), inherit=False, cwd=ROOT,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
     def signal_when(self, proc: subprocess.Popen, ready, what: str,
                     sig: signal.Signals | None = None, at_ready=None) -> tuple[str, str, object]:
