@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -171,7 +172,10 @@ def _install_warm_restart(go: Path) -> str:
 
     def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
         if ft_config.enable and not wait_for_go(go):
-            raise SystemExit(0)
+            # not SystemExit: torchtitan's main would close a trainer still being built
+            # (no checkpointer yet) and print that traceback into the replica's log
+            sys.stdout.flush()
+            os._exit(0)
         upstream_init(self, ft_config)
 
     FTManager.__init__ = __init__  # type: ignore[method-assign]
