@@ -10,22 +10,20 @@ marked `training`. Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pyte
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from ftslurm.replica import checksum
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
+from tests.clirun import ftslurm
 from tests.ftjob import ROOT, failure_excerpt, ft_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftslurm", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+def _cli(env: dict[str, str], *args: str, timeout: float = 200):
+    return ftslurm(*args, env=env, inherit=False, cwd=ROOT, timeout=timeout)
 
 
 def _sums(text: str) -> dict[tuple[int, int, str], str]:
