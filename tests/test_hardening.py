@@ -149,7 +149,10 @@ def test_cluster_down_stops_what_a_broken_state_started_and_removes_it(
     stopped, the pidfiles and the broken file removed; then status is a plain "not running"."""
     run = broken_cluster / "run"
     run.mkdir()
-    ctld, node = _sleeper(), _sleeper()
+    # cluster down stops a pidfile's pid only while it is still that daemon: this stand-in
+    # says slurmctld on its command line (a pid reused by another program is left alone)
+    ctld = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "slurmctld"])
+    node = _sleeper()
     try:
         (run / "slurmctld.pid").write_text(f"{ctld.pid}\n")
         (run / "node-worker-0.pid").write_text(f"{node.pid}\n")
