@@ -109,7 +109,7 @@ def test_checker_finds_a_cycle_and_resolves_imports(tmp_path: Path) -> None:
     # function-level and relative imports count; `from pkg import module` names the module
     timeline = imports_of(mods["ftslurm.report.timeline"], set(mods))
     assert "ftslurm.logvocab" in timeline
-    assert "ftslurm.resources" in imports_of(mods["ftslurm.demo"], set(mods))
+    assert "ftslurm.cluster.local" in imports_of(mods["ftslurm.demo"], set(mods))
 
 
 # ---------------------------------------------------------------- the rules
