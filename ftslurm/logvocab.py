@@ -3,8 +3,8 @@
 Why one module: `report`, `status`, `demo`, `failure` and `logs` all read the launcher's banner,
 torchtitan's steps, torchft's heal and quorum lines and the files the sbatch script names; one
 writer or parser per shape keeps them in step, and the fuzz tests fuzz the dispatcher the report
-really uses (`parse_line`). Every shape is copied from real logs (shared/notes/torchft-logs.md,
-the cluster guide's excerpt, tests/fixtures); nothing is guessed. Four formats interleave:
+really uses (`parse_line`). Every shape is copied from real logs (the recorded runs under
+tests/fixtures, the cluster guide's excerpt); nothing is guessed. Four formats interleave:
 
 - Rust env_logger (Lighthouse and the Rust half of the Manager):
   `2026-11-23T08:50:55.316 [INFO] [torchft::lighthouse] - Quorum! Quorum { quorum_id: 1, ...`

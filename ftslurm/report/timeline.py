@@ -12,7 +12,7 @@ what they name, not by their times (the two sides of a heal: heals.py; a survivo
 commit: the quorum id it reconfigured to; an attempt: the uuid its own log names after its
 launch line), and a duration between two clocks is never negative (`model.elapsed`).
 
-Semantics (shared/notes/torchft-logs.md):
+Semantics (as torchft's logs of the recorded runs in tests/fixtures/report show them):
 - A quorum change is a new `quorum_id`; `Quorum!` repeats every round and is read once per id.
   One without members, or with a negative step, is malformed.
 - A replica is `<prefix>_<index>:<uuid>`; the uuid changes on every restart, so a new uuid for
