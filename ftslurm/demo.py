@@ -30,8 +30,9 @@ from pathlib import Path
 from ftslurm import knobs, logvocab, paths, procs, submission
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import SILENT_MODES
-from ftslurm.logtail import Appended
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
+from ftslurm.run.cursor import LogCursor
+from ftslurm.run.model import Run
 from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while
 
 Say = Callable[[str], None]
@@ -218,7 +219,13 @@ class ReplicaLog:
 
     def __init__(self, path: Path):
         self.path = path
-        self.appended = Appended(path)
+        self.appended = LogCursor(path)
+        self.restarts = 0  # the cursor's restarts this fold has seen
+        self._start()
+
+    def _start(self) -> None:
+        """The fold's state before any line: at the start, and again when the log was
+        truncated or replaced (the cursor reads it from its start again)."""
         self.last_step = -1
         self.attempt = -1
         self.healed_step: dict[int, int] = {}  # attempt -> step of its first heal (> 0)
@@ -237,7 +244,11 @@ class ReplicaLog:
         self.first_step: int | None = None  # this attempt's first training step
 
     def poll(self) -> None:
-        for line in self.appended.lines():
+        lines = self.appended.lines()
+        if self.appended.restarts != self.restarts:
+            self.restarts = self.appended.restarts
+            self._start()
+        for line in lines:
             if (got := logvocab.parse_resume(line)) is not None:
                 self.resumed = got[1:]
             if (ev := logvocab.parse_line(line)) is None:
@@ -314,11 +325,9 @@ class Backend:
             self.say("Lighthouse stopped")
 
     def attach_logs(self) -> None:
-        self.run_dir = logvocab.run_dir(self.run_id, self.cfg.outputs)
-        self.logs = [
-            ReplicaLog(logvocab.replica_log(self.run_id, i, self.run_dir))
-            for i in range(self.cfg.tasks)
-        ]
+        run = Run.of(self.run_id, self.cfg.outputs)
+        self.run_dir = run.folder
+        self.logs = [ReplicaLog(run.log(i)) for i in range(self.cfg.tasks)]
 
     @property
     def events_path(self) -> Path:
@@ -379,10 +388,10 @@ def _replica_env(cfg: DemoConfig, lighthouse_addr: str) -> dict[str, str]:
         # the demo's --spares, not a FT_SPARES left in the shell (the array is sized for it)
         "FT_SPARES": str(cfg.spares),
         # each failure may restart the same task: the story must not run out of requeues
-        "FT_MAX_REQUEUES": str(max(knobs.get(os.environ, "FT_MAX_REQUEUES"), cfg.failures + 1)),
+        "FT_MAX_REQUEUES": str(max(knobs.environ().FT_MAX_REQUEUES, cfg.failures + 1)),
         # --all-fail: a checkpoint soon (a user's own interval, given after it, wins)
         **({"FTSLURM_EXTRA_ARGS": f"--checkpoint.interval={ALL_FAIL_INTERVAL} "
-            + (knobs.get(os.environ, "FTSLURM_EXTRA_ARGS") or "")} if cfg.all_fail else {}),
+            + (knobs.environ().FTSLURM_EXTRA_ARGS or "")} if cfg.all_fail else {}),
     }
 
 
@@ -567,7 +576,8 @@ class LocalBackend(Backend):
             os.waitpid(pid, 0)  # our child: reap it
         # torchrun's worker is in a session of its own and is not our child: a killed process
         # freeing a few GiB stays "alive" ~0.1 s; the demo ends with nothing of it left
-        procs.wait_gone(lambda: any(procs.pid_alive(p) for p in tree), timeout=10.0)
+        with contextlib.suppress(WaitTimeout):  # one still there after 10 s: the story goes on
+            procs.wait_gone(lambda: any(procs.pid_alive(p) for p in tree), timeout=10.0)
         (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
         return tree
 
@@ -591,7 +601,8 @@ class LocalBackend(Backend):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.procs.pop(replica), 0)  # our child: reap it
             (self.run_dir / f"replica_{replica}.pid").unlink(missing_ok=True)
-        procs.wait_gone(lambda: any(procs.pid_alive(p) for p in every), timeout=10.0)
+        with contextlib.suppress(WaitTimeout):  # one still there after 10 s: the story goes on
+            procs.wait_gone(lambda: any(procs.pid_alive(p) for p in every), timeout=10.0)
         for replica, tree in trees.items():
             self.record("kill", replica, None,
                         f"SIGKILL to {len(tree)} processes, every replica at once (ftslurm demo)")
@@ -751,7 +762,7 @@ def _checkpoints(b: Backend) -> list[int]:
     `checkpoint`, or CHECKPOINT_FOLDER), a seed checkpoint (step 0) left out."""
     from ftslurm.replica import ft_checkpoints
 
-    given = knobs.get(os.environ, "CHECKPOINT_FOLDER")
+    given = knobs.environ().CHECKPOINT_FOLDER
     folder = Path(given) if given else b.run_dir / "checkpoint"
     return sorted(s for s, ok in ft_checkpoints.scan(folder).items() if ok and s > 0)
 

@@ -35,7 +35,6 @@ from typing import BinaryIO
 from ftslurm import logvocab
 from ftslurm.logfile import is_gzip, open_log
 from ftslurm.logvocab import line_time
-from ftslurm.run.cursor import LogCursor
 
 BLOCK = 64 * 1024
 CONTEXT = 200  # lines read before a tail to date its first, untimed lines
@@ -299,11 +298,6 @@ def _forward(path: Path, start: int, end: int) -> Iterator[tuple[bytes, int]]:
             return
         pos += len(data)
         yield from lines.each(data)
-
-
-# The demo's watcher polls a log for its appended lines; the run model's cursor is the one
-# reader that does (offset and inode, truncation seen), under the name the demo imports.
-Appended = LogCursor
 
 
 def _regular(path: Path) -> os.stat_result:

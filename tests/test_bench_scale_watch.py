@@ -1,6 +1,7 @@
 """bench/scale.py's Lighthouse watcher reads quorums the way the report does (logvocab), from a
-recorded Lighthouse log fed to it in pieces, as a growing file is; logtail.Appended keeps an
-unfinished line until its newline comes."""
+recorded Lighthouse log fed to it in pieces, as a growing file is; the run model's LogCursor
+keeps an unfinished line until its newline comes, and the demo's replica fold, which reads
+through it, starts over when the log is truncated."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from ftslurm import logvocab
-from ftslurm.logtail import Appended
+from ftslurm.run.cursor import LogCursor
 
 ROOT = Path(__file__).resolve().parents[1]
 LH = ROOT / "tests" / "fixtures" / "report" / "slurm-tft-11" / "lighthouse.log.gz"
+TFT11_1 = LH.with_name("tft-11_1.out.gz")
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -29,9 +31,9 @@ def _scale():
     return mod
 
 
-def test_appended_returns_only_complete_new_lines(tmp_path):
+def test_cursor_returns_only_complete_new_lines(tmp_path):
     f = tmp_path / "x.log"
-    a = Appended(f)
+    a = LogCursor(f)
     assert a.lines() == []  # not there yet
     f.write_bytes(b"one\ntw")
     assert a.lines() == [b"one"]
@@ -39,6 +41,22 @@ def test_appended_returns_only_complete_new_lines(tmp_path):
         fh.write(b"o\nthree\n")
     assert a.lines() == [b"two", b"three"]
     assert a.lines() == []
+
+
+def test_demo_fold_starts_over_when_its_log_is_truncated(tmp_path):
+    from ftslurm.demo import ReplicaLog
+
+    data = gzip.decompress(TFT11_1.read_bytes())
+    log = tmp_path / "tft-11_1.out"
+    log.write_bytes(data)
+    fold = ReplicaLog(log)
+    fold.poll()
+    assert (fold.attempt, fold.launches, fold.last_step) == (2, 3, 39)
+    first = data[: data.index(b"\n", data.index(b"step:  1 ")) + 1]  # attempt 0 to its step 1
+    log.write_bytes(first)  # shorter: read again from its start, the fold with it
+    fold.poll()
+    assert (fold.attempt, fold.launches, fold.last_step) == (0, 1, 1)
+    assert fold.healed_step == {} and fold.appended.restarts == 1
 
 
 def test_scale_watcher_sees_the_quorums_the_report_sees(tmp_path):
