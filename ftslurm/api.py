@@ -128,8 +128,9 @@ class ReplicaTask:
 def _log_path(kind: str, outputs: Path, env: Mapping[str, str]) -> Path:
     if kind == "classic":
         return outputs / f"classic-{env.get('SLURM_JOB_ID', 'local')}.out"
-    job = env.get("SLURM_ARRAY_JOB_ID") or env.get("FTSLURM_RUN_ID") or "local"
-    task = env.get("SLURM_ARRAY_TASK_ID") or env.get("FTSLURM_REPLICA_ID") or "0"
+    settings = knoblib.load(env)
+    job = env.get("SLURM_ARRAY_JOB_ID") or settings.FTSLURM_RUN_ID
+    task = env.get("SLURM_ARRAY_TASK_ID") or settings.FTSLURM_REPLICA_ID or 0
     return logvocab.replica_log(job, task, logvocab.run_dir(job, outputs))
 
 
@@ -340,7 +341,7 @@ def _knobs(config: str | Mapping[str, str] | None) -> dict[str, str]:
 
 def _lighthouse_address(lighthouse: Any, env: Mapping[str, str]) -> str:
     if lighthouse is None:
-        return knoblib.get(env, "TORCHFT_LIGHTHOUSE")
+        return knoblib.load(env).TORCHFT_LIGHTHOUSE
     address = getattr(lighthouse, "address", lighthouse)
     problem = (
         planlib.lighthouse_address_problem(address) if isinstance(address, str) else "not text"
@@ -493,7 +494,7 @@ def _launch(task: ReplicaTask, plan: planlib.Plan, nodes: int, count: int,
         slurm_options["time"] = partition_time_limit(slurm_options.get("partition"))
     params = executor_parameters(plan.device, _nproc(plan), nodes, ft, **slurm_options)
     if ft:  # the FT script's time-limit signal, unless the caller gave a --signal
-        margin = knoblib.get({**os.environ, **task.knobs}, knoblib.TIME_LIMIT_SIGNAL)
+        margin = knoblib.load({**os.environ, **task.knobs})[knoblib.TIME_LIMIT_SIGNAL]
         params["additional_parameters"].setdefault(
             "signal", submission.time_limit_signal_spec(margin))  # fmt: skip
     return _submit(_executor(Path(task.outputs) / SUBMITIT_DIRNAME, params), task, count)
@@ -531,8 +532,8 @@ def submit_ft_array(
     knobs = _knobs(config)
     if spares:
         knobs["FT_SPARES"] = str(spares)
-    elif knobs.get("FT_SPARES"):  # given in config: the array grows by as many tasks
-        spares = knoblib.get(knobs, "FT_SPARES")
+    elif (given := knoblib.load(knobs)).is_set("FT_SPARES"):  # the array grows by as many tasks
+        spares = given.FT_SPARES
     knobs["TORCHFT_LIGHTHOUSE"] = _lighthouse_address(lighthouse, {**os.environ, **knobs})
     knobs["FTSLURM_OUTPUTS"] = str(out)
     task = ReplicaTask("job", knobs, str(out))

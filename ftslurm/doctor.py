@@ -77,7 +77,8 @@ RESOLVE_PROBE = (
 # packages needed only for an optional feature: name -> (when it is needed, is it needed?)
 OPTIONAL_PACKAGES: dict[str, Callable[[str, Mapping[str, str]], str | None]] = {
     "wandb": lambda device, env: (
-        None if env.get("WANDB_API_KEY") else "needed only for W&B logging, with WANDB_API_KEY"
+        None if knobs.load(env).is_set("WANDB_API_KEY")
+        else "needed only for W&B logging, with WANDB_API_KEY"
     ),
     "matplotlib": lambda device, env: "needed only for `ftslurm report --plot`",
     "huggingface-hub": lambda device, env: (
@@ -123,12 +124,15 @@ class DoctorConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> DoctorConfig:
         env = dict(os.environ if env is None else env)
-        device = (env.get("DEVICE") or "cuda").strip().lower()
-        lh = env.get("TORCHFT_LIGHTHOUSE")
+        settings = knobs.load(env)
+        try:
+            device = settings.DEVICE
+        except UserError:  # the caller names it (or a --device given overrides it)
+            device = settings.raw("DEVICE").strip().lower()
         cfg = cls(
             device=device,
-            lighthouse=lh or knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default,
-            lighthouse_from_env=bool(lh),
+            lighthouse=settings.TORCHFT_LIGHTHOUSE,
+            lighthouse_from_env=settings.is_set("TORCHFT_LIGHTHOUSE"),
             node_python=paths.job_python(env),  # what `ftslurm submit` passes the job
             env=env,
         )

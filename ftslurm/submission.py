@@ -280,16 +280,16 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
     )
 
 
-def _warn_split_brain(options: Sequence[str], spares: int, env: Mapping[str, str],
+def _warn_split_brain(options: Sequence[str], spares: int, settings: knobs.Settings,
                       say: Say) -> None:  # fmt: skip
     """`split_brain_warning`, for the managed Lighthouse when TORCHFT_LIGHTHOUSE names it
     (another Lighthouse's options are not known here); from its state file."""
     n = array_size(options)
-    if n is None or not knobs.is_set(env, "TORCHFT_LIGHTHOUSE"):
+    if n is None or not settings.is_set("TORCHFT_LIGHTHOUSE"):
         return
     from ftslurm.lighthouse import lifecycle
 
-    wanted = knobs.get(env, "TORCHFT_LIGHTHOUSE").rstrip("/")
+    wanted = settings.TORCHFT_LIGHTHOUSE.rstrip("/")
     st = lifecycle.status(probe=False)
     if not st.running or (st.address or "").rstrip("/") != wanted:
         return
@@ -315,11 +315,11 @@ def _make_dir(path: Path, fix: str) -> None:
         raise UserError(f"cannot create the log folder {path} ({e.strerror}): {fix}") from None
 
 
-def _outputs_fix(env: Mapping[str, str]) -> str:
+def _outputs_fix(settings: knobs.Settings) -> str:
     """What to change when the outputs folder cannot be made: the variable, or its value."""
-    set_to = env.get("FTSLURM_OUTPUTS")
-    if set_to:
-        return f"FTSLURM_OUTPUTS={set_to} is set; point it at a folder you can write to"
+    if settings.is_set("FTSLURM_OUTPUTS"):
+        return (f"FTSLURM_OUTPUTS={settings.raw('FTSLURM_OUTPUTS')} is set; point it at a folder "
+                "you can write to")
     return "set FTSLURM_OUTPUTS to a folder you can write to"
 
 
@@ -406,6 +406,7 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
     from ftslurm.slurm import args
 
     env = {**(os.environ if req.env is None else req.env), **req.knobs}
+    settings = knobs.load(env)
     options = [*req.sbatch_options, *([f"--array={req.array}"] if req.array else [])]
     overrides = (device_overrides(env, req.script) if req.device_options is None
                  else list(req.device_options))  # fmt: skip
@@ -414,7 +415,7 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
         _check_job_dir(job_dir)
     outputs = paths.outputs_dir() if req.outputs is None else req.outputs
     # the runs, and the scripts' Slurm --output folder (relative to the job's working dir)
-    folders = [(paths.torchft_runs_dir(outputs), _outputs_fix(env))]
+    folders = [(paths.torchft_runs_dir(outputs), _outputs_fix(settings))]
     if req.slurm_output_dir is not None:
         folders.insert(0, ((job_dir or req.workdir or Path.cwd()) / req.slurm_output_dir,
                            "submit from a folder you can write to, or give one with --chdir"))
@@ -424,9 +425,9 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
                "FTSLURM_PYTHON": paths.job_python(env)}  # fmt: skip
     if req.spares is not None:
         job_env["FT_SPARES"] = str(req.spares)
-    spares = req.spares if req.spares is not None else knobs.get(env, "FT_SPARES")
+    spares = req.spares if req.spares is not None else settings.FT_SPARES
     check_spares(options, spares)
-    _warn_split_brain(options, spares, env, say)
+    _warn_split_brain(options, spares, settings, say)
     options, margin = _time_limit_signal(req, options, env, say)
     if margin is not None:  # the launcher logs it: Slurm does not tell the job
         job_env[knobs.TIME_LIMIT_SIGNAL] = str(margin)

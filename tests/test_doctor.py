@@ -415,3 +415,17 @@ def test_doctor_without_slurm_tools_fails_with_the_fix(tmp_path):
     assert checks["slurm controller"]["status"] == "fail"
     assert checks["partitions and idle nodes"]["status"] == "warn"
     assert checks["lighthouse"]["status"] == "fail"
+
+
+def test_config_reads_device_and_lighthouse_through_the_registry():
+    """DEVICE and TORCHFT_LIGHTHOUSE by the registry's rules (case, blanks as unset); a DEVICE
+    it refuses is kept as typed, for the command's own one-line error (or a --device)."""
+    cfg = d.DoctorConfig.from_env({"DEVICE": " CPU ", "TORCHFT_LIGHTHOUSE": "http://h:1"})
+    assert (cfg.device, cfg.lighthouse, cfg.lighthouse_from_env) == ("cpu", "http://h:1", True)
+    cfg = d.DoctorConfig.from_env({"TORCHFT_LIGHTHOUSE": " "})
+    assert (cfg.device, cfg.lighthouse_from_env) == ("cuda", False)
+    assert cfg.lighthouse == d.knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default
+    assert d.DoctorConfig.from_env({"DEVICE": "GPU"}).device == "gpu"
+    assert d.DoctorConfig.from_env({"DEVICE": "gpu"}, device="cpu").device == "cpu"
+    wandb = d.OPTIONAL_PACKAGES["wandb"]
+    assert wandb("cpu", {"WANDB_API_KEY": "k"}) is None and wandb("cpu", {"WANDB_API_KEY": ""})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ftslurm.commands.params import replicas, seconds
+from ftslurm.commands.params import knob_option, replicas, seconds
 from ftslurm.failure_plan import MODES
 
 
@@ -39,8 +39,8 @@ from ftslurm.failure_plan import MODES
 )  # fmt: skip
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
-@click.option(
-    "--spares", type=replicas(), default=0, show_default=True, envvar="FT_SPARES",
+@knob_option(
+    "--spares", type=replicas(), default=0, show_default=True, knob="FT_SPARES",
     help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's slot.",
 )  # fmt: skip
 @click.option(
@@ -55,9 +55,9 @@ from ftslurm.failure_plan import MODES
     help="Seconds from one failure to the next at least (a soak: -k 30 --every 60); 0: as "
     "soon as the replicas trained a few steps together.",
 )
-@click.option(
+@knob_option(
     "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
-    envvar="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
+    knob="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
     help="The Lighthouse's heartbeat timeout (detection time; see `ftslurm lighthouse start "
     "--help`)  [default: the Lighthouse's]",
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ftslurm import knobs
-from ftslurm.commands.params import Count, replicas
+from ftslurm.commands.params import Count, knob_option, replicas
 from ftslurm.errors import UserError
 
 # the service's names that this command's users and tests know it by
@@ -57,9 +57,9 @@ def split_submit_args(argv: list[str]) -> tuple[list[str], str, list[str]]:
     help="Warm spares (FT_SPARES): of --array=0-<N-1+S>, the last S tasks wait warm and take "
     "a failed replica's slot [$FT_SPARES, else 0].",
 )  # fmt: skip
-@click.option(
+@knob_option(
     "--time-limit-signal", "time_limit_signal", metavar="SECONDS",
-    type=Count(1, knobs.SIGNAL_MAX_S), envvar=knobs.TIME_LIMIT_SIGNAL, default=None,
+    type=Count(1, knobs.SIGNAL_MAX_S), knob=knobs.TIME_LIMIT_SIGNAL, default=None,
     help="Seconds before the job's time limit at which Slurm signals the FT replicas (sbatch "
     "--signal=B:USR1@SECONDS): each finishes its step, saves a final checkpoint and requeues. "
     "It must cover a step and the save; Slurm may signal up to 60 s early. E.g. 600 "
