@@ -3,7 +3,7 @@
 Every wait with a deadline polls through `wait_for` and, when the deadline passes, raises
 `WaitTimeout` with the same text ("timed out after N s waiting for WHAT"): a caller catches one
 exception whatever it waited on (a daemon's readiness, a lock, processes to exit, a replica to
-come back), and `tests/test_procs_architecture.py` keeps other polling loops out of the process
+come back), and `tests/test_architecture.py` keeps other polling loops out of the process
 toolkit's modules.
 """
 
