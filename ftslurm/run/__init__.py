@@ -7,6 +7,6 @@ files, and each read them its own way. Here a run is found once (`Run`: the fold
 (`cursor.LogCursor`: offset and inode, only the appended bytes, truncation and rotation seen)
 and folded once (`progress.ProgressReader`), through `logvocab`'s parsers only.
 
-The package's `__init__` imports nothing: `logtail` imports the cursor from here and the
-progress reader imports `logtail`'s tail reader, so eager imports here would make a cycle.
+The package's `__init__` imports nothing, so importing one module of it (the cursor, for a
+command that only follows a log) does not load the progress reader and `logtail` with it.
 """
