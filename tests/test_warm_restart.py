@@ -159,3 +159,18 @@ def test_the_launcher_starts_a_warm_next_run_only_for_a_worker_that_waits(
            "SLURM_ARRAY_TASK_ID": "1"}  # fmt: skip
     plan = _plan(**env)
     assert job._warm_holder(plan, {**env, "FT_MAX_RESTARTS": "3"}).enabled is on
+
+
+def test_no_warm_next_run_outside_a_job_array() -> None:
+    """A restart in place needs an array task (outside one a failed replica just ends): a
+    waiting copy there would only be one more worker for a bench or a test to find."""
+    from ftslurm.replica import job
+    from ftslurm.replica import plan as planlib
+    from tests.test_restart_in_place import ROOT
+
+    env = {"DEVICE": "cpu", "FTSLURM_PRESET": "debug_cpu", "FTSLURM_REPLICA_ID": "1",
+           "FTSLURM_GROUP_SIZE": "2"}  # fmt: skip
+    plan = planlib.build_ft_plan(env, ROOT, ["torchrun"])
+    assert not job._warm_holder(plan, env).enabled
+    array = {**env, "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "1"}
+    assert job._warm_holder(planlib.build_ft_plan(array, ROOT, ["torchrun"]), array).enabled

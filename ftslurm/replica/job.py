@@ -151,9 +151,12 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
         return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, folder / "config-error",
                              go=folder / "go")  # fmt: skip
 
-    # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none
+    # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none;
+    # and a restart in place happens only inside a Slurm job array (_finish)
     torchtitan = planlib.PRESETS[plan.preset].worker != "tiny"
-    on = warm_restart.enabled(s, plan.device) and torchtitan and not s.FTSLURM_DRY_RUN
+    in_array = planlib.requeue_target(plan, env) is not None
+    on = (warm_restart.enabled(s, plan.device) and torchtitan and in_array
+          and not s.FTSLURM_DRY_RUN)  # fmt: skip
     return warm_restart.Holder(on, s.FT_MAX_RESTARTS,
                                attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn)
 
