@@ -19,8 +19,10 @@ cost is not measured.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -71,10 +73,8 @@ class Standby:
                 safefile.write_atomic(self.go_file, STOP)
             except OSError:
                 pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # what is left: killed below
                 self.child.wait(timeout=wait_s)
-            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: killed below
-                pass
             procs.kill_pids(procs.descendants([self.child.pid]), signal.SIGKILL)
             self.child.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
