@@ -19,10 +19,8 @@ cost is not measured.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -73,8 +71,7 @@ class Standby:
                 safefile.write_atomic(self.go_file, STOP)
             except OSError:
                 pass
-            with contextlib.suppress(subprocess.TimeoutExpired):  # what is left: killed below
-                self.child.wait(timeout=wait_s)
+            runner.wait_for_exit(self.child, wait_s)  # what is left after it: killed below
             procs.kill_pids(procs.descendants([self.child.pid]), signal.SIGKILL)
             self.child.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
