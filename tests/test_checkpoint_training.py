@@ -104,7 +104,11 @@ def test_every_replica_killed_at_once_resumes_bit_identically(make_run) -> None:
         # the data positions: the same documents read after each step in both lives
         p1, p2 = _positions(first_life), _positions(rep)
         assert p1[m] is not None
-        for step in range(m + 1, res["last"][rid] + 1):
+        # a step's position is logged at its save, after its checksum: the kill may fall
+        # between the two on the first life's last step, and only there
+        ran = list(range(m + 1, res["last"][rid] + 1))
+        assert [s for s in ran if s not in p1] in ([], ran[-1:]), (rid, ran, p1)
+        for step in (s for s in ran if s in p1):
             assert p2[step] == p1[step], (rid, step, p1, p2)
     # the replicas agree after the resume (the same committed parameters at each step)
     a, b = (res["again"][i].checksums() for i in (0, 1))
