@@ -7,6 +7,7 @@ holds their code and the CLI runners), and a real local Slurm cluster for the wh
 from __future__ import annotations
 
 import _posixsubprocess
+import gc
 import multiprocessing.process
 import os
 import signal
@@ -60,6 +61,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("unit")
         elif not names & set(TIERS):
             item.add_marker("process")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (torch, torchtitan, every test module's AST) lives for the
+    whole run: frozen, the collector no longer walks it on each full collection."""
+    gc.freeze()
 
 
 def pytest_report_collectionfinish(items: list[pytest.Item]) -> str | None:
