@@ -73,7 +73,7 @@ WINDOW = 3  # steps after a save that its cost is looked for in
 
 
 def preset(device: str) -> dict:
-    with open(ROOT / "slurm" / "configs" / planlib.PRESETS[PRESET_OF[device]].toml, "rb") as f:
+    with open(ROOT / planlib.CONFIG_DIR / planlib.PRESETS[PRESET_OF[device]].toml, "rb") as f:
         return tomllib.load(f)
 
 
