@@ -33,7 +33,7 @@ from tests.ftjob import ANSI_RE, FT_SCRIPT, ROOT, STEP_RE, cancel, failure_excer
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-STEPS = 140  # ~1-1.3 s a step here, ~6 s start-up: a segment trains 45-85 of them
+STEPS = 90  # ~1-1.3 s a step, ~6 s start-up: a segment trains 45-85, so 2 segments, rarely 3
 MARGIN_S = 30
 
 
