@@ -47,7 +47,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 try:
@@ -60,13 +59,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import gpu_overhead  # noqa: E402
-from ftslurm import knobs, lighthouse, logvocab, procs, runner  # noqa: E402
+from ftslurm import knobs, lighthouse, procs, runner  # noqa: E402
 from ftslurm.replica import plan as planlib  # noqa: E402
+from ftslurm.run.progress import steps_in  # noqa: E402
 from ftslurm.wait import free_port  # noqa: E402
 
-STEP_RE = re.compile(
-    r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - root - INFO - step:\s+(\d+)\s"
-)
 SAVED_RE = re.compile(r"Finished saving the checkpoint")
 PRESET_OF = {"cpu": "debug_cpu", "cuda": "llama3_8b_ft"}  # the launcher's preset per device
 WINDOW = 3  # steps after a save that its cost is looked for in
@@ -127,11 +124,8 @@ def one_run(arm: str, n: int, work: Path, lh: str, steps: int, interval: int, wa
         proc.wait(timeout=30)
     if folder is not None:
         shutil.rmtree(folder / name, ignore_errors=True)
-    text = logvocab.ANSI_TEXT.sub("", log.read_text(errors="replace"))  # GPU logs are coloured
-    times = {}
-    for m in STEP_RE.finditer(text):
-        t = time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1e3
-        times[int(m[3])] = t
+    text = log.read_text(errors="replace")
+    times = {r.step: r.time for r in steps_in(text) if r.time is not None}
     first, last = warmup, max(times, default=0)
     if first not in times or last <= first:
         raise SystemExit(f"run {name} has no steps {first}..{steps} (exit {proc.returncode}); "

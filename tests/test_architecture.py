@@ -182,10 +182,10 @@ KNOWN = {
     "event reader, not progress",
     "ftslurm/report/restarts.py": "the report's restart rows: every attempt's steps of the "
     "whole log, through logvocab's STEP",
-    "bench/checkpoint_cost.py": "times steps from its own single-process log; not moved yet",
 }
 # the consumers of progress the run model replaced a reader in: they import it
-CONSUMERS = ("bench/soak.py", "bench/gpu_overhead.py", "bench/scale.py", "tests/ftjob.py",
+CONSUMERS = ("bench/soak.py", "bench/gpu_overhead.py", "bench/scale.py",
+             "bench/checkpoint_cost.py", "tests/ftjob.py",
              "tests/test_replica_training.py", "ftslurm/commands/status.py",
              "ftslurm/status.py")  # fmt: skip
 

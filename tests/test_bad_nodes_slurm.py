@@ -142,13 +142,12 @@ def test_a_node_that_keeps_failing_is_drained_and_the_replica_moves(slurm_cluste
 def test_a_failed_preflight_check_drains_the_node_at_once(slurm_cluster, tmp_path):
     job = _submit(tmp_path, FTSLURM_PREFLIGHT_FAIL="cpu@worker-0")
 
-    def placed():
+    def placed() -> bool:
         # The failing task drains its node and only then exits: until Slurm requeues it, the
         # task still shows RUNNING on the node it drained, so wait for both to run elsewhere.
-        tasks = client.current().array_tasks(job)
-        nodes = [t.node for t in tasks.values() if t.state == "RUNNING"]
-        drained = "drain" in _reasons()["worker-0"][0]
-        return tasks if len(nodes) == 2 and "worker-0" not in nodes and drained else None
+        tasks = client.current().array_tasks(job).values()
+        nodes = [t.node for t in tasks if t.state == "RUNNING"]
+        return len(nodes) == 2 and "worker-0" not in nodes and "drain" in _reasons()["worker-0"][0]
 
     try:
         wait_for(placed, 90, what="both tasks RUNNING off worker-0, and worker-0 drained")

@@ -20,13 +20,13 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ftslurm import knobs, lighthouse, logvocab
 from ftslurm.replica import ft_checkpoints
+from ftslurm.run.progress import steps_in
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import ANSI_RE, FT_SCRIPT, ROOT, STEP_RE, cancel, failure_excerpt
@@ -78,15 +78,9 @@ def _positions(life: str) -> list[int]:
             if (got := logvocab.parse_data_position(line.encode())) is not None]  # fmt: skip
 
 
-STEP_TIME = re.compile(
-    r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - root - INFO - step:\s+\d+\s"
-)
-
-
 def _step_times(life: str) -> list[float]:
     """The wall times of this attempt's step lines (torchtitan's own stamps)."""
-    return [time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1e3
-            for m in STEP_TIME.finditer(life)]  # fmt: skip
+    return [r.time for r in steps_in(life) if r.time is not None]
 
 
 def _finals(life: str) -> list[int]:

@@ -74,11 +74,9 @@ def test_a_spare_of_two_ranks_takes_a_rank_killed_replica_and_heals_each_shard_o
             return all(commits_after_heal(run.text(i)) >= 2 * RANKS for i in (0, 1))
 
         wait_for(synced, 300, 1, "two committed outer syncs on both replicas")
-        # and the failure more than the report's clock slack after any start-up heal (CI: a
-        # late joiner's heal at step 3, 8 s before the spare's, counted as a recovery)
-        synced_at = time.monotonic()
-        wait_for(lambda: time.monotonic() - synced_at > clock.SLACK_S, clock.SLACK_S + 5, 0.2,
-                 "the report's clock slack past the start-up heals")  # fmt: skip
+        # the failure comes more than the report's clock slack after the start-up heals: the
+        # report counts a heal within the slack before a failure as a recovery from it
+        time.sleep(clock.SLACK_S + 0.5)
         wait_for(lambda: "spare (task 2): warm" in run.text(2), 180, 0.5, "the spare warm")
         assert f"--nproc_per_node={RANKS}" in run.text(2) and run.steps(2) == []
 
