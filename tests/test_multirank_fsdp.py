@@ -56,13 +56,19 @@ def _rank(rank: int, port: int, fix: bool, out: str) -> None:
         try:
             sharded(batch).sum().backward()
         except RuntimeError as e:
-            Path(out, str(rank)).write_text(f"error: {e}")
-            return
-        got = sharded[0].weight.grad.to_local()
-        same = torch.equal(got, want[4 * rank : 4 * rank + 4])
-        Path(out, str(rank)).write_text("equal" if same else f"differs: {got} vs {want}")
+            result = f"error: {e}"
+        else:
+            got = sharded[0].weight.grad.to_local()
+            same = torch.equal(got, want[4 * rank : 4 * rank + 4])
+            result = "equal" if same else f"differs: {got} vs {want}"
+        Path(out, str(rank)).write_text(result)
     finally:
         dist.destroy_process_group()
+    # A spawned gloo process can abort in the interpreter's finalization, after this function
+    # has returned ("terminate called without an active exception", pytorch/pytorch#190489),
+    # with or without the fix. The result is written and the group destroyed: exit without
+    # finalizing, so the spawn reports this rank's work, not torch's teardown.
+    os._exit(0)
 
 
 @pytest.mark.timeout(120)
