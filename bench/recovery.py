@@ -14,9 +14,9 @@ report's summary: `goodput`, `step_ratio`; a heal's first commit counts as heali
 
 `--spares S` runs the demo with S warm spares (FT_SPARES=S, S more array tasks); a comma list
 (`--spares 0,1`) runs one arm per count. `--heartbeat-timeout-ms N` starts its Lighthouse with
-that heartbeat timeout. `--mode kill,hang,freeze-node` runs every arm once per failure mode
-(DemoConfig.failure_mode; without --mode, the demo's own: node-down on Slurm) and prints the
-figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=0 (a failed
+that heartbeat timeout. `--mode kill,hang,stall,freeze-node` runs every arm once per failure
+mode (DemoConfig.failure_mode; without --mode, the demo's own: node-down on Slurm) and prints
+the figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=0 (a failed
 replica always requeues through Slurm) and once with 3 (it restarts in place in its allocation
 while its node is fine): the launcher's restart in place against the requeue, alternated in
 one run. `--warm 0,1` does the same with FT_WARM_RESTART (a restart in place takes the next
@@ -395,8 +395,8 @@ def main() -> None:
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=None,
                     help="The Lighthouse's heartbeat timeout [its default]")
     ap.add_argument("--mode", default="",
-                    help="Failure modes, a comma list (kill,hang,freeze-node): every arm runs "
-                         "once per mode [the demo's own]")
+                    help="Failure modes, a comma list (kill,hang,stall,freeze-node): every arm "
+                         "runs once per mode [the demo's own]")
     ap.add_argument("--restarts", default="",
                     help="FT_MAX_RESTARTS, a comma list (0,3): one arm per value [the job's "
                          "default]")

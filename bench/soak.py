@@ -343,7 +343,8 @@ def main() -> None:
                          "soak can take a shorter control")
     ap.add_argument("--repeats", type=int, default=1, help="Rounds of all arms [1].")
     ap.add_argument("--modes", default="node-down,kill,requeue",
-                    help="Failure modes to cycle through (--backend slurm).")
+                    help="Failure modes to cycle through (--backend slurm): any of "
+                         "simulate-failure's (node-down,kill,requeue,hang,stall,freeze-node).")
     ap.add_argument("--json", action="store_true",
                     help="--backend slurm: print the figures as JSON on stdout.")
     a = ap.parse_args()

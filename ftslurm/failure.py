@@ -16,6 +16,7 @@ no other job or node is touched (`kill_selection`: when the plan's srun + pkill 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import shlex
@@ -50,16 +51,7 @@ def _quiet(_: str) -> None:
 
 
 def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
+    return procs.environ(pid)
 
 
 def _comm(pid: int) -> str:
@@ -122,12 +114,28 @@ def freeze_selection(target: Target) -> KillSelection:
 
 
 def selection(mode: str, target: Target) -> KillSelection | None:
-    """The processes a mode signals (kill, hang: the workers; freeze-node: the node's)."""
+    """The processes a mode signals (kill, hang, stall: the workers; freeze-node: the node's)."""
     if mode in ("kill", "hang"):
         return kill_selection(target)
+    if mode == "stall":
+        return stall_selection(target)
     if mode == "freeze-node":
         return freeze_selection(target)
     return None
+
+
+def stall_selection(target: Target) -> KillSelection:
+    """The workers whose main threads a stall stops, as kill mode finds them; on the local
+    cluster refused (one line) before anything is stopped where this process may not ptrace
+    them. Through srun the node checks that itself (`python -m ftslurm.stall check`)."""
+    sel = kill_selection(target)
+    if not sel.local:
+        from ftslurm import paths
+
+        return dataclasses.replace(sel, python=paths.job_python())
+    if sel.pids and (why := procs.ptrace_refusal(sel.pids)):
+        raise UserError(f"--mode stall: {why}")
+    return sel
 
 
 def kill_selection(target: Target) -> KillSelection:
@@ -274,6 +282,8 @@ class _Execution:
         self.count_as_bad = False  # events marked so: the launcher counts them (preflight.py)
         self.stopped: tuple[int, ...] = ()  # pids this run SIGSTOPped: the guard SIGCONTs them
         self.owes_cont_srun: tuple[str, ...] = ()  # the srun that SIGCONTs them on a cluster
+        self.stalls: list[procs.ThreadStop] = []  # threads this run holds: the guard lets go
+        self.owes_unstall_srun: tuple[str, ...] = ()  # the srun that ends a stall on a node
         self.slurm = client.current()
         self.t0, self.last = time.monotonic(), 0.0
         self.running_again: JobInfo | None = None
@@ -383,6 +393,8 @@ class _Execution:
         end = time.monotonic() + a.seconds
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(left, 0.5))
+            for stop in self.stalls:  # a held worker that died: its parent must learn it
+                procs.ptrace_poll(stop)
             if end - time.monotonic() <= 0:
                 break  # time's up: an squeue now would only delay the RESUME
             if self.watch and self.running_again is None and (cur := self.back()):
@@ -460,12 +472,96 @@ class _Execution:
         if why == "planned":
             self.phase("SIGCONT through srun")
 
+    def stall_local(self, a: Action) -> None:
+        """Stop the main thread of each worker (ptrace from this thread, which holds them
+        until `unstall_local`); every other thread of the workers runs on."""
+        with atomic():
+            try:
+                for pid in a.pids:
+                    if (stop := procs.ptrace_stop(pid)) is not None:
+                        self.stalls.append(stop)  # at once: the guard lets it go
+            except OSError as e:  # EPERM past the check: a debugger attached already?
+                stops, self.stalls = self.stalls, []  # none recorded: let them go unrecorded
+                for stop in stops:
+                    procs.ptrace_release(stop)
+                raise UserError(f"--mode stall: {e}") from e
+            if not self.stalls:
+                raise UserError(f"the training worker(s) {list(a.pids)} exited before the "
+                                "stall; nothing was stopped")  # fmt: skip
+            tids = [s.tid for s in self.stalls]
+            self.record("stall", f"ptrace stop of the main thread of training worker pid(s) "
+                        f"{tids} (its other threads run on)")  # fmt: skip
+            self.say(f"stopped the main thread of training worker pid(s) {tids} with ptrace "
+                     f"({self.target_text()})")  # fmt: skip
+        self.phase(f"ptrace stop of pid(s) {' '.join(map(str, tids))}")
+
+    def unstall_local(self, _: Action | None = None, why: str = "planned") -> None:
+        with atomic():
+            stops, self.stalls = self.stalls, []
+            gone = [s.tid for s in stops if not procs.ptrace_release(s)]
+            went_on = [s.tid for s in stops if s.tid not in gone]
+            exited = f"; exited while stalled: {gone}" if gone else ""
+            self.record("cont", f"PTRACE_DETACH of pid(s) {went_on}{exited} ({why})")
+            self.say(f"let the main thread of pid(s) {went_on} go on{exited}"
+                     + (f" ({why})" if why != "planned" else ""))
+        if why == "planned":
+            self.phase("PTRACE_DETACH")
+
+    def _stall_step(self, argv: tuple[str, ...], timeout: float) -> str:
+        """An srun of `python -m ftslurm.stall` on the node: its stdout, or a UserError with
+        its one line when it found no worker (exit 1) or may not ptrace them (exit 2)."""
+        try:
+            return self.slurm.call(argv, timeout=timeout).stdout
+        except CommandError as e:
+            if e.returncode == 1:
+                raise UserError("no training worker matched on the node (starting or "
+                                "restarting?); nothing was stalled") from e
+            if e.returncode == 2:
+                raise UserError(e.stderr.strip().splitlines()[-1] if e.stderr.strip()
+                                else str(e)) from e  # fmt: skip
+            raise
+
+    def stall_check_srun(self, a: Action) -> None:
+        out = self._stall_step(a.argv, 60)
+        self.say(f"on the node: {out.strip()}")
+
+    def stall_srun(self, a: Action) -> None:
+        """The step that holds the stall (as long as it lasts): recorded as it starts, so a
+        launcher that sees its worker die meanwhile knows the failure was injected."""
+        with atomic():
+            self.owes_unstall_srun = next(b.argv for b in self.plan.actions
+                                          if b.kind == "unstall-srun")  # fmt: skip
+            self.record("stall", shlex.join(a.argv))
+            self.say(f"stopping the training worker(s)' main threads through srun for "
+                     f"{self.plan.down_for:g} s ({self.target_text()})")  # fmt: skip
+        self.phase("ptrace stop through srun")
+        try:
+            out = self._stall_step(a.argv, self.plan.down_for + 60)
+        except UserError:
+            self.unstall_srun(why="nothing was stalled")
+            raise
+        self.say(f"on the node: {'; '.join(out.strip().splitlines())}")
+
+    def unstall_srun(self, _: Action | None = None, why: str = "planned") -> None:
+        with atomic():
+            argv, self.owes_unstall_srun = self.owes_unstall_srun, ()
+            self.slurm.call(list(argv), timeout=60, check=False)  # exit 1: none was left
+            self.record("cont", f"{shlex.join(argv)} ({why})")
+            self.say("the stall on the node is over" + (f" ({why})" if why != "planned" else ""))
+        if why == "planned":
+            self.phase("stall over")
+
     def undo_stop(self) -> None:
-        """The guard's half for stopped processes: SIGCONT them on every way out."""
+        """The guard's half for stopped processes: SIGCONT them on every way out (threads a
+        stall holds: let them go)."""
         if self.stopped:
             self.cont_local(why="guard: interrupted or failed")
         if self.owes_cont_srun:
             self.cont_srun(why="guard: interrupted or failed")
+        if self.stalls:
+            self.unstall_local(why="guard: interrupted or failed")
+        if self.owes_unstall_srun:
+            self.unstall_srun(why="guard: interrupted or failed")
 
     def in_place(self) -> JobInfo | None:
         """The task, once its launcher restarted the training in its allocation (job.py,
@@ -525,7 +621,9 @@ HANDLERS: dict[ActionKind, Callable[[_Execution, Action], None]] = {
     "requeue": _Execution.requeue, "kill-local": _Execution.kill_local,
     "kill-srun": _Execution.kill_srun, "stop-local": _Execution.stop_local,
     "cont-local": _Execution.cont_local, "stop-srun": _Execution.stop_srun,
-    "cont-srun": _Execution.cont_srun,
+    "cont-srun": _Execution.cont_srun, "stall-local": _Execution.stall_local,
+    "unstall-local": _Execution.unstall_local, "stall-check-srun": _Execution.stall_check_srun,
+    "stall-srun": _Execution.stall_srun, "unstall-srun": _Execution.unstall_srun,
 }  # fmt: skip
 
 
@@ -635,6 +733,7 @@ def run_chaos(
                 summary.events.append(outcome)
                 extra = {"node-down": f", {plan.down_for:g} s down, resumed",
                          "hang": f", {plan.down_for:g} s stopped, continued",
+                         "stall": f", {plan.down_for:g} s stalled (main threads), let go",
                          "freeze-node": f", {plan.down_for:g} s frozen, continued",
                          }.get(plan.mode, "")  # fmt: skip
                 if waited >= 1:

@@ -29,10 +29,12 @@ from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo, array_tasks
 
 MODES = logvocab.FAILURE_MODES
-# loud: the processes die and their sockets close; silent: they stop, nothing closes
-SILENT_MODES = ("hang", "freeze-node")
+# loud: the processes die and their sockets close; silent: they stop, nothing closes (a
+# stall stops only the training thread: the worker's other threads, its heartbeat's too, run on)
+SILENT_MODES = ("hang", "freeze-node", "stall")
 ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun",
-                     "stop-local", "cont-local", "stop-srun", "cont-srun"]  # fmt: skip
+                     "stop-local", "cont-local", "stop-srun", "cont-srun", "stall-local",
+                     "unstall-local", "stall-check-srun", "stall-srun", "unstall-srun"]  # fmt: skip
 # The training worker, as torchrun starts it (`python -u -m <module> ...`), or the tiny
 # preset's worker. Anchored on the interpreter followed only by options, so torchrun's own
 # command line (`python .../torchrun ... -m ftslurm.replica.train`) does not match. POSIX
@@ -163,6 +165,8 @@ def resolve_target(
 
 
 LOCAL_SIGNALS = {"kill-local": "KILL", "stop-local": "STOP", "cont-local": "CONT"}
+# stall on the local cluster: ptrace(2) from this process, on the workers' main threads
+LOCAL_PTRACE = {"stall-local": "PTRACE_SEIZE+PTRACE_INTERRUPT", "unstall-local": "PTRACE_DETACH"}
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,8 @@ class Action:
             return f"sleep {self.seconds:g}"
         if self.kind in LOCAL_SIGNALS:
             text = f"kill -{LOCAL_SIGNALS[self.kind]} " + " ".join(str(p) for p in self.pids)
+        elif self.kind in LOCAL_PTRACE:
+            text = f"ptrace {LOCAL_PTRACE[self.kind]} " + " ".join(str(p) for p in self.pids)
         else:
             text = shlex.join(self.argv)
         return f"{text}    # {self.note}" if self.note else text
@@ -216,6 +222,7 @@ class KillSelection:
     local: bool
     pids: tuple[int, ...] = ()
     described: tuple[str, ...] = ()  # 'pid: cmdline' of what would be killed
+    python: str = "python3"  # stall through srun: the interpreter on the node (FTSLURM_PYTHON)
 
 
 # Run by `sh -c` on the node, as a step of the job (`srun --overlap`: works where the node runs
@@ -238,6 +245,54 @@ KILL_RANK_ON_NODE = ('k=1; for p in $(pgrep --ns "$$" --nslist uts -f -- "$1"); 
 def pkill_on_node(sig: str) -> str:
     """PKILL_ON_NODE with another signal (STOP, CONT)."""
     return PKILL_ON_NODE.replace("-KILL", f"-{sig}")
+
+
+# Stall on a real cluster: ptrace reaches only the processes of its own machine, so the node
+# runs `python -m ftslurm.stall` ("$2": FTSLURM_PYTHON) on the training workers that match "$1"
+# in the step's UTS namespace (as PKILL_ON_NODE finds them); "$3" check|stall, "$4" seconds.
+# Exit 1 when none matched, as pkill's. The step lasts as long as the stall: the helper holds
+# the threads, and its end, however it comes, lets them go.
+STALL_ON_NODE = ('p=$(pgrep -d, --ns "$$" --nslist uts -f -- "$1") || exit 1; '
+                 'exec "$2" -m ftslurm.stall "$3" "$p" ${4:+"$4"}')
+# ... and its early end (an interrupted injector; the planned end finds none left): SIGTERM to
+# the helpers on the node, which let the threads go. The pattern cannot match this script.
+STALL_HELPER_RE = r" -m ftslurm\.stall stall "
+UNSTALL_ON_NODE = pkill_on_node("TERM")
+
+
+def _stall_actions(target: Target, down_for: float, kill: KillSelection | None) -> list[Action]:
+    """stall: stop only the main thread of each training worker (ptrace), hold it
+    `down_for` s, let it go. Its other threads run on: torchft's heartbeat to the
+    Lighthouse, the process group's threads; what a CUDA kernel or an NCCL call that never
+    returns leaves running. On the local cluster this process holds the threads; on a real
+    one `python -m ftslurm.stall` does, on the node, for the length of an srun step."""
+    if kill and kill.local:
+        if not kill.pids:
+            raise UserError(f"no training worker of job {target.task_key} found on "
+                            f"{target.node} (it may be starting or restarting; try again)")
+        note = "local cluster: the main thread of the training worker(s): " + \
+            "; ".join(kill.described)[:300]
+        return [Action("stall-local", pids=kill.pids, note=note),
+                Action("wait", seconds=down_for, note="their main threads stay stopped, "
+                       "their other threads run on"),
+                Action("unstall-local", pids=kill.pids, note="undo: the main threads go on")]
+    assert target.raw_job_id is not None
+    python = kill.python if kill else "python3"
+
+    def on_node(*script: str) -> tuple[str, ...]:
+        return tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, list(script)))
+
+    helper = ("sh", "-c", STALL_ON_NODE, "ftslurm-stall", TRAIN_CMD_RE, python)
+    return [
+        Action("stall-check-srun", on_node(*helper, "check"),
+               note="find the training worker(s) on the node; may ptrace stop them?"),
+        Action("stall-srun", on_node(*helper, "stall", f"{down_for:g}"),
+               note=f"stop their main threads, hold {down_for:g} s, let them go (the step "
+               "lasts that long; their other threads run on)"),
+        Action("unstall-srun", on_node("sh", "-c", UNSTALL_ON_NODE, "ftslurm-unstall",
+                                       STALL_HELPER_RE),
+               note="undo: end any stall helper left on the node (none, as planned)"),
+    ]
 
 
 def _silent_actions(mode: str, target: Target, down_for: float,
@@ -298,6 +353,8 @@ def make_plan(
         acts = _silent_actions(mode, target, down_for, kill)
     elif mode in SILENT_MODES and target.raw_job_id is None:
         raise UserError(f"--mode {mode} needs a replica; {target.node} runs no task")
+    elif mode == "stall":
+        acts = _stall_actions(target, down_for, kill)
     elif mode in SILENT_MODES:
         acts = _silent_actions(mode, target, down_for, kill)
     elif target.raw_job_id is None:

@@ -98,7 +98,7 @@ LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
 INJECTED = "injected"  # one line of the simulate-failure event log (see report/events.py)
 # the failures simulate-failure injects (failure_plan.py), as its event log names them
-FAILURE_MODES = ("node-down", "kill", "requeue", "hang", "freeze-node")
+FAILURE_MODES = ("node-down", "kill", "requeue", "hang", "stall", "freeze-node")
 FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
 
 

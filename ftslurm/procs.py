@@ -258,6 +258,16 @@ def descendants(roots: Iterable[int]) -> list[int]:
     return sorted(p for p in seen if pid_alive(p))
 
 
+def any_stopped(pids: Iterable[int]) -> bool:
+    """Whether one of `pids` is stopped (SIGSTOP: `T`; a ptrace stop: `t`): direct evidence
+    that it does not run, which a late heartbeat or a slow step is not."""
+    for pid in pids:
+        st = proc_stat(pid)
+        if st is not None and st.state in ("T", "t"):
+            return True
+    return False
+
+
 def descends_from(ancestor: int, pid: int) -> bool:
     """`ancestor` is the parent, grandparent, ... of `pid` (walking ppid links in /proc).
 
@@ -319,3 +329,199 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+# --------------------------------------------------------------------------------------------
+# ptrace: one thread stopped while the others of its process run on (`simulate-failure --mode
+# stall`: a training thread stuck in a kernel or an NCCL call while torchft's heartbeat
+# threads go on; a SIGSTOP stops them all). The thread that calls `ptrace_stop` is the tracer
+# and must make every later call for that thread; when the tracer exits, the kernel detaches
+# and the thread runs on, so the hold lasts only as long as the process that holds it.
+
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17  # linux/ptrace.h
+WAIT_ALL = 0x40000000  # waitpid's __WALL: a traced thread is reported to its tracer with it
+CAP_SYS_PTRACE = 19  # its bit in /proc/PID/status CapEff
+YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
+_libc_ptrace: Callable[..., int] | None = None
+
+
+def _ptrace(request: int, tid: int, data: int = 0) -> None:
+    """ptrace(2) through libc; an OSError with the errno and the request on failure."""
+    global _libc_ptrace
+    import ctypes
+
+    if _libc_ptrace is None:
+        fn = ctypes.CDLL(None, use_errno=True).ptrace
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        _libc_ptrace = fn
+    ctypes.set_errno(0)
+    if _libc_ptrace(request, tid, None, data or None) == -1:
+        err = ctypes.get_errno()
+        names = {PTRACE_SEIZE: "PTRACE_SEIZE", PTRACE_INTERRUPT: "PTRACE_INTERRUPT",
+                 PTRACE_DETACH: "PTRACE_DETACH"}  # fmt: skip
+        raise OSError(err, f"{names.get(request, request)} of thread {tid}: {os.strerror(err)}")
+
+
+@dataclass(frozen=True)
+class PtraceRights:
+    """What this process may ptrace: Yama's scope (None: no Yama, the classic rules: the same
+    user, or CAP_SYS_PTRACE), CAP_SYS_PTRACE in its effective set, its effective uid."""
+
+    scope: int | None
+    cap: bool
+    euid: int
+
+    @classmethod
+    def here(cls) -> PtraceRights:
+        try:
+            text = YAMA_SCOPE.read_text().strip()
+        except OSError:
+            text = ""
+        return cls(int(text) if text.isdigit() else None, has_capability(CAP_SYS_PTRACE),
+                   os.geteuid())  # fmt: skip
+
+    def refusal(self, pid: int, uids: tuple[int, ...], descendant: bool) -> str | None:
+        """Why ptrace of `pid` (run by `uids`: real, effective, saved, fs; `descendant`: of this
+        process) cannot work here, in one line; None when it may."""
+        if self.scope is not None and self.scope >= 3:
+            return ("ptrace is switched off on this host (kernel.yama.ptrace_scope=3, until a "
+                    "reboot)")  # fmt: skip
+        if self.cap:
+            return None
+        fix = "run as root (sudo), which has CAP_SYS_PTRACE"
+        if self.scope == 2:
+            return f"kernel.yama.ptrace_scope=2: only CAP_SYS_PTRACE may ptrace: {fix}"
+        if self.scope == 1 and not descendant:
+            return (f"kernel.yama.ptrace_scope=1: pid {pid} is no descendant of this process, "
+                    f"so ptrace needs CAP_SYS_PTRACE: {fix}, or set the scope to 0")  # fmt: skip
+        if any(u != self.euid for u in uids):
+            return (f"pid {pid} runs as uid {uids[0] if uids else '?'}, this process as "
+                    f"{self.euid}: ptrace of another user's process needs CAP_SYS_PTRACE: {fix}")
+        return None
+
+
+def has_capability(bit: int) -> bool:
+    """Whether capability `bit` is in this process's effective set (/proc/self/status CapEff)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return os.geteuid() == 0
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return os.geteuid() == 0
+
+
+def proc_uids(pid: int) -> tuple[int, ...]:
+    """The uids of `pid` (real, effective, saved, fs; () when unreadable or gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ()
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(u) for u in line.split()[1:])
+    return ()
+
+
+def ptrace_refusal(pids: Iterable[int], rights: PtraceRights | None = None) -> str | None:
+    """Why this process cannot ptrace one of `pids`, in one line (the first such); None when
+    it may stop each of them. Checked before anything is stopped."""
+    rights = rights or PtraceRights.here()
+    for pid in pids:
+        why = rights.refusal(pid, proc_uids(pid), descends_from(os.getpid(), pid))
+        if why:
+            return why
+    return None
+
+
+@dataclass
+class ThreadStop:
+    """A thread held stopped by this thread's ptrace (`ptrace_stop`), until `ptrace_release`."""
+
+    tid: int
+    stopped: bool = False  # its stop was reported (waitpid): it runs no instruction now
+    exited: bool = False  # it exited while held; reaped here, so its parent learns it at once
+    resume_sig: int = 0  # a signal it was taking when it stopped: handed back on release
+
+
+def ptrace_poll(stop: ThreadStop) -> ThreadStop:
+    """Collect what waitpid has for the held thread: its stop, or its exit. Why poll while
+    holding: the exit of a traced thread goes to the tracer first, and its parent (torchrun)
+    learns of it only once the tracer has collected it."""
+    while not stop.exited:
+        try:
+            pid, status = os.waitpid(stop.tid, os.WNOHANG | WAIT_ALL)
+        except ChildProcessError:  # not ours to wait for any more: gone, or never attached
+            stop.exited = not ProcId(stop.tid).running()
+            return stop
+        if pid == 0:
+            return stop
+        if os.WIFSTOPPED(status):
+            stop.stopped = True
+            if status >> 16 == 0:  # a signal-delivery stop, not PTRACE_INTERRUPT's event stop
+                stop.resume_sig = os.WSTOPSIG(status)
+        elif os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            stop.exited = True
+    return stop
+
+
+def ptrace_stop(tid: int, timeout: float = 5.0) -> ThreadStop | None:
+    """Stop thread `tid` alone (PTRACE_SEIZE, then PTRACE_INTERRUPT): the other threads of
+    its process run on. None when it is gone already; OSError when ptrace refuses (EPERM:
+    see `ptrace_refusal`). Waits up to `timeout` for the stop to be reported: a thread inside
+    an uninterruptible call stops only when it leaves it, and is held from then on."""
+    try:
+        _ptrace(PTRACE_SEIZE, tid)
+    except ProcessLookupError:
+        return None
+    stop = ThreadStop(tid)
+    try:
+        _ptrace(PTRACE_INTERRUPT, tid)
+    except ProcessLookupError:  # it exited after the seize: collect that for its parent
+        return ptrace_poll(stop)
+    try:
+        wait_for(lambda: ptrace_poll(stop).stopped or stop.exited, timeout, 0.001,
+                 f"thread {tid} to stop", max_interval=0.05)  # fmt: skip
+    except TimeoutError:
+        pass  # still in the kernel: the interrupt stops it when it comes out
+    return stop
+
+
+def ptrace_release(stop: ThreadStop, timeout: float = 5.0) -> bool:
+    """Let the held thread run on (PTRACE_DETACH). True: it runs again; False: it exited
+    while held (a watchdog killed its process: that is what a stall may lead to)."""
+    ptrace_poll(stop)
+    if not stop.exited and not stop.stopped:  # a detach needs the thread in its stop
+        try:
+            wait_for(lambda: ptrace_poll(stop).stopped or stop.exited, timeout, 0.01,
+                     f"thread {stop.tid} to stop before its detach")  # fmt: skip
+        except TimeoutError:
+            pass  # the detach below fails, and says so
+    if stop.exited:
+        return False
+    try:
+        _ptrace(PTRACE_DETACH, stop.tid, stop.resume_sig)
+    except ProcessLookupError:
+        if not ProcId(stop.tid).running():
+            ptrace_poll(stop)
+            stop.exited = True
+            return False
+        raise
+    return True
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment `pid` was started with ({} when unreadable: another user's process
+    without root, or gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out

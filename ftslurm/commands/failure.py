@@ -1,4 +1,5 @@
-"""`ftslurm simulate-failure`: node-down / kill / requeue one replica, or chaos, guarded."""
+"""`ftslurm simulate-failure`: node-down / kill / requeue / hang / stall / freeze-node one
+replica, or chaos, guarded."""
 
 from __future__ import annotations
 
@@ -91,13 +92,18 @@ def _modes(ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str
     "(the FT launcher requeues its task; on a cluster through `srun --overlap` + pkill on "
     "the node, on the local cluster by pid unless FTSLURM_KILL_VIA=srun); requeue: "
     "scontrol requeue <job>_<task>; hang: SIGSTOP the training worker(s) (a GPU or NCCL "
-    "hang: no socket closes; the launcher's watchdog ends them), wait, SIGCONT; "
-    "freeze-node (local cluster): SIGSTOP every process of the node, slurmd included (a "
-    "power loss or kernel hang: Slurm stops hearing from it), wait, SIGCONT. With --chaos a "
-    "comma list, used in turn (kill,hang,freeze-node).",
+    "hang: no socket closes; the launcher's watchdog ends them), wait, SIGCONT; stall: "
+    "stop only the main thread of each training worker with ptrace, wait, let it go: its "
+    "other threads, torchft's heartbeat to the Lighthouse among them, run on (a CUDA kernel "
+    "or NCCL call that never returns; ptrace needs kernel.yama.ptrace_scope <= 1 with "
+    "CAP_SYS_PTRACE, i.e. root on the worker's node, or ptrace_scope 0 as the workers' "
+    "user; on a cluster it runs `python -m ftslurm.stall` on the node through `srun "
+    "--overlap`); freeze-node (local cluster): SIGSTOP every process of the node, slurmd "
+    "included (a power loss or kernel hang: Slurm stops hearing from it), wait, SIGCONT. "
+    "With --chaos a comma list, used in turn (kill,hang,freeze-node).",
 )
 @click.option("--down-for", type=seconds(), default=30.0, show_default=True,
-              help="Seconds DOWN (node-down) or stopped (hang, freeze-node).")  # fmt: skip
+              help="Seconds DOWN (node-down) or stopped (hang, stall, freeze-node).")  # fmt: skip
 @click.option("--reason", help="Reason= for the DOWN node [ftslurm simulate-failure ...].")
 @click.option("--dry-run", is_flag=True, help="Print the exact commands, run nothing.")
 @click.option("--wait-recovered", is_flag=True, help="Wait until the task runs again; time it.")
@@ -164,6 +170,7 @@ def simulate_failure(
       ftslurm simulate-failure --replica 1 --mode kill --rank 1
       ftslurm simulate-failure --node worker-1 --mode requeue --job 12
       sudo ftslurm simulate-failure --replica 1 --mode hang --down-for 20
+      sudo ftslurm simulate-failure --replica 1 --mode stall --down-for 60
       sudo ftslurm simulate-failure --chaos --every 60 --count 5 --seed 1 --down-for 20
       sudo ftslurm simulate-failure --chaos --every 60 --count 6 --mode kill,hang,freeze-node
     """
