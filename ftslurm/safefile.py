@@ -16,6 +16,8 @@ state are private too (0o700). Every state-file write in ftslurm goes through th
   than a state file can be (a link to /dev/zero must not hang or fill memory).
 - `read_checked`: the same for a file whose absence is normal but whose refusal must be said
   (`cluster.json`): None when missing, `UnsafePath` for a link, a FIFO or a file too big.
+- `read_own`: the same for a record only this user (or root) may have written: a file of
+  another user, or one others can write (`untrusted`, `untrusted_dir`), is refused too.
 - `real_dir`: a folder ftslurm writes into, refused when its name is a link (a planted
   `slots -> /etc` must not make root create or replace files there).
 - `open_append` also serves as a lock file's open: it never truncates.
@@ -162,6 +164,60 @@ def read_checked(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _refuse(path, "it is not a regular file", "read")
+        raw = os.read(fd, limit + 1)
+    except OSError as e:
+        raise _refuse(path, e.strerror or str(e), "read") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise _refuse(path, f"it is bigger than {limit} bytes", "read")
+    return raw
+
+
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a file or folder (its `os.stat_result`) cannot hold what this user wrote (None: it
+    can): it belongs to a user other than this one and root, or group or other users may
+    write it. Why: a launcher acts on the records its own earlier attempts left (how often a
+    node failed, so it drains it); a record another user could plant or edit must not steer
+    it, least of all when it runs as root."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to uid {st.st_uid}, not to this user ({os.geteuid()}) or root"
+    if st.st_mode & 0o022:
+        return f"other users can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def untrusted_dir(path: str | Path) -> str | None:
+    """`untrusted` for the folder `path`, which must also be a real folder, not a link (None:
+    it is missing, or it is this user's or root's and no one else can write it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is a symbolic link" if stat.S_ISLNK(st.st_mode) else "it is not a folder"
+    return untrusted(st)
+
+
+def read_own(path: str | Path, limit: int = 1 << 20) -> bytes | None:
+    """`read_checked` for a record this user (or root) wrote: None when there is no such
+    name; `UnsafePath` (its `.why` alone for the caller's own sentence) also when the file
+    belongs to another user or others can write it (`untrusted`). The owner is that of the
+    file opened, not of a name looked up before: a swap in between changes nothing."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise _refuse(path, why, "read") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, "it is not a regular file", "read")
+        if (why := untrusted(st)) is not None:
+            raise _refuse(path, why, "read")
         raw = os.read(fd, limit + 1)
     except OSError as e:
         raise _refuse(path, e.strerror or str(e), "read") from None

@@ -405,8 +405,11 @@ def fix_peer_abort() -> None:
 
     s = knobs.environ()
     progress = s[peer_watch.PROGRESS_ENV]
+    stall = float(s.get("FTSLURM_STALL_TIMEOUT_S", s.DEVICE))
     peer_watch.install(s.TORCHFT_LIGHTHOUSE, Path(progress) if progress else None,
-                       float(s.get("FTSLURM_HANG_TIMEOUT_S", s.DEVICE)), record_quorums)
+                       float(s.get("FTSLURM_HANG_TIMEOUT_S", s.DEVICE)), record_quorums,
+                       stall_floor_s=stall or None,
+                       emulate_save_s=float(s.FTSLURM_EMULATE_SAVE_S))  # fmt: skip
 
 
 def fix_rendezvous_namespace() -> None:

@@ -18,7 +18,13 @@ written by then).
 
 With fix 9 (FTSLURM_FIX_CONSISTENT_RESUME, `install_resume`) the steps of the model checkpoints
 still on disk are kept too, and a restart takes its data position from the model checkpoint's
-step, not from the newest per-step folder (see `install_resume`).
+step, not from the newest per-step folder (see `install_resume`); it never resumes from a
+model-only checkpoint (the last step's, `last_save_model_only`): it has no optimizer or LR
+schedule to load.
+
+Only step folders of this user's (or root's) are judged (`scan`), and one further above the
+step being written than a lost lineage can reach (`stale_steps`' `ahead`) is neither the newest
+position nor deleted: a planted `step-99999999` must not make the purge delete every real one.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import os
 import queue
 import re
 import shutil
+import stat
 import threading
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,22 +44,30 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ftslurm.knobs import Settings
 
-from ftslurm import logvocab
+from ftslurm import logvocab, safefile
+from ftslurm.errors import UserError
 
-STEP_DIR_RE = re.compile(r"step-(\d+)")
+STEP_DIR_RE = re.compile(r"step-([0-9]{1,12})")
 # fix 9 on: the FT dataloader checkpoints of the model checkpoints' steps are kept
 KEEP_MODEL_STEPS = False
 
 
 def stale_steps(
-    complete: Mapping[int, bool], writing: int, keep: Collection[int] = ()
-) -> list[int]:
+    complete: Mapping[int, bool], writing: int, keep: Collection[int] = (),
+    ahead: int | None = None,
+) -> list[int]:  # fmt: skip
     """The step folders to delete, oldest first.
 
     `complete` maps each `step-<N>` folder's N to whether it has its `.metadata`; `writing`
     is the step whose save was just started (its folder may be half written); `keep`: steps
-    a restart may still load (fix 9: those of the model checkpoints on disk)."""
-    done = [step for step, ok in complete.items() if ok and step != writing]
+    a restart may still load (fix 9: those of the model checkpoints on disk). `ahead`: how
+    far above `writing` a real position can be (None: any). Positions above the step being
+    written are a lost lineage's, after a restart from an older model checkpoint, so at most
+    one checkpoint interval ahead; a folder further up (planted, or another run's) is neither
+    the newest position, which would make every real one below it stale, nor deleted."""
+    ceiling = None if ahead is None else writing + max(ahead, 0)
+    done = [step for step, ok in complete.items()
+            if ok and step != writing and (ceiling is None or step <= ceiling)]  # fmt: skip
     if not done:
         return []
     keep_from = max(done)
@@ -60,24 +76,49 @@ def stale_steps(
     )
 
 
+def _ours(st: os.stat_result) -> bool:
+    """Whether a file or folder was made by this user (or root): the training's own."""
+    return st.st_uid in (os.geteuid(), 0)
+
+
+def _own_dir(path: str | Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and _ours(st)
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def scan(folder: Path) -> dict[int, bool]:
-    """The `step-<N>` folders under `folder`: N -> whether its `.metadata` is there."""
+    """The `step-<N>` folders under `folder`: N -> whether its `.metadata` is there. Only
+    real folders of this user's (or root's) are listed: a link, a file or another user's
+    folder under a step's name is neither loaded from, kept, nor deleted."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return {}
     found = {}
     for name in names:
-        if m := STEP_DIR_RE.fullmatch(name):
-            found[int(m[1])] = (folder / name / ".metadata").is_file()
+        if (m := STEP_DIR_RE.fullmatch(name)) and _own_dir(folder / name):
+            found[int(m[1])] = _regular(folder / name / ".metadata")
     return found
 
 
-def purge(folder: Path, writing: int, model_folder: Path | None = None) -> list[int]:
+def purge(folder: Path, writing: int, model_folder: Path | None = None,
+          ahead: int = 0) -> list[int]:  # fmt: skip
     """Delete the stale step folders under `folder`; returns the steps deleted. With
-    `model_folder`, the steps of the model checkpoints in it (complete or being written) stay."""
+    `model_folder`, the steps of the model checkpoints in it (complete or being written) stay.
+    `ahead`: how far above `writing` a position still counts (`stale_steps`; the checkpoint
+    interval when model checkpoints are on)."""
     keep = scan(model_folder) if model_folder is not None else {}
-    steps = stale_steps(scan(folder), writing, keep)
+    steps = stale_steps(scan(folder), writing, keep, ahead)
     for step in steps:
         shutil.rmtree(folder / f"step-{step}", ignore_errors=True)
     return steps
@@ -90,25 +131,26 @@ class Purger:
     tries again (deleting is housekeeping: it must never stop training)."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Path, int, Path | None]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Path, int, Path | None, int]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failed: str | None = None
 
-    def request(self, folder: Path, writing: int, model_folder: Path | None = None) -> None:
+    def request(self, folder: Path, writing: int, model_folder: Path | None = None,
+                ahead: int = 0) -> None:  # fmt: skip
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="ftslurm-ft-checkpoint-purge", daemon=True
                 )
                 self._thread.start()
-        self._queue.put((folder, writing, model_folder))
+        self._queue.put((folder, writing, model_folder, ahead))
 
     def _run(self) -> None:
         while True:
-            folder, writing, model_folder = self._queue.get()
+            folder, writing, model_folder, ahead = self._queue.get()
             try:
-                purge(folder, writing, model_folder)
+                purge(folder, writing, model_folder, ahead)
             except OSError as e:
                 if self.failed is None:
                     self.failed = str(e)
@@ -132,10 +174,17 @@ def install() -> None:
         upstream(self, step)
         if not dist.is_initialized() or dist.get_rank() == 0:
             model_folder = Path(self.folder) if KEEP_MODEL_STEPS and self.enable else None
-            PURGER.request(Path(self._ft_folder()), step, model_folder)
+            ahead = _interval(self) if self.enable else 0
+            PURGER.request(Path(self._ft_folder()), step, model_folder, ahead)
 
     _ft_save._ftslurm = True  # type: ignore[attr-defined]
     CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+
+
+def _interval(manager: Any) -> int:
+    """The model checkpoint interval of a CheckpointManager (0 when it has none)."""
+    interval = getattr(manager, "interval", 0)
+    return interval if type(interval) is int and interval > 0 else 0
 
 
 # ---------------------------------------------------------------- fix 9: a consistent resume
@@ -149,34 +198,114 @@ class Resume:
     model only); `data_step`: the step of this replica's data position to load (None: from the
     start of its data); `newest_data`: its newest complete per-step data position (what a heal
     into a running group continues from); `half_written`: model step folders newer than
-    `model_step` without `.metadata` (saves cut off by the failure)."""
+    `model_step` without `.metadata` (saves cut off by the failure); `model_only`: complete
+    ones newer than `model_step` that hold the model alone (passed over)."""
 
     model_step: int
     data_step: int | None
     newest_data: int | None
     half_written: tuple[int, ...] = ()
     note: str = ""
+    model_only: tuple[int, ...] = ()
 
 
-def plan_resume(model: Mapping[int, bool], data: Mapping[int, bool], load_step: int = -1) -> Resume:
+def plan_resume(model: Mapping[int, bool], data: Mapping[int, bool], load_step: int = -1,
+                model_only: Collection[int] = ()) -> Resume:  # fmt: skip
     """The data position that matches the model checkpoint torchtitan is about to load.
 
     `model`/`data`: `scan` of the model checkpoint folder and of this replica's FT folder;
-    `load_step`: `--checkpoint.load_step` (-1: the newest complete one, as torchtitan picks)."""
+    `load_step`: `--checkpoint.load_step` (-1: the newest complete one, as torchtitan picks,
+    but not one of `model_only`: no training resumes from the model alone, see
+    `model_only_steps`)."""
     model_step = load_step if load_step != -1 else max(
-        (s for s, ok in model.items() if ok), default=-1)  # fmt: skip
+        (s for s, ok in model.items() if ok and s not in model_only), default=-1)  # fmt: skip
     half = tuple(sorted(s for s, ok in model.items() if not ok and s > model_step))
+    only = tuple(sorted(s for s in model_only if model.get(s) and s > model_step))
     done = [s for s, ok in data.items() if ok]
     newest = max(done, default=None)
     if model_step <= 0:
-        return Resume(model_step, None, newest, half)
+        return Resume(model_step, None, newest, half, model_only=only)
     if data.get(model_step):
-        return Resume(model_step, model_step, newest, half)
+        return Resume(model_step, model_step, newest, half, model_only=only)
     older = max((s for s in done if s < model_step), default=None)
     note = (f"no complete data position at step {model_step}: "
             + (f"step {older} (steps {older + 1}..{model_step} of this replica's data are "
                "repeated)" if older is not None else "from the start"))  # fmt: skip
-    return Resume(model_step, older, newest, half, note)
+    return Resume(model_step, older, newest, half, note, only)
+
+
+# What a checkpoint to resume training from holds besides the model (the keys DCP lists in its
+# `.metadata`: `optimizer.state...`, `lr_scheduler.base_lrs`); a model-only save has neither.
+TRAINING_STATE_KEYS = (b"optimizer.", b"lr_scheduler.")
+MAX_METADATA_BYTES = 1 << 30
+
+
+def holds_model_only(step_dir: Path) -> bool:
+    """Whether the complete model checkpoint `step_dir` lacks the optimizer or the LR
+    schedule: torchtitan's save at the last step with `last_save_model_only` (on by default,
+    and in the 8B presets). Loading it to resume fails (`Missing key in checkpoint
+    state_dict: lr_scheduler.base_lrs`). Read from its `.metadata` as bytes (DCP pickles it:
+    it is never unpickled here), a chunk at a time; a file that cannot be read through is
+    taken as a full checkpoint (torchtitan's own choice stands)."""
+    try:
+        fd = os.open(step_dir / ".metadata", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC)  # fmt: skip
+    except OSError:
+        return False
+    found: set[bytes] = set()
+    tail, total = b"", 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        while len(found) < len(TRAINING_STATE_KEYS):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return True  # read to its end without both
+            total += len(chunk)
+            if total > MAX_METADATA_BYTES:
+                return False
+            window = tail + chunk
+            found.update(k for k in TRAINING_STATE_KEYS if k in window)
+            tail = window[-32:]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def model_only_steps(folder: Path, model: Mapping[int, bool]) -> tuple[int, ...]:
+    """The newest complete model checkpoints (`model`: `scan(folder)`) that hold the model
+    alone, down to the newest full one: those a resume passes over. A seed checkpoint (step
+    0) is model-only by design, and torchtitan loads it as such: it is not judged."""
+    out = []
+    for step in sorted((s for s, ok in model.items() if ok and s > 0), reverse=True):
+        if not holds_model_only(folder / f"step-{step}"):
+            break
+        out.append(step)
+    return tuple(sorted(out))
+
+
+def finished_step(folder: Path, steps: int) -> int | None:
+    """The step of a complete model checkpoint at or past the run's last step `steps`
+    (`--training.steps`) in the model checkpoint folder `folder`: training is finished and
+    there is nothing to resume (None: no such checkpoint). For a launcher that asks whether
+    to start or requeue a replica at all."""
+    done = [s for s, ok in scan(folder).items() if ok and s >= steps > 0]
+    return max(done, default=None)
+
+
+def finished_line(folder: Path, step: int, steps: int) -> str:
+    return (f"[ftslurm] training already finished: {folder / f'step-{step}'} is the last "
+            f"step's checkpoint (step {step} of --training.steps={steps}); nothing to resume "
+            "or train")
+
+
+def skipped_line(folder: Path, step: int, resume_step: int) -> str:
+    start = (f"resuming from step {resume_step}" if resume_step > 0
+             else "no other checkpoint: training starts at step 1")  # fmt: skip
+    return (f"[ftslurm] skipping model-only checkpoint {folder / f'step-{step}'} (no optimizer "
+            f"or LR schedule to resume from): {start}")
 
 
 def heal_data_step(resume: Resume, healed_step: int, peer_restarted: bool = False) -> int | None:
@@ -240,11 +369,22 @@ def install_resume() -> None:
     def load(self: CheckpointManager, step: int = -1) -> bool:
         if self.enable and self.enable_ft_dataloader_checkpoints:
             folder = Path(self.folder)
-            resume = plan_resume(scan(folder), scan(Path(self._ft_folder())), step)
+            model = scan(folder)
+            only = model_only_steps(folder, model) if step == -1 else ()
+            resume = plan_resume(model, scan(Path(self._ft_folder())), step, only)
             self._ftslurm_resume = resume
             for half in resume.half_written:
                 print(logvocab.half_written_line(folder / f"step-{half}"), flush=True)
+            if _finish_at_once(self, folder, resume):
+                return False
+            for skipped in resume.model_only:
+                print(skipped_line(folder, skipped, resume.model_step), flush=True)
             _watch_first_heal(self, resume)
+            if resume.model_only:  # torchtitan would pick the newest: the model-only one
+                if resume.model_step >= 0:
+                    return upstream_load(self, resume.model_step)
+                self._ft_load()  # what torchtitan does when it finds no checkpoint
+                return False
         return upstream_load(self, step)
 
     def _ft_load(self: CheckpointManager) -> None:
@@ -281,6 +421,21 @@ def install_resume() -> None:
     CheckpointManager.load = load  # type: ignore[method-assign]
     CheckpointManager._ft_load = _ft_load  # type: ignore[method-assign]
     CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+
+
+def _finish_at_once(manager: Any, folder: Path, resume: Resume) -> bool:
+    """Whether the newest checkpoint is the model-only one of the run's last step (a replica
+    started again after the run finished): then it is said in one line and the trainer's step
+    set to it, so that its loop ends before a step (nothing loaded: nothing is left to train)."""
+    trainer = getattr(manager, "states", {}).get("train_state")
+    steps = getattr(getattr(getattr(trainer, "job_config", None), "training", None), "steps",
+                    None)  # fmt: skip
+    if type(steps) is not int or not resume.model_only or max(resume.model_only) < steps:
+        return False
+    last = max(resume.model_only)
+    print(finished_line(folder, last, steps), flush=True)
+    trainer.step = last  # type: ignore[union-attr]
+    return True
 
 
 def _load_data(manager: Any, step: int) -> None:
@@ -337,30 +492,69 @@ def _watch_first_heal(manager: Any, resume: Resume) -> None:
 TIME_LIMIT_ENV = "FTSLURM_TIME_LIMIT_FILE"
 
 
-STOP_RE = re.compile(r"stop-after-step-(\d+)")
+STOP_RE = re.compile(r"stop-after-step-([0-9]{1,12})")
+# how far ahead of this process's step a peer's mark can be: a peer one step ahead saw the
+# signal after its step, this one + 1, and marked the step after that
+STOP_WINDOW = 2
+# a mark older than this process by more than this (clocks of the nodes and of a shared file
+# system differ a little) is an earlier time-limit segment's: the run stopped, was requeued,
+# and its new processes started after it
+MARK_SLACK_S = 5.0
 
 
-def agree_stop_step(folder: Path | None, step: int) -> int:
+def _marks(folder: Path, since: float | None) -> list[int]:
+    """The steps of the stop marks in `folder`: regular files of this user's (or root's),
+    made after `since` (less MARK_SLACK_S) when given."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if (m := STOP_RE.fullmatch(name)) is None:
+            continue
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and _ours(st) and (
+                since is None or st.st_mtime >= since - MARK_SLACK_S):  # fmt: skip
+            out.append(int(m[1]))
+    return out
+
+
+def agree_stop_step(folder: Path | None, step: int, since: float | None = None) -> int:
     """The step after which this process stops, having seen Slurm's signal after `step`.
 
     Every replica (and every rank of one) sees the signal after its own step: one after step
     5, its peer after step 6. So the first to see it marks `stop-after-step-<step + 1>` in the
     shared checkpoint folder, and everyone stops after the lowest mark not behind them: all
-    save their final checkpoint at the same step (one step later at most)."""
+    save their final checkpoint at the same step (one step later at most). A mark counts only
+    from `step` to `step + STOP_WINDOW` (no peer is further apart), and with `since` (when
+    this process started) only when made since: a mark far ahead (a stale
+    `stop-after-step-1000000`) would keep this replica training through the time limit,
+    without its final checkpoint, and one of an earlier time-limit segment is not this one's."""
     if folder is None:
         return step
-    try:
-        marks = [int(m[1]) for name in os.listdir(folder) if (m := STOP_RE.fullmatch(name))]
-    except OSError:
-        marks = []
-    ahead = [s for s in marks if s >= step]
+    ahead = [s for s in _marks(folder, since) if step <= s <= step + STOP_WINDOW]
     if ahead:
         return min(ahead)
-    try:
-        (folder / f"stop-after-step-{step + 1}").touch()
-    except OSError:
+    try:  # a stale mark of the same name counts again once touched; a link is refused
+        fd = safefile.open_append(folder / f"stop-after-step-{step + 1}", 0o644)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+    except (OSError, UserError):
         return step
     return step + 1
+
+
+def stopped_early_note(flag: Path) -> Path:
+    """Where the worker says it ended training at the time limit, before its last step (the
+    step it stopped after): a worker that exits 0 without it finished its training, even when
+    Slurm's signal came during its last step."""
+    return flag.with_name(flag.name + ".stopped")
 
 
 def signal_margin_line(env: Mapping[str, str] | Settings | None = None) -> str | None:
@@ -390,6 +584,7 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
     upstream_continue = Trainer.should_continue_training
     if getattr(upstream_save, "_ftslurm", False):
         return
+    started = time.time()  # stop marks made before this process are an earlier segment's
     if (line := signal_margin_line(env)) is not None:
         print(line, flush=True)
 
@@ -406,7 +601,7 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
         if getattr(trainer, "_ftslurm_stop", False):
             return
         folder = Path(self.folder) if getattr(self, "folder", None) else None
-        if curr_step < agree_stop_step(folder, curr_step):
+        if curr_step < agree_stop_step(folder, curr_step, started):
             return  # a peer saw the signal a step later: stop after the next step together
         saved = "off"  # model checkpoints off: nothing to resume from but the data positions
         if getattr(self, "enable", False):
@@ -422,6 +617,10 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
         elif getattr(self, "enable_ft_dataloader_checkpoints", False):
             self._async_wait()
         print(logvocab.final_checkpoint_line(curr_step, saved), flush=True)
+        try:  # the launcher requeues only a run that says it stopped early (job.py)
+            stopped_early_note(flag).write_text(str(curr_step))
+        except OSError:
+            pass  # the launcher then ends the attempt as finished: the requeue is lost
         if trainer is not None:
             trainer._ftslurm_stop = True
 

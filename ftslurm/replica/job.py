@@ -103,7 +103,7 @@ def _ensure_cpu_assets(root: Path) -> None:
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run one attempt. argv[0] is `job` (fault-tolerant replica) or `classic`."""
-    env = dict(os.environ if env is None else env)
+    env = launcher_env(os.environ if env is None else env)
     _STOP.clear()
     _TIME_LIMIT_EARLY.clear()
     what = argv[0] if argv else "job"
@@ -139,6 +139,19 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
             holder.discard()
 
 
+# The launcher's notes to its worker (set per worker by _spawn_worker): one inherited from the
+# submitter's environment (sbatch exports it) would reach the first run's workers, and a
+# leaked FTSLURM_WARM_GO_FILE makes them wait before torchft's Manager for ever
+LAUNCHER_NOTES = (warm_restart.GO_ENV, peer_watch.PROGRESS_ENV, ft_checkpoints.TIME_LIMIT_ENV,
+                  config_error.ENV, "FTSLURM_FENCED_FILE", "FTSLURM_SLOT_FILE",
+                  train.LAUNCHER_ENV)  # fmt: skip
+
+
+def launcher_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's environment: `environ` less the notes only a launcher sets."""
+    return {k: v for k, v in environ.items() if k not in LAUNCHER_NOTES}
+
+
 def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Holder:
     """The warm next run of a replica without spares (warm_restart.py): the same command
     with the next restart's number, its notes in a folder of its own."""
@@ -158,7 +171,8 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
     on = (warm_restart.enabled(s, plan.device) and torchtitan and in_array
           and not s.FTSLURM_DRY_RUN)  # fmt: skip
     return warm_restart.Holder(on, s.FT_MAX_RESTARTS,
-                               attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn)
+                               attempt_dir_prefix(socket.gethostname(), os.getpid()), spawn,
+                               say=_say)  # fmt: skip
 
 
 def catch_early_time_limit() -> None:
@@ -333,6 +347,11 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
         return _finish(plan, env, failed[0], False, None, started, preflight=failed[1])
     s = knobs.load(env)
     warm = holder.take(s[RESTART_ENV]) if holder is not None else None
+    if warm is not None and not warm.release():
+        _say(f"warm restart: could not tell the waiting run to train (writing {warm.go_file} "
+             "failed); starting cold")  # fmt: skip
+        warm.discard(wait_s=0)
+        warm = None
     if warm is not None:  # the next run waits warm: its notes are in its own folder
         _say(f"warm restart: this run was started {time.time() - warm.started:.0f} s ago and "
              "waits before torchft's Manager; told to train")  # fmt: skip
@@ -363,15 +382,18 @@ def _guard_attempt_dir(folder: Path) -> None:
              "this host removes it if this one is killed")  # fmt: skip
 
 
-def _watchdog(plan: planlib.Plan, env: Mapping[str, str],
-              progress: Path) -> watchdog.Watchdog | None:  # fmt: skip
+def _watchdog(plan: planlib.Plan, env: Mapping[str, str], progress: Path,
+              child: runner.Child) -> watchdog.Watchdog | None:  # fmt: skip
     """The attempt's watchdog (watchdog.py): FT replicas only, off with
     FTSLURM_HANG_TIMEOUT_S=0."""
     s = knobs.load(env, plan.device)
     floor = s.FTSLURM_HANG_TIMEOUT_S
     if plan.kind != "ft" or not floor:
         return None
-    return watchdog.Watchdog(progress, s.TORCHFT_LIGHTHOUSE, float(floor))
+    return watchdog.Watchdog(
+        progress, s.TORCHFT_LIGHTHOUSE, float(floor), stall_floor_s=s.FTSLURM_STALL_TIMEOUT_S,
+        stopped=lambda: procs.any_stopped(procs.descendants([child.pid])),
+    )
 
 
 def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None,
@@ -420,12 +442,11 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     cancelled = False
     fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
     time_limit = note.with_name("time-limit")
-    if warm is not None:
+    if warm is not None:  # released by _run_attempt
         child = warm.child
-        warm.release()
     else:
         child = _spawn_worker(plan, env, note)
-    dog = _watchdog(plan, env, note.with_name("progress"))
+    dog = _watchdog(plan, env, note.with_name("progress"), child)
     restart = knobs.load(env)[RESTART_ENV]
 
     def tick() -> None:
@@ -463,8 +484,11 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {what} exited with code {code}")
-    if time_limit.exists() and rc == 0 and not cancelled:
-        return _requeue_at_time_limit(plan, env)
+    if rc == 0 and not cancelled and time_limit.exists():
+        if ft_checkpoints.stopped_early_note(time_limit).exists():
+            return _requeue_at_time_limit(plan, env)
+        _say("training finished: Slurm's time-limit signal came during its last step, after "
+             "which there is nothing to resume (not requeueing)")  # fmt: skip
     if fenced.exists() and not cancelled:
         _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
              "spare instead")  # fmt: skip

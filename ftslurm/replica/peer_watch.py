@@ -23,14 +23,33 @@ timeout. In every training process this module
   committed that step without it; committing it too would give two replicas the same step
   number with different weights, which no heal would ever mend;
 - writes the worker's progress for the launcher's watchdog (watchdog.py):
-  FTSLURM_PROGRESS_FILE holds `{"state": "quorum"|"step", "time": ..., "bound_s": ...}`,
-  written at each quorum, each commit and (at most once a second) each optimizer step: in
-  DiLoCo the inner steps between two syncs are progress too.
+  FTSLURM_PROGRESS_FILE holds `{"state": ..., "time": ..., "bound_s": ..., "id": ...}`: the
+  phase the training thread is in, since when, and how long that phase may last before the
+  worker counts as stalled. The phases:
+  - `quorum`: waiting for the Lighthouse (which bounds it): never judged;
+  - `step`: the training thread computes. Once the process has timed MIN_TIMED_STEPS
+    optimizer steps its bound is tight: STALL_STEPS median steps, at least the stall floor
+    (FTSLURM_STALL_TIMEOUT_S); before that (the first steps: compilation, warm-up) it is
+    the long bound below;
+  - `wait` (a cross-replica collective or should_commit waiting on the peers), `save` (a
+    checkpoint save) and `heal` (loading a peer's state): long phases, bounded by the long
+    bound: FTSLURM_HANG_TIMEOUT_S, HANG_STEPS median steps or twice torchft's timeout.
+  When the work a `wait` or `quorum` waited on completes, a thread other than the training
+  thread writes `step` at once: a training thread that then does not move on (a CUDA call
+  that never returns, a thread stopped) is judged by the tight bound, while its heartbeat
+  thread keeps it alive for the Lighthouse. In DiLoCo the inner steps between two syncs
+  write `step` (at most once a second) too;
+- keeps a survivor alive while a stalled peer holds the quorum: torchft's quorum request
+  times out (60 s) while the Lighthouse refuses a quorum without a peer that heartbeats but
+  does not ask (more than half of the heartbeating replicas must ask), and upstream raises
+  TimeoutError out of the training loop. The request is made again (QUORUM_RETRIES times):
+  the stalled peer's own watchdog ends it, its heartbeat stops and the quorum forms.
 
 The watch costs nothing while steps end within their grace: no thread wakes and no request
 is sent. Only a hung peer's heartbeat says it is gone: a peer whose main thread hangs while
-its heartbeat thread runs (a stuck GPU kernel) is still a member for the Lighthouse, and
-the survivors wait for PG_TIMEOUT_S; the hung replica's own watchdog ends it.
+its heartbeat thread runs (a stuck GPU kernel: a stall) is still a member for the
+Lighthouse; the stalled replica's own watchdog ends it by the progress rule above, its
+heartbeat stops with it, and then the survivors' watch fails their step.
 """
 
 from __future__ import annotations
@@ -58,6 +77,13 @@ PROGRESS_ENV = "FTSLURM_PROGRESS_FILE"
 # over (a collective may legitimately wait that long, e.g. on a peer's heal) nor the floor.
 HANG_STEPS = 20
 PROGRESS_EVERY_S = 1.0  # optimizer steps write the progress file at most this often
+# The training thread's phases, as the watchdog judges them (see the module docstring)
+QUORUM, STEP, WAIT, SAVE, HEAL = "quorum", "step", "wait", "save", "heal"
+# A step is stalled after this many median optimizer steps (at least the stall floor): a busy
+# machine slows a step by 2-3x, a stall never ends
+STALL_STEPS = 5
+MIN_TIMED_STEPS = 3  # the tight bound needs this many timed optimizer steps in this process
+QUORUM_RETRIES = 10  # quorum requests that time out are made again this many times
 _WATCHES: list[PeerWatch] = []  # the process's watches, for the global optimizer hook
 
 
@@ -103,11 +129,16 @@ class PeerWatch:
 
     def __init__(self, manager: Any, lighthouse: str | None, progress: Path | None,
                  hang_floor_s: float, read_page: Callable[[str], Any] | None = None,
-                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                 say: Callable[[str], None] | None = None,
+                 stall_floor_s: float | None = None) -> None:  # fmt: skip
         self.manager = manager
         self.url = lighthouse or None  # the Lighthouse's base address
         self.progress = progress
         self.hang_floor_s = hang_floor_s
+        # None: no tight bound (every phase gets the long one)
+        self.stall_floor_s = stall_floor_s
+        self._progress_lock = threading.Lock()
+        self._phase = 0  # counts the training thread's announcements (_write_progress)
         self.read_page = read_page or _fetch
         self.say = say or (lambda line: print(line, flush=True))
         self._lock = threading.Lock()
@@ -131,14 +162,14 @@ class PeerWatch:
     # ---- the step's span, from the Manager's hooks
 
     def quorum_started(self) -> None:
-        self._write_progress("quorum")
+        self._write_progress(QUORUM)
 
     def step_started(self) -> None:
         with self._lock:
             self._token += 1
             self._step = _Step(self._token, time.monotonic())
             self._wake.notify_all()
-        self._write_progress("step")
+        self._write_progress(STEP)
 
     def step_ending(self) -> str | None:
         """At should_commit: why this step must not commit (this process stood still, or the
@@ -160,16 +191,20 @@ class PeerWatch:
                 return self._lost_text
         return None
 
+    def committing(self) -> None:
+        """should_commit waits for the replica group's votes: a wait on peers."""
+        self._write_progress(WAIT)
+
     def committed(self) -> None:
-        self._write_progress("step")
+        self._write_progress(STEP)
 
     def optimizer_stepped(self) -> None:
         now = time.monotonic()
         if self._last_opt is not None:
             self._opt_steps.append(now - self._last_opt)
         self._last_opt = now
-        if now - self._last_write >= PROGRESS_EVERY_S:
-            self._write_progress("step")
+        if now - self._last_write >= PROGRESS_EVERY_S or self._written != STEP:
+            self._write_progress(STEP)
 
     # ---- waits on cross-replica work
 
@@ -180,8 +215,16 @@ class PeerWatch:
             fut = work.get_future()
         except Exception:  # noqa: BLE001 - a work type without a future: upstream waits
             return True
+        if fut.done():
+            return True
         done = threading.Event()
-        fut.add_done_callback(lambda _f: done.set())
+        phase = self._write_progress(WAIT)
+
+        def finished(_f: Any) -> None:
+            done.set()
+            self._progress_from_other_thread(phase, STEP)  # the training thread is due now
+
+        fut.add_done_callback(finished)
         with self._lock:
             step = self._step
             if step is None:
@@ -215,7 +258,12 @@ class PeerWatch:
                 if wait > 0:
                     self._wake.wait(timeout=wait)
                     continue
-            lost = self._check()
+            try:
+                lost = self._check()
+            except Exception as e:  # noqa: BLE001 - the watch must outlive any page it reads
+                self.say(f"[ftslurm] peer watch: a read failed ({type(e).__name__}); no "
+                         "evidence, watching on")  # fmt: skip
+                lost = []
             if lost:
                 self._abort(step, lost)
                 continue
@@ -274,16 +322,53 @@ class PeerWatch:
 
     # ---- progress for the launcher
 
-    def _bound(self) -> float:
-        median = statistics.median(self._opt_steps) if self._opt_steps else 0.0
+    def _long_bound(self, median: float) -> float:
         timeout = getattr(self.manager, "_timeout", timedelta())
         return max(self.hang_floor_s, HANG_STEPS * median, 2 * timeout.total_seconds())
 
-    def _write_progress(self, state: str) -> None:
+    def _bound(self, state: str = WAIT) -> float:
+        """How long the training thread may stay in `state` before the watchdog ends it."""
+        timed = list(self._opt_steps)
+        median = statistics.median(timed) if timed else 0.0
+        if state == STEP and self.stall_floor_s is not None and len(timed) >= MIN_TIMED_STEPS:
+            return max(self.stall_floor_s, STALL_STEPS * median)
+        return self._long_bound(median)
+
+    def quorum_done(self, healing: bool) -> None:
+        """From torchft's quorum thread: the quorum (and the process group's configuration)
+        is done; the training thread goes on to heal (a long phase) or to its step."""
+        self._progress_from_other_thread(None, HEAL if healing else STEP)
+
+    def saving(self, started: bool) -> None:
+        """Around a checkpoint save (a long phase)."""
+        self._write_progress(SAVE if started else STEP)
+
+    def _progress_from_other_thread(self, phase: int | None, state: str) -> None:
+        """Write `state` unless the training thread announced another phase since `phase`
+        (None: since its last quorum request): a late callback never overwrites a later
+        wait with a tight `step`."""
+        with self._progress_lock:
+            if phase is not None and phase != self._phase:
+                return
+            if phase is None and self._written != QUORUM:
+                return
+            self._write_locked(state)
+
+    def _write_progress(self, state: str) -> int:
+        """Write the training thread's phase; its number, for _progress_from_other_thread."""
+        with self._progress_lock:
+            self._phase += 1
+            self._write_locked(state)
+            return self._phase
+
+    _written: str | None = None
+
+    def _write_locked(self, state: str) -> None:
         if self.progress is None:
             return
         self._last_write = time.monotonic()
-        text = json.dumps({"state": state, "time": time.time(), "bound_s": self._bound(),
+        self._written = state
+        text = json.dumps({"state": state, "time": time.time(), "bound_s": self._bound(state),
                            "id": _own_id(self.manager)})
         tmp = self.progress.with_name(self.progress.name + ".tmp")
         try:
@@ -312,31 +397,42 @@ def _backend(pg: Any) -> str:
 
 
 def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
-            record_quorums: Callable[[Any], None]) -> None:  # fmt: skip
+            record_quorums: Callable[[Any], None], stall_floor_s: float | None = None,
+            emulate_save_s: float = 0.0) -> None:  # fmt: skip
     """Patch torchft's Manager (every one built from now on gets a watch; `record_quorums`
-    gives it fix 7's quorum recorder) and _ManagedWork's wait; idempotent."""
+    gives it fix 7's quorum recorder), _ManagedWork's wait and torchtitan's checkpoint save
+    (a long phase); idempotent."""
     from torchft import manager as tm
 
     Manager = tm.Manager  # noqa: N806 - torchft's class
     if getattr(Manager.start_quorum, "_ftslurm_peer_watch", False):
         return
     init, start_quorum = Manager.__init__, Manager.start_quorum
-    should_commit = Manager.should_commit
+    should_commit, async_quorum = Manager.should_commit, Manager._async_quorum
     wait = tm._ManagedWork.wait
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
         init(self, *args, **kwargs)
         record_quorums(self)
-        self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s)
+        self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s,
+                                             stall_floor_s=stall_floor_s)  # fmt: skip
         _WATCHES.append(self._ftslurm_peer_watch)
 
     def patched_start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
         watch = getattr(self, "_ftslurm_peer_watch", None)
         if watch is not None:
             watch.quorum_started()
-        out = start_quorum(self, *args, **kwargs)
+        out = _quorum_retrying(self, lambda: start_quorum(self, *args, **kwargs),
+                               watch.say if watch is not None else print)  # fmt: skip
         if watch is not None:
             watch.step_started()
+        return out
+
+    def patched_async_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = async_quorum(self, *args, **kwargs)  # torchft's quorum thread
+        watch = getattr(self, "_ftslurm_peer_watch", None)
+        if watch is not None:
+            watch.quorum_done(bool(getattr(self, "_healing", False)))
         return out
 
     def patched_should_commit(self: Any, *args: Any, **kwargs: Any) -> bool:
@@ -345,8 +441,10 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
         if why:
             self.report_error(PeerLost(why))
             print(f"[ftslurm] peer watch: not committing: {why}", flush=True)
+        if watch is not None:
+            watch.committing()
         ok = should_commit(self, *args, **kwargs)
-        if ok and watch is not None:
+        if watch is not None:
             watch.committed()
         return ok
 
@@ -367,5 +465,53 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
     patched_start_quorum._ftslurm_peer_watch = True  # type: ignore[attr-defined]
     Manager.__init__ = __init__  # type: ignore[method-assign]
     Manager.start_quorum = patched_start_quorum  # type: ignore[method-assign]
+    Manager._async_quorum = patched_async_quorum  # type: ignore[method-assign]
     Manager.should_commit = patched_should_commit  # type: ignore[method-assign]
     tm._ManagedWork.wait = patched_wait  # type: ignore[method-assign]
+    _announce_saves(emulate_save_s)
+
+
+def _quorum_retrying(manager: Any, start: Callable[[], Any], say: Callable[[str], None]) -> Any:
+    """`start()` (torchft's start_quorum), made again when the Lighthouse formed no quorum in
+    time: a survivor waits out a stalled peer (module docstring) instead of crashing."""
+    for retry in range(QUORUM_RETRIES + 1):
+        try:
+            return start()
+        except TimeoutError as e:
+            if retry == QUORUM_RETRIES:
+                raise
+            # upstream's start_quorum re-raises a failed quorum future before a new request
+            manager._quorum_future = None
+            say(f"[ftslurm] quorum: no quorum in time ({str(e)[:160]}); asking again "
+                f"(retry {retry + 1} of {QUORUM_RETRIES})")  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+def _announce_saves(emulate_s: float = 0.0) -> None:
+    """torchtitan's checkpoint save is a long phase for the watchdog (`save`). `emulate_s`
+    (FTSLURM_EMULATE_SAVE_S, benches only): each save also holds the training thread that
+    long, as a GPU's save of an 8B rank does (the false-action soak)."""
+    try:
+        from torchtitan.components.checkpoint import CheckpointManager
+    except ImportError:  # the tiny worker runs without torchtitan
+        return
+    upstream = CheckpointManager.save
+
+    def save(self: Any, curr_step: int, last_step: bool = False) -> None:
+        try:
+            saves = bool(self._should_save(curr_step, last_step))
+        except Exception:  # noqa: BLE001 - another torchtitan: announce every call
+            saves = True
+        if not saves:
+            return upstream(self, curr_step, last_step)
+        for watch in _WATCHES:
+            watch.saving(True)
+        try:
+            upstream(self, curr_step, last_step)
+            if emulate_s > 0:
+                time.sleep(emulate_s)
+        finally:
+            for watch in _WATCHES:
+                watch.saving(False)
+
+    CheckpointManager.save = save  # type: ignore[method-assign]

@@ -14,7 +14,10 @@ good. So:
 - `History`: each array task's failures (time, node, code, whether `simulate-failure`
   injected it) in `<run folder>/failures/task-<N>.json`, beside the slot claims, so the count
   survives requeues; bounded to the last MAX_RECORDS. `should_requeue` (plan.py) stops a
-  replica after FT_MAX_FAILS failures within FT_FAIL_WINDOW_MIN.
+  replica after FT_MAX_FAILS failures within FT_FAIL_WINDOW_MIN. The launcher (often root)
+  acts on these records, so only its own count: a file and a `failures/` folder of this
+  user's (or root's) that no one else can write, records whose every field is in range (a
+  damaged one is dropped, never raised on), the array's own task files, one at a time.
 - `bad_node`: a node on which the array's replicas failed FT_NODE_MAX_FAILS times within the
   window, more than twice as often as on any other node (a fault that follows the replica, a
   bug, fails on every node alike and takes none out). Injected failures count only when
@@ -27,15 +30,17 @@ good. So:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import shlex
 import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,6 +54,11 @@ PREFLIGHT_EXIT = 76  # the attempt ended before training: this node failed a pre
 MAX_RECORDS = 64  # failures kept per task: FT_MAX_FAILS counts within a window, not for ever
 MAX_FILE_BYTES = 64 * 1024
 MAX_NODE_LINES_BYTES = 1 << 20
+MAX_TASK_FILES = 4096  # task histories read at a failure: the array's tasks, at most this many
+MAX_EPOCH = float(1 << 33)  # a record's time beyond this (the year 2242) is damage, not a clock
+MAX_CODE = 255  # an exit code (a signal's is 128 + its number)
+# a node name as Slurm and gethostname() give it; anything else is not printed into a command
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 INJECTED_GRACE_S = 1.0  # simulate-failure writes its event right after the kill
 NVIDIA_SMI_TIMEOUT_S = 20.0
 ALLOCATION_TIMEOUT_S = 120.0
@@ -80,50 +90,114 @@ def failures_dir(run_dir: Path) -> Path:
 
 def _folder(run_dir: Path) -> Path:
     """`failures_dir(run_dir)`, made when missing (the script makes the run folder; a test or
-    a launcher outside Slurm may not have); a link at either name is refused."""
+    a launcher outside Slurm may not have); a link at either name is refused, and so is a
+    folder of another user's or one others can write (its records would not be trusted)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    return safefile.real_dir(failures_dir(safefile.real_dir(run_dir)))
+    folder = failures_dir(safefile.real_dir(run_dir))
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o755)  # readable by status and report, writable by the launcher only
+    safefile.real_dir(folder)
+    if (why := safefile.untrusted_dir(folder)) is not None:
+        raise UserError(f"not writing failure records into {folder}: {why} (its records would "
+                        "not be trusted); chmod go-w it, or remove it")  # fmt: skip
+    return folder
 
 
 def _task_file(run_dir: Path, task: int) -> Path:
     return failures_dir(run_dir) / f"task-{task}.json"
 
 
+def epoch(value: object) -> float | None:
+    """`value` as a record's time: a JSON number (not a bool) from 0 to MAX_EPOCH, else None
+    (Infinity, NaN and 1e300 are damage: they would overflow a clock or a date format)."""
+    if type(value) not in (int, float) or not 0 <= value <= MAX_EPOCH:  # type: ignore[operator]
+        return None
+    return float(value)  # type: ignore[arg-type]
+
+
+def _failure(rec: object) -> Failure | None:
+    """One record of a history file, or None when any field is not what the launcher writes:
+    a time (`epoch`), a node name, an exit code 0..MAX_CODE, strings, a bool."""
+    if not isinstance(rec, dict):
+        return None
+    t, node, code = epoch(rec.get("t")), rec.get("node"), rec.get("code")
+    kind, injected, detail = rec.get("kind", "crash"), rec.get("injected", False), rec.get(
+        "detail", "")  # fmt: skip
+    if (t is None or not isinstance(node, str) or not NODE_NAME.fullmatch(node)
+            or type(code) is not int or not 0 <= code <= MAX_CODE
+            or not isinstance(kind, str) or type(injected) is not bool
+            or not isinstance(detail, str)):  # fmt: skip
+        return None
+    return Failure(t, node, code, kind[:32], injected, detail[:512])
+
+
 def _parse_failures(raw: bytes | None) -> list[Failure]:
-    """A history file's failures; a damaged file or record is skipped, never fatal."""
+    """A history file's failures (its last MAX_RECORDS); a damaged file or record is skipped,
+    never fatal."""
     try:
         obj = json.loads(raw) if raw else {}
     except (ValueError, UnicodeDecodeError, RecursionError):
         return []
-    out = []
-    for rec in obj.get("failures", []) if isinstance(obj, dict) else []:
-        try:
-            out.append(Failure(float(rec["t"]), str(rec["node"])[:256], int(rec["code"]),
-                               str(rec.get("kind", "crash"))[:32], bool(rec.get("injected")),
-                               str(rec.get("detail", ""))[:512]))  # fmt: skip
-        except (KeyError, TypeError, ValueError):
-            continue
-    return [f for f in out if f.t == f.t]  # no NaN
+    recs = obj.get("failures") if isinstance(obj, dict) else None
+    if not isinstance(recs, list):
+        return []
+    return [f for rec in recs[-MAX_RECORDS:] if (f := _failure(rec)) is not None]
+
+
+def _read_task(run_dir: Path, task: int, refused: list[str] | None = None) -> list[Failure]:
+    """Task `task`'s failures; a file another user could have written is none (its reason
+    added to `refused`)."""
+    try:
+        return _parse_failures(safefile.read_own(_task_file(run_dir, task), MAX_FILE_BYTES))
+    except safefile.UnsafePath as e:
+        if refused is not None:
+            refused.append(f"task-{task}.json: {e.why}")
+        return []
 
 
 def read_history(run_dir: Path, task: int) -> list[Failure]:
-    """Task `task`'s failures, oldest first (none when the file is missing or unreadable)."""
-    return _parse_failures(safefile.read_bytes(_task_file(run_dir, task), MAX_FILE_BYTES))
+    """Task `task`'s failures, oldest first (none when the file is missing, unreadable, or
+    not trusted: another user's, or in a folder or a file others can write)."""
+    if safefile.untrusted_dir(failures_dir(run_dir)) is not None:
+        return []
+    return _read_task(run_dir, task)
 
 
-def all_failures(run_dir: Path) -> dict[int, list[Failure]]:
-    """Every task's failures: task -> its history."""
-    folder = failures_dir(run_dir)
-    out = {}
+def _task_ids(folder: Path, tasks: int | None) -> list[int]:
+    """The tasks whose histories are read: 0..tasks-1 (the array's), else those with a file,
+    at most MAX_TASK_FILES either way (planted names must not make every failure slow)."""
+    if tasks is not None:
+        return list(range(max(0, min(tasks, MAX_TASK_FILES))))
+    found: list[int] = []
     try:
-        names = sorted(p.name for p in folder.iterdir())[:10_000]
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if m := re.fullmatch(r"task-([0-9]{1,6})\.json", entry.name):
+                    found.append(int(m[1]))
+                    if len(found) >= MAX_TASK_FILES:
+                        break
     except OSError:
-        return {}
-    for name in names:
-        m = re.fullmatch(r"task-([0-9]{1,6})\.json", name)
-        if m:
-            out[int(m[1])] = read_history(run_dir, int(m[1]))
-    return out
+        return []
+    return sorted(found)
+
+
+def histories(run_dir: Path, tasks: int | None = None,
+              refused: list[str] | None = None) -> Iterator[tuple[int, list[Failure]]]:  # fmt: skip
+    """(task, its failures) for the array's tasks (`tasks`: the array's size; None: the files
+    there), one file at a time: each file is capped (MAX_FILE_BYTES) and so is their number
+    (MAX_TASK_FILES). Nothing when the folder is not trusted (its reason in `refused`)."""
+    folder = failures_dir(run_dir)
+    if (why := safefile.untrusted_dir(folder)) is not None:
+        if refused is not None:
+            refused.append(f"{folder}: {why}")
+        return
+    for task in _task_ids(folder, tasks):
+        yield task, _read_task(run_dir, task, refused)
+
+
+def all_failures(run_dir: Path, tasks: int | None = None) -> dict[int, list[Failure]]:
+    """Every task's failures: task -> its history (see `histories`)."""
+    return {task: history for task, history in histories(run_dir, tasks) if history}
 
 
 def record_failure(run_dir: Path, task: int, failure: Failure) -> list[Failure]:
@@ -142,20 +216,37 @@ def counted(history: Sequence[Failure]) -> list[float]:
     return [f.t for f in history if not f.injected]
 
 
-def node_failures(run_dir: Path, now: float, window_s: float) -> Counter[str]:
-    """Per node: the array's counted failures within `window_s` before `now`."""
-    return Counter(f.node for history in all_failures(run_dir).values() for f in history
-                   if not f.injected and now - window_s <= f.t <= now + 1.0)  # fmt: skip
+_SAID: set[str] = set()  # the folders whose refused records this process has named
 
 
-def bad_node(run_dir: Path, node: str, now: float, window_s: float, limit: int) -> str | None:
+def node_failures(run_dir: Path, now: float, window_s: float, tasks: int | None = None,
+                  say: Callable[[str], None] | None = None) -> Counter[str]:  # fmt: skip
+    """Per node: the array's counted failures within `window_s` before `now` (`tasks`: the
+    array's size, see `histories`). Records another user could have written are left out,
+    said once per process through `say`."""
+    counts: Counter[str] = Counter()
+    refused: list[str] = []
+    for _, history in histories(run_dir, tasks, refused):
+        counts.update(f.node for f in history
+                      if not f.injected and now - window_s <= f.t <= now + 1.0)  # fmt: skip
+    folder = str(failures_dir(run_dir))
+    if refused and say is not None and folder not in _SAID:
+        _SAID.add(folder)
+        say(f"failure history: ignoring {len(refused)} record file(s) or folder(s) another "
+            f"user could have written ({refused[0]}): only this user's or root's count")
+    return counts
+
+
+def bad_node(run_dir: Path, node: str, now: float, window_s: float, limit: int,
+             tasks: int | None = None,
+             say: Callable[[str], None] | None = None) -> str | None:  # fmt: skip
     """The evidence that `node` is bad (a sentence), or None: at least `limit` (>0) of the
     array's failures within the window were on it, and more than twice as many as on any
     other node (replicas failing alike everywhere, a bug, are not a node's fault; two
     replicas each failing twice would otherwise drain whichever node came second first)."""
     if limit <= 0:
         return None
-    counts = node_failures(run_dir, now, window_s)
+    counts = node_failures(run_dir, now, window_s, tasks, say)
     here = counts.pop(node, 0)
     others = max(counts.values(), default=0)
     if here < limit or here <= 2 * others:
@@ -331,15 +422,46 @@ class NodeAction:
     note: str = ""
 
     def undo(self) -> str:
-        """The command that brings the node back (nothing to undo for `kept`)."""
+        """The command that brings the node back (nothing to undo for `kept`), its words
+        shell-quoted; none for a node name or a job that is not one (a damaged record must
+        not put a command of its own into what a person copies)."""
+        if not NODE_NAME.fullmatch(self.node):
+            return ""
         if self.action == "drain":
-            return f"sudo scontrol update NodeName={self.node} State=RESUME"
-        if self.action == "avoid" and self.job is not None:
+            return "sudo scontrol update " + shlex.join([f"NodeName={self.node}",
+                                                        "State=RESUME"])  # fmt: skip
+        if self.action == "avoid" and _job_id(self.job) and type(self.task) is int:
             return (
-                f"scontrol update JobId={self.job}_{self.task} ExcNodeList= "
+                f"scontrol update {shlex.quote(f'JobId={self.job}_{self.task}')} ExcNodeList= "
                 "(while it pends; or resubmit)"
             )
         return ""
+
+
+ACTIONS = ("drain", "avoid", "kept")
+
+
+def _job_id(job: object) -> bool:
+    """Whether `job` is a Slurm job id as the launcher records it (digits)."""
+    return isinstance(job, str) and re.fullmatch(r"[0-9]{1,20}", job) is not None
+
+
+def _action(rec: object) -> NodeAction | None:
+    """One line of nodes.jsonl, or None when a field is not what `take_out` writes: a time
+    (`epoch`), an action of ACTIONS, strings, a job id (digits) and a task. A node name that
+    is not one (NODE_NAME) stays, to be shown escaped, but gets no undo command (`undo`)."""
+    if not isinstance(rec, dict):
+        return None
+    t, node, action = epoch(rec.get("time")), rec.get("node"), rec.get("action")
+    reason, job, task, note = rec.get("reason"), rec.get("job"), rec.get("task"), rec.get(
+        "note", "")  # fmt: skip
+    if (t is None or not isinstance(node, str) or action not in ACTIONS
+            or not isinstance(reason, str)
+            or not (job is None or _job_id(job))
+            or not (task is None or (type(task) is int and 0 <= task < 1 << 31))
+            or not isinstance(note, str)):  # fmt: skip
+        return None
+    return NodeAction(t, node[:256], action, reason[:512], job, task, note[:512])
 
 
 def node_actions_path(run_dir: Path) -> Path:
@@ -354,17 +476,17 @@ def record_action(run_dir: Path, action: NodeAction) -> None:
 
 
 def read_actions(run_dir: Path) -> list[NodeAction]:
-    """The node actions of one run, oldest first; a damaged line is skipped."""
+    """The node actions of one run, oldest first; a damaged line (`_action`: a time that is
+    not a clock's, a field of the wrong type) is skipped."""
     text = safefile.read_text(node_actions_path(run_dir), MAX_NODE_LINES_BYTES) or ""
     out = []
     for line in text.splitlines():
         try:
-            rec = json.loads(line)
-            out.append(NodeAction(float(rec["time"]), str(rec["node"]), str(rec["action"]),
-                                  str(rec["reason"]), rec.get("job"), rec.get("task"),
-                                  str(rec.get("note", ""))))  # fmt: skip
-        except (ValueError, KeyError, TypeError, RecursionError):
+            act = _action(json.loads(line))
+        except (ValueError, RecursionError):
             continue
+        if act is not None:
+            out.append(act)
     return out
 
 
@@ -461,6 +583,17 @@ def _task(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     return int(task) if task.isdigit() and len(task) < 7 else plan.replica_id
 
 
+def _array_size(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+    """How many task histories this array can have: Slurm's highest task id + 1 (the
+    array's size when it has gaps), else its count, else the group (and its spares); never
+    less than this task's id + 1. `histories` caps it at MAX_TASK_FILES."""
+    for name, extra in (("SLURM_ARRAY_TASK_MAX", 1), ("SLURM_ARRAY_TASK_COUNT", 0)):
+        value = env.get(name, "").strip()
+        if re.fullmatch(r"[0-9]{1,6}", value):
+            return max(int(value) + extra, _task(plan, env) + 1)
+    return max(plan.group_size + knobs.load(env).FT_SPARES, _task(plan, env) + 1)
+
+
 def _remember(plan: planlib.Plan, env: Env, failure: Failure,
               say: Callable[[str], None]) -> tuple[planlib.Plan, list[float]]:  # fmt: skip
     """Record `failure`; the plan and the failure times the caps count. A history that
@@ -540,7 +673,8 @@ def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool
     evidence = preflight or (
         None
         if injected
-        else bad_node(run_dir, host, now, plan.fail_window_s, s.FT_NODE_MAX_FAILS)
+        else bad_node(run_dir, host, now, plan.fail_window_s, s.FT_NODE_MAX_FAILS,
+                      _array_size(plan, s.env), say)  # fmt: skip
     )
     avoid = []
     if evidence:

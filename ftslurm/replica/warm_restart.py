@@ -53,15 +53,16 @@ class Standby:
     def stopped(self) -> bool:
         """Whether one of its processes is stopped (SIGSTOP: a hang injected through pkill,
         which cannot tell it from the training): released, it would never train."""
-        for pid in procs.descendants([self.child.pid]):
-            stat = procs.proc_stat(pid)
-            if stat is not None and stat.state in ("T", "t"):
-                return True
-        return False
+        return procs.any_stopped(procs.descendants([self.child.pid]))
 
-    def release(self) -> None:
-        """Let the waiting ranks train."""
-        safefile.write_atomic(self.go_file, GO)
+    def release(self) -> bool:
+        """Let the waiting ranks train; False when `go` could not be written (a full disk):
+        the run is then discarded and the restart starts cold."""
+        try:
+            safefile.write_atomic(self.go_file, GO)
+        except OSError:
+            return False
+        return True
 
     def discard(self, wait_s: float = 10.0) -> None:
         """End the waiting run and remove its folder: `stop` lets its ranks exit on their
@@ -83,8 +84,10 @@ class Holder:
     `restart` with its notes in `folder` (job.py builds the command and the environment)."""
 
     def __init__(self, enabled: bool, cap: int, folder_prefix: str,
-                 spawn: Callable[[Path, int], runner.Child]) -> None:  # fmt: skip
+                 spawn: Callable[[Path, int], runner.Child],
+                 say: Callable[[str], None] = print) -> None:  # fmt: skip
         self.enabled, self.cap, self.prefix, self.spawn = enabled, cap, folder_prefix, spawn
+        self.say = say
         self.ready: Standby | None = None
 
     def maybe_start(self, progress: Path, restart: int, blocked: bool) -> Standby | None:
@@ -94,12 +97,17 @@ class Holder:
         if (not self.enabled or self.ready is not None or blocked or restart >= self.cap
                 or not progress.exists()):  # fmt: skip
             return None
-        folder = Path(tempfile.mkdtemp(prefix=self.prefix, dir=tempfile.gettempdir()))
+        folder = None
         try:
+            folder = Path(tempfile.mkdtemp(prefix=self.prefix, dir=tempfile.gettempdir()))
             self.ready = Standby(self.spawn(folder, restart + 1), folder, restart + 1)
-        except Exception:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
+        except Exception as e:  # noqa: BLE001 - a convenience: the training runs on without it
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            self.enabled = False
+            self.say(f"warm restart: no warm next run in this allocation ({type(e).__name__}: "
+                     f"{e}); a restart in place starts cold")  # fmt: skip
+            return None
         return self.ready
 
     def take(self, restart: int) -> Standby | None:
