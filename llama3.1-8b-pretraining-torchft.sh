@@ -123,10 +123,17 @@
 #   FTSLURM_FIX_GLOO_FSDP                fix 10 (fixes.py): replicas of several ranks on CPU: FSDP
 #                                        reduces with SUM over gloo; 0: upstream's way [1]
 #   FTSLURM_HANG_TIMEOUT_S               the launcher's watchdog (watchdog.py) restarts a worker
-#                                        whose heartbeat the Lighthouse lost, or that made no
-#                                        progress in a step for this long (the worker raises it to
-#                                        20 median steps or twice torchft's timeout); 0: no watchdog
-#                                        [300 (60 with DEVICE=cpu)]
+#                                        that is stopped while the Lighthouse lost its heartbeat, or
+#                                        that made no progress for this long in a long phase (its
+#                                        first steps, a wait on its peers, a checkpoint save, a
+#                                        heal; the worker raises it to 20 median steps or twice
+#                                        torchft's timeout); 0: no watchdog [300 (60 with
+#                                        DEVICE=cpu)]
+#   FTSLURM_STALL_TIMEOUT_S              the watchdog's stall rule: a worker whose training thread
+#                                        made no progress in its compute for 5 median steps, and at
+#                                        least this long, is stalled (a CUDA call that never returns
+#                                        under a live heartbeat) and is restarted; 0: stalls only by
+#                                        FTSLURM_HANG_TIMEOUT_S [30 (5 with DEVICE=cpu)]
 #   FTSLURM_TINY_STEP_S                  FTSLURM_PRESET=tiny: pause per step (paces many replicas on
 #                                        few cores) [0.5]
 #   FTSLURM_EARLY_FIRST_SYNC             a restarted DiLoCo replica or spare syncs before any step

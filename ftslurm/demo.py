@@ -122,7 +122,7 @@ class DemoConfig:
             raise UserError(f"unknown failure mode {bad[0]!r}; one of {', '.join(MODES)}")
         if self.resolved_backend() == "local" and set(self.modes) - {"kill"}:
             raise UserError("the local backend fails a replica one way, kill; "
-                            "--backend slurm for node-down, requeue, hang and "
+                            "--backend slurm for node-down, requeue, hang, stall and "
                             "freeze-node")  # fmt: skip
         if not (math.isfinite(self.min_run_s) and self.min_run_s >= 0):
             raise UserError("min_run_s must be a number of seconds >= 0")
@@ -130,8 +130,9 @@ class DemoConfig:
             raise UserError("nodes must be between 0 (one per array task) and 64")
         if not (math.isfinite(self.every) and self.every >= 0):
             raise UserError("--every must be a number of seconds >= 0")
-        if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms < 1:
-            raise UserError("--heartbeat-timeout-ms must be at least 1")
+        from ftslurm.lighthouse.config import check_heartbeat_timeout
+
+        check_heartbeat_timeout(self.heartbeat_timeout_ms)
         if not 1 <= self.ranks <= 8:
             raise UserError("--ranks must be between 1 and 8")
         if self.all_fail and self.spares:
@@ -471,7 +472,7 @@ class SlurmBackend(Backend):
 
     def restore(self, replica: int, mode: str = "") -> None:
         what = "array task" if self.cfg.spares else "replica"
-        if mode in ("kill", "hang"):  # its launcher acts first (job.py)
+        if mode in ("kill", "hang", "stall"):  # its launcher acts first (job.py)
             self.say(f"{what} {replica}'s launcher restarts its training in place (the node "
                      "is fine), or requeues it")  # fmt: skip
         elif mode == "requeue":

@@ -48,6 +48,12 @@ FT, CLASSIC, BOTH = ("ft",), ("classic",), ("ft", "classic")
 
 MAX_REPLICAS = 10_000  # replicas (and spares) of one run: more is a typo, not a cluster
 MAX_MS = DAY_S * 1000  # a duration in milliseconds: at most a day, as for seconds
+# torchft's Manager heartbeats the Lighthouse every 100 ms (Manager(heartbeat_interval=
+# timedelta(milliseconds=100)) in torchft/manager.py; ftslurm keeps that default). A heartbeat
+# timeout under two intervals drops a live replica between two heartbeats: the floor of
+# `ftslurm lighthouse start --heartbeat-timeout-ms` (lighthouse.config.check_heartbeat_timeout)
+TORCHFT_HEARTBEAT_INTERVAL_MS = 100
+HEARTBEAT_TIMEOUT_FLOOR_MS = 2 * TORCHFT_HEARTBEAT_INTERVAL_MS
 INT64 = 2**63 - 1  # the largest value any knob is passed on as (Rust's and C's int64)
 # the FT job's warning before the time limit, seconds (sbatch --signal=B:USR1@<s>, whose
 # sig_time Slurm takes from 0 to 65535)
@@ -295,9 +301,18 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _fix("FTSLURM_FIX_GLOO_FSDP", 10, "replicas of several ranks on CPU: FSDP reduces with "
          "SUM over gloo"),
     Knob("FTSLURM_HANG_TIMEOUT_S", "int", "the launcher's watchdog (watchdog.py) restarts a "
-         "worker whose heartbeat the Lighthouse lost, or that made no progress in a step for "
-         "this long (the worker raises it to 20 median steps or twice torchft's timeout); "
-         "0: no watchdog", 300, cpu_default=60, minimum=0, maximum=DAY_S, scripts=FT),
+         "worker that is stopped while the Lighthouse lost its heartbeat, or that made no "
+         "progress for this long in a long phase (its first steps, a wait on its peers, a "
+         "checkpoint save, a heal; the worker raises it to 20 median steps or twice torchft's "
+         "timeout); 0: no watchdog", 300, cpu_default=60, minimum=0, maximum=DAY_S, scripts=FT),
+    Knob("FTSLURM_STALL_TIMEOUT_S", "float", "the watchdog's stall rule: a worker whose "
+         "training thread made no progress in its compute for 5 median steps, and at least "
+         "this long, is stalled (a CUDA call that never returns under a live heartbeat) and "
+         "is restarted; 0: stalls only by FTSLURM_HANG_TIMEOUT_S", 30, cpu_default=5,
+         minimum=0, maximum=DAY_S, scripts=FT),
+    Knob("FTSLURM_EMULATE_SAVE_S", "float", "benches: each checkpoint save also holds the "
+         "training thread this long (a GPU's slow save, emulated on CPU)", 0, minimum=0,
+         maximum=3600, scripts=FT, public=False),
     Knob("FTSLURM_TINY_STEP_S", "float", "`FTSLURM_PRESET=tiny`: pause per step (paces many "
          "replicas on few cores)", 0.5, minimum=0, scripts=FT),
     Knob("FTSLURM_EARLY_FIRST_SYNC", "bool",
@@ -334,7 +349,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "int",
          "`ftslurm lighthouse start --heartbeat-timeout-ms`: how long a silent replica stays "
          "in the quorum (detection time; too low drops live replicas)", where="cli",
-         minimum=1, maximum=MAX_MS, default_doc="2000 (torchft's: 5000)"),
+         minimum=HEARTBEAT_TIMEOUT_FLOOR_MS, maximum=MAX_MS, default_doc="2000 (torchft's: 5000)"),
     Knob("FTSLURM_KILL_VIA", "choice", "how `ftslurm simulate-failure --mode kill` reaches the "
          "workers: by pid on the local cluster, else `srun` + `pkill`", "auto",
          choices=("auto", "srun", "local"), where="cli"),

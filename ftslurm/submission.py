@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths
+from ftslurm import knobs, logvocab, paths, safefile
 from ftslurm.errors import UserError
 
 Say = Callable[[str], None]
@@ -36,7 +37,7 @@ _DIRECTIVE = re.compile(r"#SBATCH\s+(-[^\s=]+)(?:[=\s]\s*(\S+))?")
 
 # sbatch's --signal=[{R|B}:]<sig_num>[@sig_time]; sig_time defaults to 60 s
 _SIGNAL_SPEC = re.compile(
-    r"(?:(?P<flags>[RB]{1,2}):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<at>[0-9]{1,6}))?"
+    r"(?:(?P<flags>[RB]{1,2}):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<at>[0-9]{1,30}))?"
 )
 _USR1 = ("USR1", "SIGUSR1", "10")
 
@@ -214,6 +215,33 @@ def _signal_option(options: Sequence[str]) -> str | None:
     return found
 
 
+def _signal_spec(given: str | None, env: Mapping[str, str],
+                 script: str) -> tuple[str, str] | None:  # fmt: skip
+    """The `--signal` value sbatch will use and where it comes from (sbatch's order: the
+    command line, $SBATCH_SIGNAL, the script's #SBATCH line); None when there is none."""
+    if given:
+        return given, f"--signal={given}"
+    if env.get("SBATCH_SIGNAL"):
+        return env["SBATCH_SIGNAL"], f"SBATCH_SIGNAL={env['SBATCH_SIGNAL']}"
+    line = last_directive(script, r"--signal")
+    return (line, f"{script}'s #SBATCH --signal={line}") if line is not None else None
+
+
+def check_signal_margin(margin: int, where: str) -> None:
+    """The margin a `--signal` gives the launcher is passed on as FTSLURM_TIME_LIMIT_SIGNAL_S:
+    it must be in that knob's range here, before the queue wait, or every task of the job
+    fails on it once it starts. `where`: the --signal and where it came from."""
+    knob = knobs.KNOBS[knobs.TIME_LIMIT_SIGNAL]
+    try:
+        knob.parse(str(margin))
+    except UserError:
+        raise UserError(
+            f"{where}: USR1 {margin} s before the time limit is out of range; the launcher "
+            f"takes {knob.minimum} to {knob.maximum} s ({knobs.TIME_LIMIT_SIGNAL}): e.g. "
+            f"--signal={time_limit_signal_spec(knob.default)}"
+        ) from None
+
+
 def _time_limit_signal(req: SubmitRequest, options: list[str], env: Mapping[str, str],
                        say: Say) -> tuple[list[str], int | None]:  # fmt: skip
     """The sbatch options with `--signal=B:USR1@<margin>` added when asked for, and the
@@ -231,10 +259,13 @@ def _time_limit_signal(req: SubmitRequest, options: list[str], env: Mapping[str,
                         f"once (--time-limit-signal {margin} is --signal=B:USR1@{margin})")
     if margin is not None and given is None:
         return [*options, f"--signal={time_limit_signal_spec(margin)}"], margin
-    spec = given or env.get("SBATCH_SIGNAL") or last_directive(script, r"--signal")
-    if spec is None:
+    source = _signal_spec(given, env, script)
+    if source is None:
         return options, None
+    spec, where = source
     found = launcher_signal_margin(spec)
+    if found is not None:
+        check_signal_margin(found, where)
     if found is None and Path(script).name == paths.FT_SCRIPT:
         say(f"warning: --signal={spec} sends the batch shell (the launcher) no USR1: "
             "at the time limit no final checkpoint is taken and nothing requeues; "
@@ -308,11 +339,59 @@ def _check_job_dir(path: Path) -> None:
         raise UserError(f"--chdir {path} is not writable: the job writes its logs there")
 
 
-def _make_dir(path: Path, fix: str) -> None:
+@dataclass(frozen=True)
+class LogDir:
+    """A log folder made before sbatch: `path`, whose folders from `top` (the outputs folder)
+    down are checked as root (`check_log_dir`); `fix`: what to change when it cannot be made."""
+
+    path: Path
+    top: Path
+    fix: str
+
+    @classmethod
+    def under(cls, base: Path, relative: str | Path, fix: str) -> LogDir:
+        """`base / relative`, checked from the first folder of `relative` down."""
+        rel = Path(relative)
+        top = base / rel.parts[0] if rel.parts and not rel.is_absolute() else base / rel
+        return cls(base / rel, top, fix)
+
+    def checked(self) -> list[Path]:
+        """`top` and each folder below it down to `path`."""
+        below = self.path.relative_to(self.top).parts
+        return [self.top, *(self.top.joinpath(*below[: i + 1]) for i in range(len(below)))]
+
+
+def check_log_dir(folder: LogDir) -> None:
+    """As root, refuse a log folder (or a folder of it below the outputs folder) that is a
+    symbolic link, belongs to another user or others can write (`safefile.untrusted_dir`,
+    as the launcher checks its failure records): `ftslurm submit --chdir` into another
+    user's folder would create the log folders through a link planted there (`outputs ->
+    /etc`), and root's job would then write its logs where the link points."""
+    if os.geteuid() != 0:
+        return
+    for path in folder.checked():
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:  # missing (made next, checked again), or below a file (mkdir says)
+            return
+        if not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            return  # a file in the way: mkdir's error says so, with the fix
+        if (why := safefile.untrusted_dir(path)) is not None:
+            raise UserError(f"refusing to use {path} as a log folder as root: {why}; remove "
+                            "it, or submit as its owner (as root, ftslurm writes no logs "
+                            "through a link or into a folder another user controls)")
+
+
+def _make_dir(folder: LogDir) -> None:
+    """Make `folder`, checked (as root) before it is made or used and once it is there (a
+    name swapped in meanwhile is refused before sbatch runs)."""
+    check_log_dir(folder)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        folder.path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a file in the way, no permission, read-only file system
-        raise UserError(f"cannot create the log folder {path} ({e.strerror}): {fix}") from None
+        raise UserError(f"cannot create the log folder {folder.path} ({e.strerror}): "
+                        f"{folder.fix}") from None
+    check_log_dir(folder)
 
 
 def _outputs_fix(settings: knobs.Settings) -> str:
@@ -380,7 +459,7 @@ class SbatchPlan:
     argv: list[str]
     job_env: dict[str, str]
     cwd: Path | None
-    folders: list[tuple[Path, str]]  # (folder, what to change when it cannot be made)
+    folders: list[LogDir]
     script: str
     options: list[str]
     script_args: list[str]
@@ -415,10 +494,14 @@ def plan(req: SubmitRequest, say: Say = _stderr) -> SbatchPlan:
         _check_job_dir(job_dir)
     outputs = paths.outputs_dir() if req.outputs is None else req.outputs
     # the runs, and the scripts' Slurm --output folder (relative to the job's working dir)
-    folders = [(paths.torchft_runs_dir(outputs), _outputs_fix(settings))]
+    runs = paths.torchft_runs_dir(outputs)
+    folders = [LogDir(runs, outputs, _outputs_fix(settings))]
     if req.slurm_output_dir is not None:
-        folders.insert(0, ((job_dir or req.workdir or Path.cwd()) / req.slurm_output_dir,
-                           "submit from a folder you can write to, or give one with --chdir"))
+        folders.insert(0, LogDir.under(
+            job_dir or req.workdir or Path.cwd(), req.slurm_output_dir,
+            "submit from a folder you can write to, or give one with --chdir"))  # fmt: skip
+    for folder in folders:  # refused now, not once sbatch is about to run
+        check_log_dir(folder)
     # the job writes its logs where `ftslurm logs/status/report` look, from any submit dir,
     # and runs this environment's interpreter
     job_env = {**req.knobs, "FTSLURM_OUTPUTS": str(outputs),
@@ -456,8 +539,8 @@ def run(p: SbatchPlan) -> Submitted:
     """Make the plan's folders, then run its sbatch (through the Slurm client)."""
     from ftslurm.slurm import client
 
-    for folder, fix in p.folders:
-        _make_dir(folder, fix)
+    for folder in p.folders:
+        _make_dir(folder)
     slurm = client.current(env=p.env, timeout=p.timeout or client.TIMEOUT_S)
     job_id = slurm.sbatch(p.script, p.options, p.script_args, cwd=p.cwd, extra_env=p.job_env)
     return Submitted(job_id, logvocab.run_dir(job_id, p.outputs) if p.is_array else None)

@@ -18,23 +18,6 @@ pytestmark = pytest.mark.unit
 TOKEN = "hf_secret_token_never_printed_456"
 
 
-def test_assets_token_on_the_command_line_warns_and_is_never_printed(monkeypatch, tmp_path):
-    seen = {}
-
-    def fake_download(dest: Path, token: str | None) -> list[Path]:
-        seen["token"] = token
-        return [dest / "tokenizer.json"]
-
-    monkeypatch.setattr("ftslurm.replica.assets.download_tokenizer", fake_download)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    res = invoke("assets", "download", "--token", TOKEN, "--dest", str(tmp_path))
-    assert res.exit_code == 0, res.output
-    assert seen["token"] == TOKEN
-    assert "visible to every user of this machine in `ps`" in res.stderr
-    assert "HF_TOKEN=hf_..." in res.stderr
-    assert TOKEN not in res.output + res.stderr
-
-
 def test_assets_token_from_the_environment_does_not_warn(monkeypatch, tmp_path):
     monkeypatch.setattr("ftslurm.replica.assets.download_tokenizer", lambda d, t: [d / t])
     monkeypatch.setenv("HF_TOKEN", TOKEN)

@@ -190,8 +190,8 @@ def test_dest_that_cannot_be_a_folder_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     for argv in (["make-local", "--dest", str(blocker / "sub")],
-                 ["download", "--dest", str(blocker / "sub"), "--token", TOKEN]):  # fmt: skip
-        r = CliRunner().invoke(cli, ["assets", *argv])
+                 ["download", "--dest", str(blocker / "sub")]):  # fmt: skip
+        r = CliRunner().invoke(cli, ["assets", *argv], env={"HF_TOKEN": TOKEN})
         assert isinstance(r.exception, UserError), r.output
         assert f"cannot create the folder {blocker / 'sub'}" in str(r.exception)
 

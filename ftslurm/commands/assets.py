@@ -22,13 +22,20 @@ def assets() -> None:
     """
 
 
+def _refuse_token(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """`--token X` is refused, not taken: a command line is readable by every user of the
+    machine (`ps`, /proc/<pid>/cmdline) for as long as the process runs."""
+    if value is not None:
+        raise click.UsageError(
+            "--token is not taken: a token on the command line is visible to every user of "
+            "this machine in `ps`; use HF_TOKEN=hf_... ftslurm assets download, or "
+            "--token-file FILE (`-`: standard input)",
+            ctx,
+        )
+
+
 @assets.command()
-@click.option(
-    "--token",
-    default=None,
-    help="Deprecated: a token on the command line is visible to every user of this machine in "
-    "`ps`; ftslurm restarts itself at once without it, but use $HF_TOKEN or --token-file.",
-)
+@click.option("--token", hidden=True, expose_value=False, is_eager=True, callback=_refuse_token)
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
@@ -41,7 +48,7 @@ def assets() -> None:
     default=None,
     help="Target folder (default: assets/hf/Llama-3.1-8B of the checkout).",
 )
-def download(token: str | None, token_file: Path | None, dest: Path | None) -> None:
+def download(token_file: Path | None, dest: Path | None) -> None:
     """Download the Llama-3.1-8B tokenizer (gated: accept the licence on huggingface.co).
     The token: $HF_TOKEN, or --token-file FILE (`-` reads standard input).
 
@@ -53,20 +60,9 @@ def download(token: str | None, token_file: Path | None, dest: Path | None) -> N
     from ftslurm.replica import assets as lib
     from ftslurm.replica.plan import hf_assets
 
-    if token and token_file:
-        raise click.UsageError("give the token once: --token-file or --token, not both")
-    if token:
-        click.echo(
-            "warning: --token is visible to every user of this machine in `ps`; ftslurm "
-            "restarts without it now (the token moves to its environment); next time: "
-            "HF_TOKEN=hf_... ftslurm assets download, or --token-file FILE",
-            err=True,
-        )
-        _restart_without_token(token)
-    if token_file:
-        token = _read_token(token_file)
+    token = _read_token(token_file) if token_file else os.environ.get("HF_TOKEN")
     dest = dest or hf_assets(paths.project_root())
-    files = lib.download_tokenizer(dest, token or os.environ.get("HF_TOKEN"))
+    files = lib.download_tokenizer(dest, token)
     for f in files:
         click.echo(f"downloaded {f}")
 
@@ -89,29 +85,6 @@ def _read_token(path: Path) -> str:
     if len(text) > TOKEN_MAX or not lines or not lines[0].strip():
         raise click.UsageError(f"--token-file {path}: expected one line holding the token")
     return lines[0].strip()
-
-
-def _restart_without_token(token: str) -> None:
-    """Replace this process by the same command without `--token X`, the token in HF_TOKEN
-    instead: /proc/<pid>/cmdline is readable by every user for the whole download, a
-    process's environment only by its owner. Only when `--token X` is on this process's own
-    command line (not when called from Python, where there is nothing in `ps` to hide)."""
-    argv = list(getattr(sys, "orig_argv", []))
-    out, i, found = [], 0, False
-    while i < len(argv):
-        if argv[i] == "--token" and i + 1 < len(argv) and argv[i + 1] == token:
-            found, i = True, i + 2
-            continue
-        if argv[i] == f"--token={token}":
-            found = True
-        else:
-            out.append(argv[i])
-        i += 1
-    if not found:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, out, {**os.environ, "HF_TOKEN": token})
 
 
 @assets.command("make-local")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ftslurm.commands.lighthouse import HeartbeatMs
 from ftslurm.commands.params import knob_option, replicas, seconds
 from ftslurm.failure_plan import MODES
 
@@ -56,7 +57,7 @@ from ftslurm.failure_plan import MODES
     "soon as the replicas trained a few steps together.",
 )
 @knob_option(
-    "--heartbeat-timeout-ms", type=click.IntRange(min=1), default=None,
+    "--heartbeat-timeout-ms", type=HeartbeatMs(), default=None,
     knob="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
     help="The Lighthouse's heartbeat timeout (detection time; see `ftslurm lighthouse start "
     "--help`)  [default: the Lighthouse's]",

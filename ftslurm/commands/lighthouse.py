@@ -20,12 +20,36 @@ from click.core import ParameterSource
 
 from ftslurm import lighthouse as lh
 from ftslurm import stdout_pipe
-from ftslurm.commands.params import FiniteFloat, knob_option, milliseconds, replicas
+from ftslurm.commands.params import DAY_MS, Count, FiniteFloat, knob_option, milliseconds, replicas
 from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
+from ftslurm.knobs import HEARTBEAT_TIMEOUT_FLOOR_MS
+from ftslurm.lighthouse.config import check_heartbeat_timeout
 from ftslurm.textsafe import printable
 
 DEFAULTS = lh.LighthouseConfig  # its fields' defaults are class attributes
+
+
+class HeartbeatMs(Count):
+    """--heartbeat-timeout-ms: milliseconds from the floor (shown in --help) to a day, and a
+    value under the floor is refused by `check_heartbeat_timeout`'s line, which says why."""
+
+    def __init__(self) -> None:
+        super().__init__(HEARTBEAT_TIMEOUT_FLOOR_MS, DAY_MS)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as refused:
+            try:  # a whole number under the floor: say why; anything else: the range
+                ms = milliseconds(0).convert(value, param, ctx)
+            except click.BadParameter:
+                raise refused from None
+            try:
+                check_heartbeat_timeout(ms, what="")
+            except UserError as e:
+                self.fail(str(e), param, ctx)
+            raise
 
 
 def _state_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +97,7 @@ def _config_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[.
                 help="How long to wait for heartbeating stragglers before issuing a quorum.",
             ),
             knob_option(
-                "--heartbeat-timeout-ms", type=milliseconds(1),
+                "--heartbeat-timeout-ms", type=HeartbeatMs(),
                 default=d(DEFAULTS.heartbeat_timeout_ms), show_default=defaults,
                 knob="FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS",
                 help="How long a replica whose heartbeats stopped stays in the quorum: the "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ftslurm.errors import UserError
+from ftslurm.knobs import HEARTBEAT_TIMEOUT_FLOOR_MS, TORCHFT_HEARTBEAT_INTERVAL_MS
 from ftslurm.lighthouse.address import DEFAULT_PORT, check_advertise, format_bind, parse_bind
 
 # the binary's own options, recorded in the state file as "config" (what `status` shows)
@@ -27,6 +28,21 @@ def safe_min_replicas(replicas: int) -> int:
     apart (torchft's advice against split brain); 1 for 2 or fewer, where a majority is every
     replica and the survivor could not train through a failure."""
     return replicas // 2 + 1 if replicas >= 3 else 1
+
+
+def check_heartbeat_timeout(ms: int | None, what: str = "--heartbeat-timeout-ms") -> None:
+    """Refuse a heartbeat timeout under two of torchft's heartbeat intervals (`what` names
+    where it came from; "" where click names the option): the Lighthouse would drop live
+    replicas between their heartbeats, and each one's watchdog would kill it (exit 137) a few
+    seconds into every attempt. The one check of every way to set it: `lighthouse start` and
+    `restart`, the demo, a recorded config."""
+    if ms is not None and ms < HEARTBEAT_TIMEOUT_FLOOR_MS:
+        raise UserError(
+            f"{what + ' ' if what else ''}{ms} is below {HEARTBEAT_TIMEOUT_FLOOR_MS} ms, twice "
+            f"torchft's heartbeat interval ({TORCHFT_HEARTBEAT_INTERVAL_MS} ms): live replicas "
+            f"would be dropped; use --heartbeat-timeout-ms {HEARTBEAT_TIMEOUT_FLOOR_MS} or more "
+            f"(default {LighthouseConfig.heartbeat_timeout_ms})"
+        )
 
 
 @dataclass(frozen=True)
@@ -57,8 +73,7 @@ class LighthouseConfig:
         for name in ("min_replicas", "quorum_tick_ms", "join_timeout_ms"):
             if getattr(self, name) < (1 if name == "min_replicas" else 0):
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
-        if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms <= 0:
-            raise UserError("--heartbeat-timeout-ms must be positive")
+        check_heartbeat_timeout(self.heartbeat_timeout_ms)
 
     def binary_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in BINARY_OPTIONS}

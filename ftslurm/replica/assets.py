@@ -43,8 +43,8 @@ def download_tokenizer(
     """
     if not token:
         raise UserError(
-            f"no Hugging Face token: set HF_TOKEN or pass --token (and accept the licence at "
-            f"https://huggingface.co/{repo_id} with that account first)"
+            "no Hugging Face token: set HF_TOKEN or pass --token-file FILE (and accept the "
+            f"licence at https://huggingface.co/{repo_id} with that account first)"
         )
     real_hub = hub_download is None
     if hub_download is None:
