@@ -150,6 +150,11 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
     except UserError as e:  # a control with a failure (a false drop under load): said, kept
         rep, refused = build_report(str(run_dir)).to_json(), str(e)
     failures_ = [f for f in rep["failures"] if f.get("kind") in FAILURE_ACTIONS]
+    # a failure nobody injected (a replica that left the quorum or came back under a new
+    # uuid, not a false drop) on a slot no injection hit: a survivor that crashed
+    hit = {str(f.get("replica")) for f in failures_}
+    crashes = [f for f in rep["failures"] if f.get("kind") not in FAILURE_ACTIONS
+               and not f.get("false_drop") and str(f.get("replica")) not in hit]  # fmt: skip
     attempts = sorted(  # Slurm's next attempts and the launcher's restarts in place
         (a for a in rep["attempts"] if a["attempt"] > 0 or a.get("restart_in_place")),
         key=lambda a: _t(a["start_time"]),
@@ -209,7 +214,8 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
     against = (f"against the control {base.get('run')}" if base.get("source") == "control"
                else "against its own full-strength rate")
     print(f"  goodput (replica-steps) {_pct(g)} {against}, step ratio {_pct(ratio)}, "
-          f"lost {sm['lost']}, false quorum drops {sm['false_drops']}", file=out)
+          f"lost {sm['lost']}, false quorum drops {sm['false_drops']}, survivor crashes "
+          f"{len(crashes)}", file=out)  # fmt: skip
     return {
         "backend": backend, "replicas": cfg.replicas, "spares": spares, "mode": mode,
         "failures": len(failures_),
@@ -230,6 +236,8 @@ def figures(run_dir: Path, cfg: DemoConfig, out=sys.stdout, baseline: Path | Non
         "failure_free_step_rate": sm["failure_free_step_rate"],
         "startup_syncs": sm.get("startup_syncs", 0),
         "false_drops": sm["false_drops"], "run_dir": str(run_dir),
+        "survivor_crashes": len(crashes),
+        "survivor_crash_replicas": sorted({str(f.get("replica")) for f in crashes}),
     }  # fmt: skip
 
 
@@ -328,6 +336,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
             "goodput_against": "control" if a.control else "self",
             "median_full_strength_s": _median([v for x in rs for v in x["full_strength_s"]]),
             "median_detection_s": _median([v for x in rs for v in x["detection_s"]]),
+            "survivor_crashes": sum(x.get("survivor_crashes", 0) for x in rs),
             "failures": [x["failures"] for x in rs],
             # what the issue asks of a spare: below 1.0 whenever a failure happened
             "goodput_below_1_when_failed": all((x["goodput"] or 0.0) < 1.0 for x in failed),

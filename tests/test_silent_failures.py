@@ -137,6 +137,25 @@ def test_a_stall_needs_the_same_progress_on_the_second_look(tmp_path: Path) -> N
     assert "stalled" in why
 
 
+def test_a_node_that_stood_still_is_judged_from_when_it_woke(tmp_path: Path) -> None:
+    """freeze-node: every process of the node stood still, the launcher too. The worker's
+    progress looks 8 s old when the launcher wakes; that is no stall."""
+    now = [1000.0]
+    progress = tmp_path / "progress"
+    progress.write_text(json.dumps({"state": "step", "time": 999.0, "bound_s": 5, "id": "r:1"}))
+    dog = watchdog.Watchdog(progress, None, floor_s=60, stall_floor_s=5, clock=lambda: now[0])
+    assert dog.check() is None
+    now[0] = 1008.0  # 8 s without a check: the node was frozen
+    assert [dog.check(), dog.check()] == [None, None]
+    for _ in range(5):  # checks a second apart, still no progress
+        now[0] += 1.0
+        assert dog.check() is None
+    now[0] += 0.75  # 5.75 s after it woke: over the bound
+    assert dog.check() is None
+    now[0] += 0.25  # the second look holds
+    assert dog.check() is not None
+
+
 @pytest.mark.parametrize("state", ["wait", "save", "heal"])
 def test_long_phases_get_the_long_bound(tmp_path: Path, state: str) -> None:
     """A wait on peers, a checkpoint save or a heal is never judged by the stall floor."""

@@ -42,6 +42,9 @@ HEARTBEAT_READS = READS
 CHECK_EVERY_S = 1.0
 RECHECK_S = 0.25  # after a read that found evidence, the next read comes sooner
 MAX_PROGRESS_BYTES = 4096
+# a gap this long between two checks (made at most CHECK_EVERY_S apart) means the launcher
+# itself stood still, with the whole node
+FROZE_S = 3.0
 # what a phase is called in the watchdog's line (peer_watch.py's phases)
 PHASES = {"step": "its training step", "wait": "a wait on its peers",
           "save": "a checkpoint save", "heal": "a heal"}  # fmt: skip
@@ -84,6 +87,8 @@ class Watchdog:
     _old_since: float | None = None  # the progress time at the first old read
     _over_reads: int = 0
     _over_at: float | None = None  # the progress time the stall rule's reads saw
+    _last_check: float | None = None
+    _woke: float = 0.0  # when this launcher last came back from standing still itself
 
     @property
     def next_check_s(self) -> float:
@@ -100,6 +105,12 @@ class Watchdog:
             return None
 
     def _check(self) -> str | None:
+        now = self.clock()
+        if self._last_check is not None and now - self._last_check > FROZE_S:
+            # this launcher stood still too (a frozen node, a paused VM): the worker's
+            # progress counts from now, not from before the freeze
+            self._woke, self._over_reads = now, 0
+        self._last_check = now
         p = read_progress(self.progress)
         if p is None:
             return None  # the worker has not reached its first quorum
@@ -115,7 +126,7 @@ class Watchdog:
             return None  # a quorum wait (the Lighthouse bounds it), or a state we do not know
         floor = self.stall_floor_s if state == "step" and self.stall_floor_s else self.floor_s
         bound = max(floor, bound_s)
-        age = self.clock() - when
+        age = self.clock() - max(when, self._woke)
         if age <= bound:
             self._over_reads = 0
             return None
