@@ -395,6 +395,10 @@ class _Execution:
             time.sleep(min(left, 0.5))
             for stop in self.stalls:  # a held worker that died: its parent must learn it
                 procs.ptrace_poll(stop)
+            if self.stalls and all(stop.exited for stop in self.stalls):
+                self.say("every stalled worker exited (its launcher's watchdog ended it): "
+                         "the stall is over")  # fmt: skip
+                break
             if end - time.monotonic() <= 0:
                 break  # time's up: an squeue now would only delay the RESUME
             if self.watch and self.running_again is None and (cur := self.back()):
