@@ -237,3 +237,48 @@ def test_race_slow_original_against_claiming_spare_exactly_one_trains(
     assert set(writers[first_new:]) == {winner}, "two processes trained as slot 0"
     assert sum(1 for line in lines if line.startswith("original fenced")) == 1
     assert writers[first_new:].count(winner) >= 2
+
+
+def test_a_paused_lighthouse_listing_every_heartbeat_old_takes_no_slot(tmp_path: Path) -> None:
+    """A Lighthouse SIGSTOPped for 3 s lists every heartbeat old when it resumes, until the
+    next heartbeats arrive (torchft's 100 ms): a spare claims a slot only when a second read,
+    SECOND_LOOK_S later, finds it vacant too. Before, it took the healthy holder's slot at
+    the first read and fenced it (the false-action soak)."""
+    root = tmp_path / "slots"
+    slots.try_claim(root, 0, 0, 0, "n0", 1, 100.0)
+    slots.record_member(root, 0, 0, "torchtitan_ft_0:a")
+    reads = iter([([], ["torchtitan_ft_0:a"]), (["torchtitan_ft_0:a"], []),
+                  ([], ["torchtitan_ft_0:a"]), ([], ["torchtitan_ft_0:a"])])  # fmt: skip
+    w = standby.Watcher(root, 1, 300.0, lambda: next(reads))
+    assert w.poll(200.0) is None  # resumed: old at the first read
+    assert w.poll(200.25) is None  # fresh again: not vacant
+    assert w.poll(201.0) is None  # old again: a first read once more
+    found = w.poll(201.0 + standby.SECOND_LOOK_S)  # still old a second later: gone
+    assert found is not None and found[0] == 0
+
+
+def test_a_spare_whose_run_finished_exits_0_at_once(tmp_path: Path, monkeypatch) -> None:
+    """torch's @record on FTTrainer.__init__ swallows SystemExit(0) and torchtitan then
+    trains a trainer never built (exit 1: drained, requeued, crash-looped); the spare leaves
+    through os._exit(0) instead."""
+    from types import SimpleNamespace
+
+    from torchtitan.components.ft.manager import FTManager
+    from torchtitan.experiments.ft.train import FTTrainer
+
+    monkeypatch.setattr(FTManager, "__init__", FTManager.__init__)  # restored after the test
+    monkeypatch.setattr(FTTrainer, "train_step", FTTrainer.train_step)
+
+    class Finished(Exception):
+        pass
+
+    def finished() -> None:
+        raise Finished
+
+    monkeypatch.setattr(standby, "wait_for_slot", lambda env: None)
+    monkeypatch.setattr(standby, "_exit_finished", finished)
+    env = {"FTSLURM_SLOTS_DIR": str(tmp_path / "slots"), "FTSLURM_SPARE": "1",
+           "FTSLURM_SLOT_FILE": str(tmp_path / "slot"), "LOCAL_RANK": "0"}  # fmt: skip
+    standby.install(env)
+    with pytest.raises(Finished):
+        FTManager.__init__(object.__new__(FTManager), SimpleNamespace(enable=True))

@@ -44,11 +44,11 @@ def test_lost_members_are_the_ones_the_lighthouse_marks_old() -> None:
 
 
 def test_a_member_missing_from_the_page_is_lost_only_after_two_reads() -> None:
-    page = QuorumPage(heartbeats=[Heartbeat("a:1", 0.1)])
+    page = QuorumPage(quorum_id=1, heartbeats=[Heartbeat("a:1", 0.1)])
     absent: dict[str, int] = {}
     assert peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) == []
     assert peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) == ["b:2"]
-    back = QuorumPage(heartbeats=[Heartbeat("a:1", 0.1), Heartbeat("b:2", 0.1)])
+    back = QuorumPage(quorum_id=1, heartbeats=[Heartbeat("a:1", 0.1), Heartbeat("b:2", 0.1)])
     assert peer_watch._lost(["a:1", "b:2"], "a:1", back, absent) == []
     assert absent == {}
 
@@ -321,3 +321,13 @@ def test_a_stalled_worker_is_ended_by_its_progress_and_the_survivor_trains_on(ti
     assert first - t_stall < 20, f"survivor's next commit {first - t_stall:.1f} s after the stall"
     assert r0.proc.poll() is None, r0.text()[-2000:]  # the survivor never crashed
     assert "exited with code" not in r0.text() and "watchdog" not in r0.text()
+
+
+def test_a_member_missing_from_an_unreadable_page_is_not_lost() -> None:
+    """A page with items the parser could not read (a hostile replica id beside them) says
+    nothing about who is missing from it; an old heartbeat it does list still counts."""
+    page = QuorumPage(quorum_id=3, heartbeats=[Heartbeat("a:1", 0.1)], rejected=1)
+    absent: dict[str, int] = {}
+    assert [peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) for _ in range(3)] == [[]] * 3
+    page.heartbeats.append(Heartbeat("b:2", 9.0, old=True))
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", page, absent) == ["b:2"]

@@ -137,3 +137,33 @@ def test_other_quorum_errors_are_not_retried() -> None:
 
     with pytest.raises(RuntimeError):
         peer_watch._quorum_retrying(SimpleNamespace(), start, lambda _line: None)
+
+
+def test_one_training_step_is_one_interval_however_many_optimizers_it_steps(
+        tmp_path: Path, monkeypatch) -> None:  # fmt: skip
+    """AdamW, torchtitan's container and torchft's wrapper each fire the optimizer-step hook
+    in one step: timed as intervals, their median was ~0 and the stall rule's bound fell to
+    its floor, ending healthy workers whose steps took 5 s on a busy machine."""
+    watch, _ = _watch(tmp_path)
+    now = [100.0]
+    monkeypatch.setattr(peer_watch.time, "monotonic", lambda: now[0])
+    for _step in range(4):
+        for _optimizer in range(3):
+            watch.optimizer_stepped()
+            now[0] += 0.0001
+        now[0] += 5.0
+    assert [round(x, 2) for x in watch._opt_steps] == [5.0, 5.0, 5.0]
+    watch.step_started()
+    assert _read(tmp_path / "progress")["bound_s"] == pytest.approx(25, abs=0.01)  # 5 x 5 s
+
+
+def test_a_stale_page_that_lists_this_process_old_is_no_evidence() -> None:
+    """A Lighthouse that was paused lists every heartbeat old, this process's own too: no
+    peer is lost on that page."""
+    from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage
+
+    page = QuorumPage(quorum_id=1, heartbeats=[Heartbeat("a:1", 3.1, old=True),
+                                               Heartbeat("b:2", 3.1, old=True)])  # fmt: skip
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", page, {}) == []
+    page.heartbeats[0] = Heartbeat("a:1", 0.1)
+    assert peer_watch._lost(["a:1", "b:2"], "a:1", page, {}) == ["b:2"]

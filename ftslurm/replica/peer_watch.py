@@ -84,6 +84,9 @@ QUORUM, STEP, WAIT, SAVE, HEAL = "quorum", "step", "wait", "save", "heal"
 STALL_STEPS = 5
 MIN_TIMED_STEPS = 3  # the tight bound needs this many timed optimizer steps in this process
 QUORUM_RETRIES = 10  # quorum requests that time out are made again this many times
+# The optimizer-step hook fires for every optimizer a step steps (AdamW, torchtitan's
+# container, torchft's wrapper: 2-4 calls microseconds apart): calls this close are one step
+SAME_STEP_S = 0.05
 _WATCHES: list[PeerWatch] = []  # the process's watches, for the global optimizer hook
 
 
@@ -107,12 +110,18 @@ def _lost(members: list[str], me: str, page: Any, absent: dict[str, int]) -> lis
     """Pure: the members (not `me`) the parsed status page shows gone. `absent` counts the
     reads in a row that did not list a member (updated here)."""
     beats = {h.replica_id: h for h in page.heartbeats}
+    mine = beats.get(me)
+    if mine is not None and mine.old:
+        return []  # the page is stale (a Lighthouse that was paused): this process is alive
+    whole = getattr(page, "readable", True)  # an unreadable page's gaps are no evidence
     lost = []
     for rid in members:
         if rid == me:
             continue
         beat = beats.get(rid)
         if beat is None:
+            if not whole:
+                continue
             absent[rid] = absent.get(rid, 0) + 1
             if absent[rid] >= ABSENT_READS:
                 lost.append(rid)
@@ -200,9 +209,12 @@ class PeerWatch:
 
     def optimizer_stepped(self) -> None:
         now = time.monotonic()
-        if self._last_opt is not None:
-            self._opt_steps.append(now - self._last_opt)
-        self._last_opt = now
+        # calls this close are the same training step (torchtitan's container, torchft's
+        # wrapper): one interval
+        if self._last_opt is None or now - self._last_opt >= SAME_STEP_S:
+            if self._last_opt is not None:
+                self._opt_steps.append(now - self._last_opt)
+            self._last_opt = now
         if now - self._last_write >= PROGRESS_EVERY_S or self._written != STEP:
             self._write_progress(STEP)
 

@@ -26,12 +26,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ftslurm import knobs, safefile
 from ftslurm.replica import slots
 
 POLL_S = 0.25
+SECOND_LOOK_S = 1.0  # a slot found vacant is claimed only when found so again this much later
 FENCED_EXIT = 75
 
 
@@ -61,9 +62,13 @@ class Watcher:
                  heartbeats: Callable[[], tuple[list[str], list[str]] | None]) -> None:  # fmt: skip
         self.root, self.group_size, self.grace_s = root, group_size, grace_s
         self.heartbeats = heartbeats
+        self._seen: tuple[int, int, float] | None = None  # (slot, epoch, when) found vacant
 
     def poll(self, now: float) -> tuple[int, slots.Claim] | None:
-        """A vacant slot and its current claim, or None (also while the Lighthouse is away)."""
+        """A vacant slot and its current claim, or None (also while the Lighthouse is away).
+        A slot is vacant when two reads at least SECOND_LOOK_S apart find it so: a Lighthouse
+        that was paused lists every heartbeat old until the next ones arrive (within
+        torchft's 100 ms heartbeat), and a holder taken over on that would be fenced."""
         beats = self.heartbeats()
         if beats is None:
             return None
@@ -72,9 +77,17 @@ class Watcher:
         slot = slots.vacant_slot(now, claims, members, set(beats[0]), set(beats[1]),
                                  self.grace_s)  # fmt: skip
         if slot is None:
+            self._seen = None
             return None
         held = claims[slot]
         assert held is not None
+        seen = self._seen
+        if seen is None or seen[:2] != (slot, held.epoch):
+            self._seen = (slot, held.epoch, now)
+            return None
+        if now - seen[2] < SECOND_LOOK_S:
+            return None
+        self._seen = None
         return slot, held
 
 
@@ -163,6 +176,12 @@ def wait_for_go(go: Path, poll_s: float = 0.05) -> bool:
         time.sleep(poll_s)
 
 
+def _exit_finished() -> NoReturn:
+    """End this worker with 0 at once, without torchtitan closing a trainer being built."""
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def _install_warm_restart(go: Path) -> str:
     """Stop this worker at the start of FTManager.__init__ (where a spare waits) until its
     launcher needs it; a `stop` ends it without training."""
@@ -174,8 +193,7 @@ def _install_warm_restart(go: Path) -> str:
         if ft_config.enable and not wait_for_go(go):
             # not SystemExit: torchtitan's main would close a trainer still being built
             # (no checkpointer yet) and print that traceback into the replica's log
-            sys.stdout.flush()
-            os._exit(0)
+            _exit_finished()
         upstream_init(self, ft_config)
 
     FTManager.__init__ = __init__  # type: ignore[method-assign]
@@ -220,7 +238,9 @@ def install(env: dict[str, str] | None = None) -> str | None:
                 claim = _await_published(path)
             if claim is None:
                 _say("[ftslurm] spare: the run finished; nothing to replace")
-                raise SystemExit(0)
+                # not SystemExit: torch's @record on FTTrainer.__init__ swallows it and
+                # torchtitan then trains a trainer never built (exit 1, a crash loop)
+                _exit_finished()
             _become(claim, ft_config, env)
         upstream_init(self, ft_config)
         _record_member(self, root, env)
