@@ -146,12 +146,26 @@ def render_quorum(q: Quorum) -> str:
     return printable(_quorum_text(q))
 
 
+MAX_NAMES = 8  # quorum members named on the line; the rest are counted
+MAX_NAME = 40  # characters of a member's name shown, the cut marked `...`
+
+
+def _member_names(participants: list[str]) -> str:
+    """The members as the line names them (`torchtitan_ft_0`: the id before its uuid), at
+    most MAX_NAMES of MAX_NAME characters: a member's id is whatever its replica asked the
+    Lighthouse for a quorum with (a 5,000-digit one too), and the line stays one line."""
+    names = [p.split(":", 1)[0] for p in participants[:MAX_NAMES]]
+    shown = [n if len(n) <= MAX_NAME else n[: MAX_NAME - 3] + "..." for n in names]
+    more = len(participants) - len(shown)
+    return ", ".join(shown) + (f", {more} more" if more else "") or "none"
+
+
 def _quorum_text(q: Quorum) -> str:
     if not q.running:
         return "lighthouse: not running" + (f" ({q.error})" if q.error else "")
     if q.quorum_id is None:
         return f"lighthouse: {q.address} running" + (f", {q.error}" if q.error else "")
-    who = ", ".join(p.split(":", 1)[0] for p in q.participants) or "none"
+    who = _member_names(q.participants)
     n = len(q.participants)
     text = f"lighthouse: {q.address} quorum {q.quorum_id}: {n} member{'s' * (n != 1)} ({who})"
     if q.heartbeating is not None:

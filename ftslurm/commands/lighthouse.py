@@ -303,18 +303,35 @@ def _print_status(st: lh.LighthouseStatus) -> None:
         age = f", age {q.quorum_age_s:.1f} s" if q.quorum_age_s is not None else ""
         echo(f"Last quorum: id {q.previous_quorum_id}, {q.num_participants} "
              f"participant(s){age}")
-        for m in q.members:
+        for m in q.members[:MAX_LISTED]:
             rec = " RECOVERING" if m.recovering else ""
-            echo(f"  {m.replica_id}  step {m.step}  manager {m.manager}{rec}")
+            echo(f"  {_short(m.replica_id)}  step {m.step}  manager {_short(m.manager)}{rec}")
+        _more(echo, len(q.members))
     else:
         echo("Last quorum: none yet")
     if q.heartbeats:
         echo("Heartbeats:")
-        for h in q.heartbeats:
+        for h in q.heartbeats[:MAX_LISTED]:
             age = f"{h.age_s:.1f} s ago" if h.age_s is not None else "?"
-            echo(f"  {h.replica_id}  {age}{'  (old)' if h.old else ''}")
+            echo(f"  {_short(h.replica_id)}  {age}{'  (old)' if h.old else ''}")
+        _more(echo, len(q.heartbeats))
     else:
         echo("Heartbeats: none")
+    if q.rejected:
+        echo(f"Unread:     {q.rejected} piece(s) of the page could not be read, left out")
+
+
+MAX_LISTED = 50  # members / heartbeats a person is shown; --json lists them all
+MAX_ID = 100  # characters of an id or address shown (anyone may heartbeat any id)
+
+
+def _short(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MAX_ID else text[: MAX_ID - 3] + "..."
+
+
+def _more(echo: Callable[[str], None], n: int) -> None:
+    if n > MAX_LISTED:
+        echo(f"  ... and {n - MAX_LISTED} more (--json lists all)")
 
 
 @lighthouse.command()

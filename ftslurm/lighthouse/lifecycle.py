@@ -25,7 +25,7 @@ from ftslurm import daemon, procs, safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import address, ports
 from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve_binary
-from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig
+from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig, check_heartbeat_timeout
 from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
 from ftslurm.paths import lighthouse_dir
 from ftslurm.wait import WaitTimeout, free_port
@@ -484,14 +484,15 @@ def status(
     if url and probe:
         try:
             code, page = http_get(url, http_timeout)
-            st.http_ok = code == 200
-            if st.http_ok:
-                st.quorum = parse_status_html(page)
-            else:
-                st.http_error = f"HTTP {code} from {url}"
         except (OSError, ValueError) as e:
             st.http_ok = False
             st.http_error = f"{url}: {getattr(e, 'reason', e)}"
+            return st
+        st.http_ok = code == 200
+        # a page it answered is read whatever it holds (the parser never raises): a page
+        # it could not read says so in `quorum.rejected`, never as a Lighthouse that is down
+        st.quorum = parse_status_html(page) if st.http_ok else None
+        st.http_error = None if st.http_ok else f"HTTP {code} from {url}"
     return st
 
 
@@ -506,10 +507,12 @@ def recorded_config(
     d = _daemon(state_dir)
     prev = d.read_state()
     extra = _checked_extra(prev.extra)[0] if prev is not None else None
+    source = d.statefile
     if not (extra and extra.get("config")):
         with contextlib.suppress(ValueError):
             extra = json.loads(safefile.read_text(_last_file(d)) or "null")
         extra = _checked_extra(extra)[0] if isinstance(extra, dict) else None
+        source = _last_file(d)
     options: dict[str, Any] = {}
     if isinstance(extra, dict) and extra.get("config"):
         options = {k: v for k, v in extra["config"].items() if k in BINARY_OPTIONS}
@@ -521,6 +524,9 @@ def recorded_config(
                 options[key] = extra[key]
     if options.get("binary") and "binary" not in (given or {}):
         options["binary"] = trusted_binary(str(options["binary"]))
+    if "heartbeat_timeout_ms" not in (given or {}):  # an old or planted one: refused, named
+        check_heartbeat_timeout(options.get("heartbeat_timeout_ms"),
+                                f"the heartbeat_timeout_ms recorded in {source}")  # fmt: skip
     return LighthouseConfig(state_dir=d.state_dir, **{**options, **(given or {})})
 
 

@@ -126,6 +126,18 @@ def _state(members: list[PageMember], heartbeats: list[Heartbeat]) -> str:
     return JOINING if live else ABSENT
 
 
+def _cap_slots(*by_slot: defaultdict[str, list[Any]]) -> None:
+    """At most MAX_GROUP_SIZE slots from the page, the first in slot order (a run's own
+    0..N-1 among them); the items of the rest are counted under `unknown`. Anyone can
+    heartbeat any id: 100,000 distinct ids (a 5 MB page) would otherwise be a million series
+    on every scrape."""
+    named = sorted(set().union(*by_slot) - {UNKNOWN}, key=_slot_order)
+    for s in named[MAX_GROUP_SIZE:]:
+        for items in by_slot:
+            if s in items:
+                items[UNKNOWN].extend(items.pop(s))
+
+
 def build_snapshot(
     page: QuorumPage | None,
     report: Mapping[str, Any] | None,
@@ -149,6 +161,7 @@ def build_snapshot(
             members[slot(m.replica_id)].append(m)
         for h in page.heartbeats:
             beats[slot(h.replica_id)].append(h)
+        _cap_slots(members, beats)
         snap.quorum_id = page.quorum_id
         # torchft's "previous quorum" is the last one issued: the quorum that trains now
         snap.quorum_size = (

@@ -39,7 +39,10 @@ class Heartbeat:
 
 @dataclass
 class QuorumPage:
-    """What the Lighthouse's /status HTML fragment says."""
+    """What the Lighthouse's /status HTML fragment says.
+
+    `rejected`: the pieces the parser found on the page but could not read (an item
+    dropped, a number of too many digits left None); see `readable`."""
 
     quorum_id: int | None = None
     next_status: str | None = None
@@ -48,10 +51,19 @@ class QuorumPage:
     quorum_age_s: float | None = None
     members: list[PageMember] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    rejected: int = 0
 
     @property
     def live_heartbeats(self) -> list[Heartbeat]:
         return [h for h in self.heartbeats if not h.old]
+
+    @property
+    def readable(self) -> bool:
+        """The page was the Lighthouse's (its quorum id read) and read whole (nothing
+        rejected): what it lists is what the Lighthouse knows, so a replica missing from it
+        is evidence. An unreadable page's items that were read are still true; what it
+        leaves out says nothing."""
+        return self.quorum_id is not None and self.rejected == 0
 
 
 @dataclass
