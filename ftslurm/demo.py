@@ -38,6 +38,9 @@ from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while
 Say = Callable[[str], None]
 
 
+# how long the demo holds a stall at most (its watchdog ends the worker well before)
+STALL_HOLD_S = 120.0
+
 def slurm_possible() -> str | None:
     """None if the Slurm backend can run here, else why not."""
     if not sys.platform.startswith("linux"):
@@ -462,7 +465,10 @@ class SlurmBackend(Backend):
         )  # fmt: skip
         if mode == "kill" and self.cfg.ranks > 1:  # one rank's death, as a GPU's error
             target = dataclasses.replace(target, rank=self.cfg.ranks - 1)
-        plan = failure_plan.make_plan(mode, target, down_for=self.cfg.down_for,
+        # a stall never returns in the field: held until the replica's watchdog ends the
+        # worker (the injection ends when it exits), not --down-for, after which it would go on
+        down_for = max(self.cfg.down_for, STALL_HOLD_S) if mode == "stall" else self.cfg.down_for
+        plan = failure_plan.make_plan(mode, target, down_for=down_for,
                                       reason="ftslurm demo", kill=failure.selection(mode, target))
         self.say(f"simulate-failure: {'; '.join(plan.lines())}")
         # its log: the events name the slot the task holds (with spares), found beside it
