@@ -130,7 +130,7 @@
 #                                        torchft's timeout); 0: no watchdog [300 (60 with
 #                                        DEVICE=cpu)]
 #   FTSLURM_STALL_TIMEOUT_S              the watchdog's stall rule: a worker whose training thread
-#                                        made no progress in its compute for 5 median steps, and at
+#                                        made no progress in its compute for 3 median steps, and at
 #                                        least this long, is stalled (a CUDA call that never returns
 #                                        under a live heartbeat) and is restarted; 0: stalls only by
 #                                        FTSLURM_HANG_TIMEOUT_S [30 (5 with DEVICE=cpu)]

@@ -306,7 +306,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "checkpoint save, a heal; the worker raises it to 20 median steps or twice torchft's "
          "timeout); 0: no watchdog", 300, cpu_default=60, minimum=0, maximum=DAY_S, scripts=FT),
     Knob("FTSLURM_STALL_TIMEOUT_S", "float", "the watchdog's stall rule: a worker whose "
-         "training thread made no progress in its compute for 5 median steps, and at least "
+         "training thread made no progress in its compute for 3 median steps, and at least "
          "this long, is stalled (a CUDA call that never returns under a live heartbeat) and "
          "is restarted; 0: stalls only by FTSLURM_HANG_TIMEOUT_S", 30, cpu_default=5,
          minimum=0, maximum=DAY_S, scripts=FT),

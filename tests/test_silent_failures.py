@@ -291,7 +291,7 @@ def test_a_stalled_worker_is_ended_by_its_progress_and_the_survivor_trains_on(ti
     `python -m ftslurm.stall`), its heartbeat thread runs on, so the Lighthouse keeps it.
     PG_TIMEOUT_S=60, as on the 8B preset the cross-replica timeout is long: it must not be
     what bounds the stall. The stalled worker's watchdog ends it by its progress (a compute
-    step 5 median steps overdue, at least FTSLURM_STALL_TIMEOUT_S=5); its heartbeat stops
+    step 3 median steps overdue, at least FTSLURM_STALL_TIMEOUT_S=5); its heartbeat stops
     with it, the survivor's step fails at once (fix 8) and it commits alone, well inside the
     timeout, and never crashes."""
     import subprocess

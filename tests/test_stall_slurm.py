@@ -1,7 +1,7 @@
 """The stall on the real local Slurm with the real FT script (DEVICE=cpu, the real Lighthouse
 and torchtitan): replica 1's training thread stops (`simulate-failure --mode stall`: ptrace of
 its main thread) while torchft's heartbeat threads run on, so the Lighthouse keeps it. Its
-launcher's watchdog ends it by its progress (a compute step overdue: 5 median steps, at least
+launcher's watchdog ends it by its progress (a compute step overdue: 3 median steps, at least
 FTSLURM_STALL_TIMEOUT_S), the survivor commits without it and never crashes, and the
 replica restarts in place and heals: the same parameters at the same steps after.
 Run under the heavy lock: `flock /tmp/ftslurm-heavy.lock pytest <this file>`."""

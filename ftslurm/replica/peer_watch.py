@@ -79,9 +79,9 @@ HANG_STEPS = 20
 PROGRESS_EVERY_S = 1.0  # optimizer steps write the progress file at most this often
 # The training thread's phases, as the watchdog judges them (see the module docstring)
 QUORUM, STEP, WAIT, SAVE, HEAL = "quorum", "step", "wait", "save", "heal"
-# A step is stalled after this many median optimizer steps (at least the stall floor): a busy
-# machine slows a step by 2-3x, a stall never ends
-STALL_STEPS = 5
+# A step is stalled after this many median optimizer steps (at least the stall floor): the
+# median follows a machine that slows down (it times the last 20 steps), a stall never ends
+STALL_STEPS = 3
 MIN_TIMED_STEPS = 3  # the tight bound needs this many timed optimizer steps in this process
 QUORUM_RETRIES = 10  # quorum requests that time out are made again this many times
 # The optimizer-step hook fires for every optimizer a step steps (AdamW, torchtitan's

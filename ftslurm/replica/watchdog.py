@@ -9,7 +9,7 @@ healthy run is never stopped on one old reading, an unreadable file or page, or 
 worker announced as long.
 
 - **stall** (progress): the worker writes the phase its training thread is in and how long
-  that phase may last (peer_watch.py): a compute step gets a tight bound (a few median
+  that phase may last (peer_watch.py): a compute step gets a tight bound (3 median
   steps, at least FTSLURM_STALL_TIMEOUT_S), a wait on its peers, a checkpoint save, a heal
   or its first steps the long one (FTSLURM_HANG_TIMEOUT_S at least). A quorum wait is
   never judged (the Lighthouse bounds it). A phase older than its bound, with the file
@@ -137,7 +137,7 @@ class Watchdog:
         if self._over_reads < READS:
             return None
         return (f"no progress in {PHASES[state]} for {age:.0f} s (bound {bound:.0f} s: "
-                "FTSLURM_STALL_TIMEOUT_S or 5 median steps in a compute step; "
+                "FTSLURM_STALL_TIMEOUT_S or 3 median steps in a compute step; "
                 "FTSLURM_HANG_TIMEOUT_S, 20 median steps or twice torchft's timeout in a long "
                 "phase): it is stalled")
 
