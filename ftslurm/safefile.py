@@ -149,10 +149,11 @@ def read_bytes(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     return raw if len(raw) <= limit else None
 
 
-def read_checked(path: str | Path, limit: int = 1 << 20) -> bytes | None:
+def read_checked(path: str | Path, limit: int = 1 << 20, own: bool = False) -> bytes | None:
     """The content of the regular file `path`; None when there is no such name. A link, a
     FIFO, a device, a folder, an unreadable file or one bigger than `limit` bytes is an
-    `UnsafePath` (one line): reading one would follow a planted name, hang, or fill memory."""
+    `UnsafePath` (one line): reading one would follow a planted name, hang, or fill memory.
+    `own`: a file another user may have written (`untrusted`) is one too (`read_own`)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
@@ -162,8 +163,11 @@ def read_checked(path: str | Path, limit: int = 1 << 20) -> bytes | None:
         why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
         raise _refuse(path, why, "read") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise _refuse(path, "it is not a regular file", "read")
+        if own and (why := untrusted(st)) is not None:
+            raise _refuse(path, why, "read")
         raw = os.read(fd, limit + 1)
     except OSError as e:
         raise _refuse(path, e.strerror or str(e), "read") from None
@@ -204,28 +208,7 @@ def read_own(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     name; `UnsafePath` (its `.why` alone for the caller's own sentence) also when the file
     belongs to another user or others can write it (`untrusted`). The owner is that of the
     file opened, not of a name looked up before: a swap in between changes nothing."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
-        raise _refuse(path, why, "read") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, "it is not a regular file", "read")
-        if (why := untrusted(st)) is not None:
-            raise _refuse(path, why, "read")
-        raw = os.read(fd, limit + 1)
-    except OSError as e:
-        raise _refuse(path, e.strerror or str(e), "read") from None
-    finally:
-        os.close(fd)
-    if len(raw) > limit:
-        raise _refuse(path, f"it is bigger than {limit} bytes", "read")
-    return raw
+    return read_checked(path, limit, own=True)
 
 
 def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:

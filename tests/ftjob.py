@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -16,7 +16,7 @@ from ftslurm import knobs, lighthouse, logvocab
 from ftslurm.replica import checksum
 from ftslurm.run.model import Run
 from ftslurm.slurm import client
-from ftslurm.wait import free_port
+from ftslurm.wait import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FT_SCRIPT = ROOT / "llama3.1-8b-pretraining-torchft.sh"
@@ -181,3 +181,22 @@ def failure_excerpt(log: str, tail: int = 1500) -> str:
     first = next((i for i, line in enumerate(lines) if FIRST_ERROR_RE.search(line)), None)
     head = "" if first is None else "\n".join(lines[max(first - 3, 0) : first + 12])
     return f"first error:\n{head}\n...\nlast {tail} characters:\n{log[-tail:]}"
+
+
+def checksums(text: str) -> dict[tuple[int, int, str], str]:
+    """(step, rank, scope) -> parameter digest, from one replica's log."""
+    return {(r.step, r.rank, r.scope): r.sha256 for r in checksum.parse(text.splitlines())}
+
+
+def wait_healed_and_equal(healed: Callable[[], str], peer: Callable[[], str]) -> None:
+    """Wait until the log text `healed()` (a restarted replica's, from its restart on) shows a
+    heal and two checksummed steps it shares with `peer()`; assert their digests are equal."""
+    wait_for(lambda: "Loaded state dict" in healed(), 180, 1, "the restarted replica to heal")
+
+    def compared() -> list[tuple[int, int, str]] | None:
+        both = sorted(set(checksums(healed())) & set(checksums(peer())))
+        return both if len(both) >= 2 else None
+
+    both = wait_for(compared, 180, 1, "two checksummed steps of the restarted replica")
+    mine, theirs = checksums(healed()), checksums(peer())
+    assert all(mine[k] == theirs[k] for k in both), both

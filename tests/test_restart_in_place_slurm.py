@@ -13,22 +13,16 @@ import json
 
 import pytest
 
-from ftslurm.replica import checksum
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
 from tests.clirun import ftslurm
-from tests.ftjob import ROOT, failure_excerpt, ft_job
+from tests.ftjob import ROOT, failure_excerpt, ft_job, wait_healed_and_equal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 200):
     return ftslurm(*args, env=env, inherit=False, cwd=ROOT, timeout=timeout)
-
-
-def _sums(text: str) -> dict[tuple[int, int, str], str]:
-    """(step, rank, scope) -> parameter digest, from one replica's log."""
-    return {(r.step, r.rank, r.scope): r.sha256 for r in checksum.parse(text.splitlines())}
 
 
 @pytest.mark.timeout(420)
@@ -64,15 +58,7 @@ def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_clu
 
         # healed from the survivor, then the same parameters at the same steps
         after = lambda: text(1).split("(attempt 0, restart 1)", 1)[1]  # noqa: E731
-        wait_for(lambda: "Loaded state dict" in after(), 180, 1, "the restarted replica to heal")
-
-        def compared() -> list[tuple[int, int, str]] | None:
-            both = sorted(set(_sums(after())) & set(_sums(text(0))))
-            return both if len(both) >= 2 else None
-
-        both = wait_for(compared, 180, 1, "two checksummed steps of the restarted replica")
-        mine, theirs = _sums(after()), _sums(text(0))
-        assert all(mine[k] == theirs[k] for k in both), both
+        wait_healed_and_equal(after, lambda: text(0))
 
         rep = _cli(t.env, "report", "--json", str(logs[0].parent), timeout=120)
         assert rep.returncode == 0, rep.stderr

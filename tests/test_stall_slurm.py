@@ -13,18 +13,13 @@ import time
 
 import pytest
 
-from ftslurm.replica import checksum
 from ftslurm.run.progress import steps_in
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
 from tests.clirun import ftslurm
-from tests.ftjob import ROOT, failure_excerpt, ft_job
+from tests.ftjob import ROOT, failure_excerpt, ft_job, wait_healed_and_equal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
-
-
-def _sums(text: str) -> dict[tuple[int, int, str], str]:
-    return {(r.step, r.rank, r.scope): r.sha256 for r in checksum.parse(text.splitlines())}
 
 
 @pytest.mark.timeout(480)
@@ -66,12 +61,4 @@ def test_a_stalled_replica_is_restarted_by_its_progress_and_the_survivor_trains_
 
         # the stalled replica healed from the survivor: the same parameters at the same steps
         after = lambda: text(1).split("(attempt 0, restart 1)", 1)[1]  # noqa: E731
-        wait_for(lambda: "Loaded state dict" in after(), 180, 1, "the restarted replica to heal")
-
-        def compared() -> list[tuple[int, int, str]] | None:
-            both = sorted(set(_sums(after())) & set(_sums(text(0))))
-            return both if len(both) >= 2 else None
-
-        both = wait_for(compared, 180, 1, "two checksummed steps of the restarted replica")
-        mine, theirs = _sums(after()), _sums(text(0))
-        assert all(mine[k] == theirs[k] for k in both), both
+        wait_healed_and_equal(after, lambda: text(0))
