@@ -204,7 +204,8 @@ def test_a_malformed_claim_is_ignored_with_a_warning_and_held_by_an_unknown_task
     # the spare's watcher neither crashes nor loses the epoch chain
     slots.record_member(root, 0, 0, "torchtitan_ft_0:a")
     w = standby.Watcher(root, 2, 300.0, lambda: (["torchtitan_ft_0:a"], []))
-    found = w.poll(1000.0)
+    assert w.poll(1000.0) is None  # vacant at the first read: claimed on the second look
+    found = w.poll(1000.0 + standby.SECOND_LOOK_S)
     assert found is not None and found[0] == 1 and found[1].epoch == 1
     assert slots.try_claim(root, 1, 2, 5, "n", 1, 1000.0) is not None
 

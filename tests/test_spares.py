@@ -221,7 +221,7 @@ def test_demo_spares_from_ft_spares_and_mode_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         "Error: the local backend fails a replica one way, kill; --backend slurm for "
-        "node-down, requeue, hang and freeze-node"]  # fmt: skip
+        "node-down, requeue, hang, stall and freeze-node"]  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 
