@@ -148,6 +148,7 @@ class PeerWatch:
         self.stall_floor_s = stall_floor_s
         self._progress_lock = threading.Lock()
         self._phase = 0  # counts the training thread's announcements (_write_progress)
+        self._written: str | None = None  # the state last written to the progress file
         self.read_page = read_page or _fetch
         self.say = say or (lambda line: print(line, flush=True))
         self._lock = threading.Lock()
@@ -372,8 +373,6 @@ class PeerWatch:
             self._phase += 1
             self._write_locked(state)
             return self._phase
-
-    _written: str | None = None
 
     def _write_locked(self, state: str) -> None:
         if self.progress is None:
