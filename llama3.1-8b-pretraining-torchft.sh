@@ -82,6 +82,11 @@
 #   FTSLURM_PREFLIGHT_FAIL               names a pre-flight check that fails on purpose (tests,
 #                                        drills): cpu on CPU nodes, or any check's name;
 #                                        <check>@<node> on that node only [unset]
+#   FTSLURM_LOG_FILTER                   torchft's quorum lines, repeated every step, are folded in
+#                                        the replica logs and the managed Lighthouse's
+#                                        (logfilter.py): the member list whole when the quorum
+#                                        changes, one short line otherwise (ftslurm lighthouse start
+#                                        reads it too); 0: every line as torchft writes it [1]
 #   FT_SPARES                            warm spares: of --array=0-<N-1+S>, the last S tasks wait
 #                                        warm and take a failed replica's slot [0]
 #   FTSLURM_SPARE_GRACE_S                a spare takes a slot whose holder has not heartbeated this

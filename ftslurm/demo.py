@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths, procs, submission
+from ftslurm import knobs, logfilter, logvocab, paths, procs, submission
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import SILENT_MODES
 from ftslurm.report.events import InjectedEvent, append_event, now_iso
@@ -353,8 +353,12 @@ class Backend:
         from ftslurm.daemon import tail_lines
 
         for line in reversed(tail_lines(Path(self.lighthouse.log_path), 50)):
-            if "Quorum! Quorum {" in line and (q := logvocab.parse_line(line.encode())):
+            if "Quorum! Quorum {" not in line:
+                continue
+            if q := logvocab.parse_line(line.encode()):
                 return len({logvocab.split_replica_id(m.replica_id)[1] for m in q.members})
+            if (n := logfilter.folded_members(line.encode())) is not None:
+                return n  # a round of the same quorum, folded by the Lighthouse's log filter
         return 0
 
     # -- backend specific ----------------------------------------------------------------

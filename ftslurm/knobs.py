@@ -265,6 +265,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("FTSLURM_PREFLIGHT_FAIL", "str", "names a pre-flight check that fails on purpose "
          "(tests, drills): `cpu` on CPU nodes, or any check's name; `<check>@<node>` on that "
          "node only", default_doc="unset", scripts=FT),
+    Knob("FTSLURM_LOG_FILTER", "bool", "torchft's quorum lines, repeated every step, are "
+         "folded in the replica logs and the managed Lighthouse's (logfilter.py): the member "
+         "list whole when the quorum changes, one short line otherwise (`ftslurm lighthouse "
+         "start` reads it too); 0: every line as torchft writes it", True, scripts=FT),
     Knob("FT_SPARES", "int", "warm spares: of `--array=0-<N-1+S>`, the last S tasks wait "
          "warm and take a failed replica's slot", 0, minimum=0, maximum=MAX_REPLICAS,
          scripts=FT),

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ftslurm import safefile
 
@@ -100,17 +102,22 @@ def spawn(
     cwd: str | Path | None = None,
     detach: bool = True,
     inherit_output: bool = False,
+    output_filter: OutputFilter | None = None,
 ) -> subprocess.Popen:
     """Start `cmd` without waiting: stdout and stderr appended to `log_path` (or discarded;
     created 0o600, and a link planted at its name is refused: `safefile.open_append`).
 
     inherit_output=True: the child writes to our own stdout/stderr instead (a wrapper whose
     output is already redirected, like the FT script's per-attempt log).
+    With `output_filter` as well, its stdout and stderr come through a pipe and the filter
+    (`filtered_output`) before they reach our stdout; `output_done` waits for the last of it.
     With detach=True the child gets its own session, so it survives the terminal (logout,
     Ctrl-C in the shell that started it). Callers track it by pid (see ftslurm.daemon).
     """
     cmd = [str(c) for c in cmd]
     out: int | None = subprocess.DEVNULL
+    if inherit_output and output_filter is not None:
+        return _spawn_filtered(cmd, output_filter, _env(env, extra_env), cwd, detach)
     if inherit_output:
         out = None
     elif log_path:
@@ -133,6 +140,74 @@ def spawn(
 
 
 Child = subprocess.Popen  # what spawn returns, for callers' type hints
+
+
+class OutputFilter(Protocol):
+    """What `spawn(output_filter=...)` passes a child's output through (logfilter.py's)."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+_COPIERS: dict[int, threading.Thread] = {}  # child pid -> the thread copying its output
+
+
+def _spawn_filtered(cmd: list[str], output_filter: OutputFilter, env: dict[str, str],
+                    cwd: str | Path | None, detach: bool) -> subprocess.Popen:  # fmt: skip
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=write_end,
+                                stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=detach)  # fmt: skip
+    except FileNotFoundError as e:
+        os.close(read_end)
+        raise CommandError(cmd, None, "", reason=f"{cmd[0]}: not found") from e
+    finally:
+        os.close(write_end)
+    copier = threading.Thread(target=filtered_output, args=(read_end, output_filter, 1),
+                              name=f"output-of-{proc.pid}", daemon=True)  # fmt: skip
+    copier.start()
+    _COPIERS[proc.pid] = copier
+    return proc
+
+
+def filtered_output(read_fd: int, output_filter: OutputFilter, write_fd: int) -> None:
+    """Copy `read_fd` through `output_filter` to `write_fd` until every writer closed it, then
+    close it. It never stops reading before that: a child whose pipe filled up would block
+    in its next write (training stopped by its own log). A write that fails (a full disk)
+    loses that piece, not the rest."""
+    try:
+        while chunk := os.read(read_fd, 1 << 16):
+            _write_all(write_fd, output_filter.feed(chunk))
+        _write_all(write_fd, output_filter.flush())
+    finally:
+        os.close(read_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+
+
+def output_done(child: Child, timeout: float) -> bool:
+    """Wait up to `timeout` seconds until the filtered output of `child` (spawn's
+    output_filter) is all written: its pipe closes once the child and every process that
+    inherited it have exited. True when done (or there was no filter)."""
+    copier = _COPIERS.get(child.pid)
+    if copier is None:
+        return True
+    copier.join(timeout)
+    if copier.is_alive():
+        return False
+    _COPIERS.pop(child.pid, None)
+    return True
 
 
 def wait_for_exit(child: Child, timeout: float | None) -> int | None:

@@ -178,6 +178,8 @@ _PROGRESS_PARSERS = {"STEP", "parse_step_line", "rank_commits", "nproc_per_node"
 _FOLLOWERS = {"Appended", "LogCursor"}
 # readers that read other things than progress, with why they stay where they are
 KNOWN = {
+    "ftslurm/logfilter.py": "folds repeated quorum lines: the members' step range in the short "
+    "line, not progress",
     "ftslurm/report/reader.py": "the report's byte prefilter of commit lines: a whole-log "
     "event reader, not progress",
     "ftslurm/report/restarts.py": "the report's restart rows: every attempt's steps of the "
@@ -396,6 +398,7 @@ NOT_YET_DIRECT = {
     "commands/assets.py": {"HF_TOKEN"},
     "lighthouse/command.py": {"FTSLURM_LIGHTHOUSE_BIN"},
     "lighthouse/launcher.py": {"FTSLURM_LIGHTHOUSE_LOG", "FTSLURM_LIGHTHOUSE_BINARY",
+                               "FTSLURM_LOG_FILTER",
                                "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES"},
     # not reads: a claimed slot is written into the worker's environment (standby._become)
     "replica/standby.py": {"FTSLURM_REPLICA_ID", "FTSLURM_SLOT_EPOCH"},

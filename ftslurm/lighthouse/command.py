@@ -2,7 +2,8 @@
 
 torchft's `torchft_lighthouse` console script imports torch first (~3 s of a 2-core machine
 before the Rust code starts), so by default the fast launcher (`launcher.py`) is copied into
-the state directory and run with this interpreter (~0.1 s); the process shows as
+the state directory (with logfilter.py, which it folds the log's repeated quorum lines with)
+and run with this interpreter (~0.1 s); the process shows as
 `python <state dir>/torchft_lighthouse <args>`. A `binary` (or FTSLURM_LIGHTHOUSE_BIN), e.g.
 the console script itself, is run by that launcher as its child: the daemon's own process is
 always the launcher of its state dir, which is how it is recognised (no state file can fake
@@ -16,13 +17,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from ftslurm import daemon, safefile
+from ftslurm import daemon, knobs, logfilter, safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
 
 NAME = "lighthouse"  # of the daemon's files in the state dir: lighthouse.pid, .json, .log
 MARKER = "torchft_lighthouse"  # the launcher's name in the state dir (its identity check)
 BINARY_ENV = "FTSLURM_LIGHTHOUSE_BINARY"  # what the launcher runs instead of torchft's own
+FILTER = "logfilter.py"  # beside the launcher in the state dir: it imports it from there
 
 
 def resolve_binary(binary: str | None) -> str | None:
@@ -40,6 +42,8 @@ def lighthouse_command(
     the console script on PATH when torchft is not importable from this Python. Either must
     belong to root or this user, and no other user may write it or its folder."""
     binary = resolve_binary(binary)
+    # the launcher cannot read the registry: it gets the switch parsed, 1 or 0
+    env = {"FTSLURM_LOG_FILTER": "1" if knobs.environ()["FTSLURM_LOG_FILTER"] else "0"}
     path = None
     if binary:
         path = shutil.which(binary)
@@ -58,7 +62,10 @@ def lighthouse_command(
         raise UserError(f"refusing to run the Lighthouse binary {binary or path}: {unsafe}; "
                         "use one only you and root can change")  # fmt: skip
     copy = state_dir / MARKER
-    text = Path(launcher.__file__).read_bytes()
-    if safefile.read_bytes(copy) != text:  # missing, changed, or a link: (re)written
-        safefile.write_atomic(copy, text)
-    return [sys.executable, str(copy)], ({BINARY_ENV: os.path.abspath(path)} if path else {})
+    for source, dest in ((launcher.__file__, copy), (logfilter.__file__, state_dir / FILTER)):
+        text = Path(source).read_bytes()
+        if safefile.read_bytes(dest) != text:  # missing, changed, or a link: (re)written
+            safefile.write_atomic(dest, text)
+    if path:
+        env[BINARY_ENV] = os.path.abspath(path)
+    return [sys.executable, str(copy)], env

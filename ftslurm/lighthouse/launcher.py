@@ -16,6 +16,11 @@ FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES, renames it to <log>.1 (replacing the older one
 end and goes on in a new file: a Lighthouse left running for weeks keeps a bounded log (at
 most about twice the cap) whose two files hold the newest lines, whole.
 (lighthouse_main holds the GIL while it runs, so a thread beside it could not do this.)
+On its way to the log the output goes through ftslurm's LighthouseLogFilter (logfilter.py,
+standard library only, copied beside this file): the quorum lines torchft repeats every round
+are folded (with 1,024 replicas, from ~660 KB a round to a few KB), the first quorum line of
+each new log file is whole; FTSLURM_LOG_FILTER=0 (`ftslurm lighthouse start` passes 1 or 0)
+copies the output as it comes.
 """
 
 import importlib.util
@@ -47,6 +52,66 @@ def lighthouse() -> int | None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.lighthouse_main()
+
+
+def log_filter(switch: str) -> "GuardedFilter | None":
+    """The Lighthouse's log filter, or None: switched off (`switch`, FTSLURM_LOG_FILTER, is
+    0, false, no or off), or logfilter.py neither beside this file nor in an importable
+    ftslurm (the log is then copied as it comes)."""
+    if switch.strip().lower() in ("0", "false", "no", "off"):
+        return None
+    module = _logfilter_module()
+    return GuardedFilter(module.LighthouseLogFilter()) if module is not None else None
+
+
+class GuardedFilter:
+    """A LighthouseLogFilter that is dropped at its first error, the output then copied as it
+    comes (a partial line it held may be lost): the Lighthouse must never die of its log."""
+
+    def __init__(self, filt) -> None:
+        self.filt = filt
+
+    def feed(self, data: bytes) -> bytes:
+        try:
+            return self.filt.feed(data) if self.filt is not None else data
+        except Exception:
+            self.filt = None
+            return data
+
+    def flush(self) -> bytes:
+        try:
+            return self.filt.flush() if self.filt is not None else b""
+        except Exception:
+            self.filt = None
+            return b""
+
+    def reset(self) -> None:
+        try:
+            if self.filt is not None:
+                self.filt.reset()
+        except Exception:
+            self.filt = None
+
+
+def _logfilter_module():
+    """logfilter.py: the copy beside this file first (written by the ftslurm that started this
+    Lighthouse, so it matches; an ftslurm on the path may be another checkout's), else
+    ftslurm's own (this file run from the package)."""
+    beside = Path(__file__).with_name("logfilter.py")
+    if beside.is_file():
+        try:
+            spec = importlib.util.spec_from_file_location("ftslurm_logfilter", beside)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except Exception:  # a damaged copy: ftslurm's, else none
+            pass
+    try:
+        from ftslurm import logfilter
+    except ImportError:
+        return None
+    return logfilter
 
 
 def write_all(data: bytes) -> None:
@@ -95,10 +160,11 @@ def run(binary: str) -> int | None:
 
 
 def main() -> int | None:
-    """Run the Lighthouse; in a child when its log is capped (this process writes the log) or
-    when it is a `binary` (FTSLURM_LIGHTHOUSE_BINARY: a --binary of `ftslurm lighthouse
-    start`): this process, whose command line names its state directory, stays its parent,
-    so `stop` and `status` recognise it by what the kernel says (never by a state file).
+    """Run the Lighthouse; in a child when its log is capped or filtered (this process writes
+    the log) or when it is a `binary` (FTSLURM_LIGHTHOUSE_BINARY: a --binary of `ftslurm
+    lighthouse start`): this process, whose command line names its state directory, stays
+    its parent, so `stop` and `status` recognise it by what the kernel says (never by a
+    state file).
     The child dies with this process (PR_SET_PDEATHSIG); signals are passed on to it.
 
     This process is a child subreaper: a process the binary starts that leaves the session,
@@ -108,14 +174,16 @@ def main() -> int | None:
     log = os.environ.pop("FTSLURM_LIGHTHOUSE_LOG", "")
     cap = int(os.environ.pop("FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES", "0") or 0)
     binary = os.environ.pop("FTSLURM_LIGHTHOUSE_BINARY", "")
-    capped = bool(log) and cap > 0
-    if not capped and not binary:
+    filt = log_filter(os.environ.pop("FTSLURM_LOG_FILTER", "1")) if log else None
+    # the output comes through this process when it caps or filters the log
+    piped = bool(log) and (cap > 0 or filt is not None)
+    if not piped and not binary:
         return lighthouse()
     import ctypes
 
     libc = ctypes.CDLL(None)
     libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER (not inherited by the children)
-    r, w = os.pipe() if capped else (-1, -1)
+    r, w = os.pipe() if piped else (-1, -1)
     # SIGCHLD wakes the loop below (select on this pipe) when the Lighthouse exits
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
@@ -129,7 +197,7 @@ def main() -> int | None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(wake_r)
         os.close(wake_w)
-        if capped:
+        if piped:
             os.close(r)
             os.dup2(w, 1)
             os.dup2(w, 2)
@@ -150,9 +218,9 @@ def main() -> int | None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    if capped:
+    if piped:
         os.close(w)
-    status = serve(running, r, log, cap, wake_r)
+    status = serve(running, r, log, cap, wake_r, filt)
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
 
@@ -185,12 +253,14 @@ def drain(fd: int) -> bytes:
         out += data
 
 
-def serve(running: list[int], r: int, log: str, cap: int, wake: int) -> int:
-    """Copy the Lighthouse's output from pipe `r` (-1: none) to the log, and reap children,
-    until the pipe is closed and no child is left: the Lighthouse, or what it started and
-    left behind (adopted here), for as long as any of it runs, this process is there to be
-    found and stopped by its state dir. `running` holds the Lighthouse's pid until it is
-    reaped. Returns the Lighthouse's wait status."""
+def serve(running: list[int], r: int, log: str, cap: int, wake: int,
+          filt: "GuardedFilter | None" = None) -> int:  # fmt: skip
+    """Copy the Lighthouse's output from pipe `r` (-1: none) to the log (through `filt`, a
+    LighthouseLogFilter, if any), and reap children, until the pipe is closed and no child is
+    left: the Lighthouse, or what it started and left behind (adopted here), for as long as
+    any of it runs, this process is there to be found and stopped by its state dir.
+    `running` holds the Lighthouse's pid until it is reaped. Returns the Lighthouse's wait
+    status."""
     pid = running[0]
     size = os.fstat(1).st_size if r >= 0 else 0
     status: int | None = None
@@ -201,7 +271,9 @@ def serve(running: list[int], r: int, log: str, cap: int, wake: int) -> int:
         if not children:
             if r >= 0:  # nothing of ours holds the pipe any more: what is left in it
                 os.set_blocking(r, False)
-                copy_capped(drain(r), size, log, cap)
+                copy_capped(drain(r), size, log, cap, filt)
+                if filt is not None:  # its held partial last line
+                    write_all(filt.flush())
             return status if status is not None else 0
         fds = [wake] + ([r] if r >= 0 else [])
         ready = select.select(fds, [], [])[0]
@@ -210,19 +282,29 @@ def serve(running: list[int], r: int, log: str, cap: int, wake: int) -> int:
         if r in ready:
             data = os.read(r, 1 << 16)
             if data:
-                size = copy_capped(data, size, log, cap)
+                size = copy_capped(data, size, log, cap, filt)
             else:  # every writer closed it: only the children's exits are left to wait for
+                if filt is not None:  # its held partial last line
+                    write_all(filt.flush())
                 os.close(r)
                 r = -1
 
 
-def copy_capped(data: bytes, size: int, log: str, cap: int) -> int:
-    """Append `data`, the Lighthouse's output, to the log (fd 1) of `size` bytes, renaming it
-    to .1 at a line end when it would pass `cap` bytes; the log's new size."""
+def copy_capped(data: bytes, size: int, log: str, cap: int,
+                filt: "GuardedFilter | None" = None) -> int:  # fmt: skip
+    """Append `data`, the Lighthouse's output, to the log (fd 1) of `size` bytes, through
+    `filt` (a LighthouseLogFilter) if given, renaming it to .1 at a line end when it would
+    pass `cap` bytes (0: never); the log's new size. After a rotation the filter starts
+    afresh, so that the new file's first quorum line is whole (a reader of that file alone
+    finds the quorum in it)."""
+    if filt is not None:
+        data = filt.feed(data)
     cut = data.rfind(b"\n") + 1
-    if size + len(data) > cap and cut:
+    if cap > 0 and size + len(data) > cap and cut:
         write_all(data[:cut])
         rotate(log)
+        if filt is not None:
+            filt.reset()
         write_all(data[cut:])
         return len(data) - cut
     write_all(data)

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from ftslurm import daemon, procs, safefile
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import address, ports
-from ftslurm.lighthouse.command import MARKER, NAME, lighthouse_command, resolve_binary
+from ftslurm.lighthouse.command import FILTER, MARKER, NAME, lighthouse_command, resolve_binary
 from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig, check_heartbeat_timeout
 from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
 from ftslurm.paths import lighthouse_dir
@@ -250,7 +250,7 @@ def _remove_if_unused(d: daemon.Daemon, created: Path) -> None:
     names it)."""
     if d.pidfile.exists() or d.statefile.exists():
         return  # something was started (Ctrl-C while waiting for it): its files stay
-    for path in (d.lockfile, d.state_dir / MARKER):
+    for path in (d.lockfile, d.state_dir / MARKER, d.state_dir / FILTER):
         with contextlib.suppress(OSError):
             path.unlink()
     for folder in (d.state_dir, *d.state_dir.parents):

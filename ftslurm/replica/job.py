@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import knobs, logvocab, paths, procs, runner, safefile
+from ftslurm import knobs, logfilter, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
 from ftslurm.replica import (
     attempt_guard,
@@ -294,6 +294,8 @@ RESTART_IN_PLACE = -1
 RESTART_ENV = "FTSLURM_RESTART"
 # the longest wait between two looks at a run that has a warm next run to start
 TICK_S = 1.0
+# how long an ended worker's last output may take to come through the log filter
+OUTPUT_DRAIN_S = 3.0
 # a SIGTERM / SIGINT / SIGHUP the launcher got: Slurm is ending the allocation, so nothing
 # restarts in it, also when the signal comes between two runs of the training
 _STOP: list[int] = []
@@ -433,7 +435,9 @@ def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], note: Path,
         extra[ft_checkpoints.TIME_LIMIT_ENV] = str(note.with_name("time-limit"))
     if go is not None:
         extra[warm_restart.GO_ENV] = str(go)
-    return runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True)
+    shorten = logfilter.ReplicaLogFilter() if knobs.load(env).FTSLURM_LOG_FILTER else None
+    return runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True,
+                        output_filter=shorten)  # fmt: skip
 
 
 def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, started: float,
@@ -480,6 +484,9 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     if _STOP:  # a signal that came before the handlers above: forwarded now
         forward(_STOP[0], None)
     rc = _wait_watched(child, dog, tick if holder is not None and holder.enabled else None)
+    # the worker's last lines (a traceback) before the launcher's verdict; a process that
+    # inherited its output and lives on does not hold the attempt up for longer than this
+    runner.output_done(child, OUTPUT_DRAIN_S)
     code = rc if rc >= 0 else 128 - rc
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
