@@ -1,14 +1,22 @@
 """Slurm's REAL time limit on the local cluster: the FT script, submitted with `ftslurm submit
---time=2 --time-limit-signal 30` (2 replicas of the CPU debug model, per-step FT, the real
-Lighthouse), reaches its STEPS across requeues. Nothing here signals the job: slurmctld sends
-USR1 itself, the launcher saves a final checkpoint and requeues its task, and every segment
+--time=2 --time-limit-signal 60` (2 replicas of the CPU debug model, per-step FT, the real
+Lighthouse), reaches its STEPS across a requeue. Nothing here signals the job: slurmctld sends
+USR1 itself, the launcher saves a final checkpoint and requeues its task, and the next segment
 resumes at the step after that checkpoint, so each step is trained once per replica.
 
-Why a 30 s margin: slurmctld checks limits every 30 s (PERIODIC_TIMEOUT) and sends the signal at
-the first check within margin + 30 s of the end, so a 2-minute job gets USR1 60-90 s after it
-starts (after the ~6 s start-up, 45-85 steps in) and is killed 120-150 s after it
-starts, which leaves 30 s or more for a step, the save and the requeue (a larger margin only
-shortens the segments). No change to the cluster's slurm.conf is needed (no OverTimeLimit).
+Why a 60 s margin: slurmctld checks limits every 30 s (PERIODIC_TIMEOUT) and sends the signal at
+the first check within margin + 30 s of the end, so a 2-minute job gets USR1 30-60 s after it
+starts (after the ~6-15 s start-up) and is killed 120-150 s after it starts, which leaves 60 s
+or more for a step, the save and the requeue. No change to the cluster's slurm.conf is needed.
+Once every replica has requeued, the test lifts the array's limit (`scontrol update
+TimeLimit`): the second segment runs to STEPS instead of a third one starting on a slow machine
+(segments of 30-60 s, steps of 1-2 s); one requeue is what is under test.
+
+Beside it, at the same time (Slurm's signal comes in the same window), one replica submitted
+through the Python API (`ftslurm.submit_ft_array(timeout_min=2)`): that array goes through
+submitit's own batch script, which must get `--signal=B:USR1@<s>` and `exec` the launcher
+(a `--signal=USR2@90` without `B:` signalled no process of the batch step: the job was killed
+by the limit with no checkpoint).
 
 Run under the heavy lock:
 `flock /tmp/ftslurm-heavy.lock pytest tests/test_ckpt_time_limit_slurm.py`.
@@ -33,8 +41,10 @@ from tests.ftjob import ANSI_RE, FT_SCRIPT, ROOT, STEP_RE, cancel, failure_excer
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-STEPS = 90  # ~1-1.3 s a step, ~6 s start-up: a segment trains 45-85, so 2 segments, rarely 3
-MARGIN_S = 30
+# a first segment trains 24-54 s (~1-2 s a step): 70 steps are never done in it; the second
+# segment trains the rest without a limit
+STEPS = 70
+MARGIN_S = 60
 
 
 def _submit(outputs: Path, lh: lighthouse.LighthouseInfo) -> int:
@@ -96,9 +106,18 @@ def test_a_two_minute_time_limit_reaches_steps_across_requeues(slurm_cluster, tm
     # both replicas in every quorum: a segment's first step is taken together
     lh = lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0",
                           state_dir=lh_dir, min_replicas=2)  # fmt: skip
-    job = None
+    api_dir = tmp_path / "api"
+    api_lh = lighthouse.start(bind=f"0.0.0.0:{free_port()}", advertise="login-0",
+                              state_dir=api_dir / "lighthouse", min_replicas=1)  # fmt: skip
+    job = api_run = None
     try:
         job = _submit(outputs, lh)
+        api_run = _submit_api(api_dir, api_lh)
+        wait_for(lambda: all(logvocab.TIME_LIMIT in _text(outputs, job, i) for i in (0, 1)),
+                 240, interval=2, what="each replica's first time-limit checkpoint")  # fmt: skip
+        _lift_time_limit(job)
+        _check_api_replica(api_run)
+        cancel(api_run.job_id)
 
         def finished() -> bool:
             tasks = client.current().array_tasks(job)
@@ -110,7 +129,7 @@ def test_a_two_minute_time_limit_reaches_steps_across_requeues(slurm_cluster, tm
         texts = {i: _text(outputs, job, i) for i in (0, 1)}
         for i, t in tasks.items():
             assert t.state == "COMPLETED", (t, failure_excerpt(texts[i]))
-            assert t.restarts >= 1, f"task {i} was never requeued: {t}"
+            assert t.restarts == 1, f"task {i}: one requeue, then no limit: {t}"
         for i, text in texts.items():
             lives = _lives(text)
             assert len(lives) == tasks[i].restarts + 1, (i, len(lives), tasks[i])
@@ -160,9 +179,46 @@ def test_a_two_minute_time_limit_reaches_steps_across_requeues(slurm_cluster, tm
         assert rows and all(r["kind"] == "time limit" and r["lost_steps"] == 0 for r in rows), rows
         assert sorted({r["resumed_from"] for r in rows}) == stops_of[0]
     finally:
-        if job is not None:
-            cancel(job)
+        for running in (job, api_run and api_run.job_id):
+            if running is not None:
+                cancel(running)
         lighthouse.stop(lh_dir)
+        lighthouse.stop(api_dir / "lighthouse")
+
+
+def _submit_api(outputs: Path, lh: lighthouse.LighthouseInfo):
+    import ftslurm
+
+    config = {"DEVICE": "cpu", "FT_MODE": "per-step", "STEPS": "1000",
+              knobs.TIME_LIMIT_SIGNAL: str(MARGIN_S)}  # fmt: skip
+    run = ftslurm.submit_ft_array(1, config, lh, outputs=outputs, timeout_min=2)
+    submitted = (outputs / "submitit" / f"{run.job_id}_submission.sh").read_text()
+    assert f"#SBATCH --signal=B:USR1@{MARGIN_S}" in submitted.splitlines(), submitted
+    return run
+
+
+def _check_api_replica(run) -> None:
+    """The API's replica took its time-limit checkpoint as well: Slurm's signal reached the
+    launcher through submitit's batch script, in the same window as the CLI's array."""
+    (replica,) = run.replicas
+
+    def text() -> str:
+        return ANSI_RE.sub("", replica.text())
+
+    wait_for(lambda: logvocab.TIME_LIMIT in text(), 120, interval=2,
+             what="the API replica's time-limit checkpoint")  # fmt: skip
+    got = text()
+    assert ft_checkpoints.signal_margin_line({knobs.TIME_LIMIT_SIGNAL: str(MARGIN_S)}) in got, \
+        got[-3000:]  # fmt: skip
+    assert "DUE TO TIME LIMIT" not in got, got[-3000:]
+
+
+def _lift_time_limit(job: int) -> None:
+    """Every task of `job` gets a 10-minute limit (its requeued segment included)."""
+    out = subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=10"],
+                         env=client.current().environment(), capture_output=True, text=True,
+                         timeout=30)  # fmt: skip
+    assert out.returncode == 0, out.stderr
 
 
 def test_the_margin_fits_slurms_check_interval() -> None:
@@ -173,5 +229,5 @@ def test_the_margin_fits_slurms_check_interval() -> None:
         checks = range(phase, 200, tick)
         signal_at = next(t for t in checks if t + MARGIN_S + tick >= end)
         kill_at = next(t for t in checks if t >= end)
-        assert 60 <= signal_at <= 90 and kill_at - signal_at >= 30, (phase, signal_at, kill_at)
+        assert 30 <= signal_at <= 60 and kill_at - signal_at >= 60, (phase, signal_at, kill_at)
     assert re.search(r"#SBATCH --signal=B:USR1@\d+", FT_SCRIPT.read_text())
