@@ -11,6 +11,11 @@ does not answer, the checks that need it are not attempted (each Slurm client ca
 ~10 s for it) and say so.
 
 Secrets (WANDB_API_KEY, HF_TOKEN) are only ever reported as "set" / "not set".
+
+`--patches` is a listing of its own: every upstream attribute the training worker patches
+(ftslurm/replica/patches.py), the versions each was made for, its switch, and whether this
+installation has it (`patch_rows` pure, `observe_patches` imports torch, torchft and
+torchtitan to look).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from ftslurm import knobs, paths
 from ftslurm.errors import UserError
+from ftslurm.replica import patches as patchlib
 from ftslurm.replica import plan as planlib
 from ftslurm.runner import CommandError
 from ftslurm.slurm import client
@@ -919,4 +925,94 @@ def render_text(checks: Sequence[Check], cfg: DoctorConfig) -> str:
     n = counts(checks)
     verdict = "all pass" if n[PASS] == len(checks) else ("ready" if ok(checks) else "not ready")
     lines.append(f"{len(checks)} checks: {n[PASS]} pass, {n[WARN]} warn, {n[FAIL]} fail: {verdict}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# --patches: the upstream attributes the worker patches, and whether they are here
+
+
+@dataclass(frozen=True)
+class PatchRow:
+    """One patch record as `--patches` shows it: `problem` is patches.check's line (None:
+    its target and needs are here); `on`: its switch is on with these settings."""
+
+    name: str
+    target: str
+    owner: str
+    kind: str
+    why: str
+    made_for: dict[str, str]
+    upstream: str
+    switches: tuple[str, ...]
+    on: bool
+    problem: str | None
+
+    @property
+    def present(self) -> bool:
+        return self.problem is None
+
+
+def observe_patches(records: Sequence[patchlib.Patch] = patchlib.RECORDS) -> dict[str, str | None]:
+    """name -> patches.check's line for each record (imports the upstream modules: seconds)."""
+    return {r.name: patchlib.check(r) for r in records}
+
+
+def patch_rows(records: Sequence[patchlib.Patch], problems: Mapping[str, str | None],
+               settings: knobs.Settings, device: str) -> list[PatchRow]:  # fmt: skip
+    return [PatchRow(r.name, r.target, r.owner, r.kind, r.why, r.versions, r.upstream,
+                     r.switches, patchlib.on(r, settings, device), problems.get(r.name))
+            for r in records]  # fmt: skip
+
+
+def patches_ok(rows: Sequence[PatchRow]) -> bool:
+    """False when a patch whose switch is on has its target (or a need) missing here."""
+    return not any(r.on and not r.present for r in rows)
+
+
+def patches_json(rows: Sequence[PatchRow], device: str) -> dict:
+    missing = [r for r in rows if not r.present]
+    return {
+        "ok": patches_ok(rows),
+        "device": device,
+        "counts": {"patches": len(rows), "missing": len(missing),
+                   "missing_on": sum(1 for r in missing if r.on)},  # fmt: skip
+        "patches": [{**asdict(r), "switches": list(r.switches), "present": r.present}
+                    for r in rows],  # fmt: skip
+    }
+
+
+def _made_for(row: PatchRow) -> str:
+    return ", ".join(f"{name} {version}" for name, version in row.made_for.items())
+
+
+def _switch(row: PatchRow) -> str:
+    state = "on" if row.on else "off"
+    if row.on and all(patchlib.per_run(s) for s in row.switches):
+        state = "set by the launcher for a run"
+    return f"{','.join(row.switches)} ({state})"
+
+
+def render_patches(rows: Sequence[PatchRow], device: str) -> str:
+    """The table: target, owner, versions made for, upstream issue, present here, switch;
+    a missing patch's line under its row."""
+    head = ("TARGET", "OWNER", "MADE FOR", "UPSTREAM", "HERE", "SWITCH")
+    cells = [(r.target, r.owner, _made_for(r), r.upstream or "-", "yes" if r.present else "NO",
+              _switch(r)) for r in rows]  # fmt: skip
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head) - 1)]
+
+    def line(c: Sequence[str]) -> str:
+        return "  " + "  ".join(f"{x:<{w}}" for x, w in zip(c, widths, strict=False)) + "  " + c[-1]
+
+    lines = [f"ftslurm doctor --patches (DEVICE={device}): the upstream attributes the training "
+             "worker patches (ftslurm/replica/patches.py)", line(head)]  # fmt: skip
+    for row, c in zip(rows, cells, strict=True):
+        lines.append(line(c))
+        if row.problem:
+            lines.append(f"      missing: {row.problem}")
+    missing = [r for r in rows if not r.present]
+    on = sum(1 for r in missing if r.on)
+    verdict = "all here" if not missing else ("ready" if not on else "not ready")
+    lines.append(f"{len(rows)} patches: {len(rows) - len(missing)} here, {len(missing)} missing "
+                 f"({on} with their switch on): {verdict}")  # fmt: skip
     return "\n".join(lines)

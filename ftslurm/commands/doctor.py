@@ -1,4 +1,5 @@
-"""`ftslurm doctor [--json]`: check a cluster set-up; each problem with its fix."""
+"""`ftslurm doctor [--json] [--patches]`: check a cluster set-up; each problem with its fix
+(or, with --patches, list the upstream attributes the training worker patches)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from ftslurm import stdout_pipe
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option(
+    "--patches", "list_patches", is_flag=True,
+    help="Only list the torch/torchft/torchtitan attributes the training worker patches: "
+    "owner, versions made for, upstream issue, switch, present here (exit 1 when one that "
+    "is switched on is missing).",
+)  # fmt: skip
 @click.option(
     "--device",
     type=click.Choice(["cuda", "cpu"]),
@@ -36,8 +43,9 @@ from ftslurm import stdout_pipe
     help="Replicas (= nodes) the run needs.",
 )  # fmt: skip
 def doctor(
-    as_json: bool, device: str | None, lighthouse: str | None, assets: Path | None, replicas: int
-) -> None:
+    as_json: bool, list_patches: bool, device: str | None, lighthouse: str | None,
+    assets: Path | None, replicas: int,
+) -> None:  # fmt: skip
     """Check that an FT run can start here: each check passes, warns or fails, with the fix.
 
     \b
@@ -55,9 +63,14 @@ def doctor(
       ftslurm doctor
       DEVICE=cpu TORCHFT_LIGHTHOUSE=http://login-0:29510 ftslurm doctor --json
       ftslurm doctor --replicas 4 --lighthouse http://login-0:29510
+      ftslurm doctor --patches
     """
     from ftslurm import doctor as doc
     from ftslurm.errors import UserError
+
+    if list_patches:
+        _patches(as_json, device)
+        return
 
     if assets is not None:
         try:
@@ -87,4 +100,23 @@ def doctor(
     else:
         click.echo(doc.render_text(checks, cfg))
     if not doc.ok(checks):
+        raise click.exceptions.Exit(1)
+
+
+def _patches(as_json: bool, device: str | None) -> None:
+    """`--patches`: the records, with the switches as this environment sets them."""
+    from ftslurm import doctor as doc
+    from ftslurm import knobs
+    from ftslurm.replica import patches
+
+    settings = knobs.load(dict(os.environ))
+    device = device or settings.DEVICE
+    rows = doc.patch_rows(patches.RECORDS, doc.observe_patches(), settings, device)
+    if not doc.patches_ok(rows):
+        stdout_pipe.exit_code_if_cut(1)
+    if as_json:
+        click.echo(json.dumps(doc.patches_json(rows, device), indent=2))
+    else:
+        click.echo(doc.render_patches(rows, device))
+    if not doc.patches_ok(rows):
         raise click.exceptions.Exit(1)

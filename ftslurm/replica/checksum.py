@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftslurm import knobs
+from ftslurm.replica import patches
 
 PREFIX = "ftslurm-checksum"
 LINE_RE = re.compile(
@@ -257,10 +258,8 @@ def install() -> None:
     """Hook the checksum into torchtitan's FT trainer and torchft's DiLoCo fragments."""
     settings = _settings(knobs.environ())
     every = _every(settings)
-    if every <= 0:
+    if every <= 0 or not patches.ready("checksum.train_step", "checksum.perform_sync"):
         return
-    from torchft import local_sgd
-    from torchtitan.experiments.ft.train import FTTrainer
     from torchtitan.tools.logging import logger
 
     rank = int(os.environ.get("RANK", "0"))
@@ -271,47 +270,45 @@ def install() -> None:
         "replica": settings.FTSLURM_REPLICA_ID or 0,
     }
 
-    upstream_train_step = FTTrainer.train_step
+    def wrap_train_step(upstream_train_step: Callable[..., None]) -> Callable[..., None]:
+        def train_step(self: Any, data_iterator: Any) -> None:
+            state["trainer"] = self
+            state["manager"] = self.ft_manager.manager if self.ft_manager.enabled else None
+            state["replica"] = self.job_config.fault_tolerance.replica_id
+            manager = state["manager"]
+            before = manager.current_step() if manager else None
+            if not state.get("prepared"):
+                state["prepared"] = True
+                sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
+            upstream_train_step(self, data_iterator)
+            if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
+                return
+            after = manager.current_step()
+            if after > before and self.step % every == 0:
+                named = [(n, p) for m in self.model_parts for n, p in m.named_parameters()]
+                replica, step = state["replica"], self.step
+                sums.log(named, lambda hexd, count: format_line(replica, rank, step, after,
+                                                               "model", count, hexd))  # fmt: skip
 
-    def train_step(self: FTTrainer, data_iterator: Any) -> None:
-        state["trainer"] = self
-        state["manager"] = self.ft_manager.manager if self.ft_manager.enabled else None
-        state["replica"] = self.job_config.fault_tolerance.replica_id
-        manager = state["manager"]
-        before = manager.current_step() if manager else None
-        if not state.get("prepared"):
-            state["prepared"] = True
-            sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
-        upstream_train_step(self, data_iterator)
-        if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
-            return
-        after = manager.current_step()
-        if after > before and self.step % every == 0:
-            named = [(n, p) for m in self.model_parts for n, p in m.named_parameters()]
-            replica, step = state["replica"], self.step
-            sums.log(
-                named,
-                lambda hexd, count: format_line(replica, rank, step, after, "model", count, hexd),
-            )
+        return train_step
 
-    FTTrainer.train_step = train_step  # type: ignore[method-assign]
+    def wrap_sync(upstream_sync: Callable[..., bool]) -> Callable[..., bool]:
+        def perform_sync(self: Any) -> bool:
+            committed = upstream_sync(self)
+            if committed:
+                manager_step = self._manager.current_step()
+                trainer = state["trainer"]
+                replica, step = state["replica"], trainer.step if trainer is not None else -1
+                scope = f"fragment{self._fragment_id}"
+                sums.log(
+                    self._model_fragment.named_parameters(),
+                    lambda hexd, count: format_line(
+                        replica, rank, step, manager_step, scope, count, hexd
+                    ),
+                )
+            return committed
 
-    fragment_cls = local_sgd._StreamingDiLoCoFragment
-    upstream_sync = fragment_cls.perform_sync
+        return perform_sync
 
-    def perform_sync(self: Any) -> bool:
-        committed = upstream_sync(self)
-        if committed:
-            manager_step = self._manager.current_step()
-            trainer = state["trainer"]
-            replica, step = state["replica"], trainer.step if trainer is not None else -1
-            scope = f"fragment{self._fragment_id}"
-            sums.log(
-                self._model_fragment.named_parameters(),
-                lambda hexd, count: format_line(
-                    replica, rank, step, manager_step, scope, count, hexd
-                ),
-            )
-        return committed
-
-    fragment_cls.perform_sync = perform_sync
+    patches.install("checksum.train_step", wrap_train_step)
+    patches.install("checksum.perform_sync", wrap_sync)

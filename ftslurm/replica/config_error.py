@@ -23,24 +23,25 @@ def install() -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    from torchtitan.config import ConfigManager
+    from ftslurm.replica import patches
 
-    original = ConfigManager.parse_args
+    def wrap(original):  # type: ignore[no-untyped-def]
+        def parse_args(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            try:
+                return original(self, *args, **kwargs)
+            except SystemExit as e:  # tyro: unknown option, bad value (it printed why)
+                if e.code not in (0, None):
+                    _write(path, "torchtitan's option parser refused them (its message is above)")
+                raise
+            except (FileNotFoundError, IsADirectoryError, ValueError) as e:  # no TOML, a bad one
+                # (other OSErrors, a shared-filesystem hiccup, may pass: requeued as any crash)
+                missing = e.filename if isinstance(e, FileNotFoundError) else None
+                _write(path, f"{type(e).__name__}: {e}", missing)
+                raise
 
-    def parse_args(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        try:
-            return original(self, *args, **kwargs)
-        except SystemExit as e:  # tyro: unknown option, bad value (it printed why)
-            if e.code not in (0, None):
-                _write(path, "torchtitan's option parser refused them (its message is above)")
-            raise
-        except (FileNotFoundError, IsADirectoryError, ValueError) as e:  # no TOML, or a bad one
-            # (other OSErrors, a shared-filesystem hiccup, may pass: requeued as any crash)
-            missing = e.filename if isinstance(e, FileNotFoundError) else None
-            _write(path, f"{type(e).__name__}: {e}", missing)
-            raise
+        return parse_args
 
-    ConfigManager.parse_args = parse_args  # type: ignore[method-assign]
+    patches.install("config_error.parse_args", wrap)
 
 
 def _write(path: str, line: str, missing: str | None = None) -> None:

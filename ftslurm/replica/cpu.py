@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+from ftslurm.replica import patches
 from ftslurm.replica.plan import flag_values
 
 
@@ -58,6 +59,20 @@ def _memory_stats(_device: object = None) -> dict[str, int]:
     return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak}
 
 
+# torch.cpu's stand-ins for the torch.cuda helpers torchtitan calls on its device module
+# (patches.py records them)
+SHIMS = {
+    "cpu.get_device_name": lambda _device=None: "cpu",
+    "cpu.get_device_properties": lambda _device=None: SimpleNamespace(
+        total_memory=_total_memory(), name="cpu"),
+    "cpu.memory_stats": _memory_stats,
+    # barrier(device_ids=[current_device()]) wants an int, torch.cpu returns "cpu"
+    "cpu.current_device": lambda: 0,
+    "cpu.reset_peak_memory_stats": lambda _device=None: None,
+    "cpu.empty_cache": lambda: None,
+}  # fmt: skip
+
+
 def prepare() -> None:
     """Environment, torch.cpu shims and device type. sys.argv must already be final: importing
     torchtitan binds `ConfigManager.parse_args(args=sys.argv[1:])` (a default argument)."""
@@ -67,24 +82,10 @@ def prepare() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import torch
-    import torch._utils as tutils
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    cpu = torch.cpu
-    cpu.get_device_name = lambda _device=None: "cpu"  # type: ignore[attr-defined]
-    cpu.get_device_properties = lambda _device=None: SimpleNamespace(  # type: ignore[attr-defined]
-        total_memory=_total_memory(), name="cpu"
-    )
-    cpu.memory_stats = _memory_stats  # type: ignore[attr-defined]
-    # barrier(device_ids=[current_device()]) wants an int, torch.cpu returns "cpu"
-    cpu.current_device = lambda: 0  # type: ignore[assignment]
-    cpu.reset_peak_memory_stats = lambda _device=None: None  # type: ignore[attr-defined]
-    cpu.empty_cache = lambda: None  # type: ignore[attr-defined]
-
-    original = tutils._get_available_device_type
-    tutils._get_available_device_type = lambda: "cpu"
-    try:
+    for name, value in SHIMS.items():
+        patches.replace(name, value)
+    with patches.swapped("cpu.device_type", lambda: "cpu"):
         import torchtitan.tools.utils as tt_utils  # binds device_type / device_module now
-    finally:
-        tutils._get_available_device_type = original
     assert tt_utils.device_type == "cpu", tt_utils.device_type

@@ -24,11 +24,11 @@ Switch: FTSLURM_EARLY_FIRST_SYNC=0 runs upstream behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ftslurm import knobs
-from ftslurm.replica import fixes
+from ftslurm.replica import fixes, patches
 
 SWITCH = "FTSLURM_EARLY_FIRST_SYNC"
 
@@ -49,16 +49,30 @@ def install(env: Mapping[str, str] | knobs.Settings | None = None) -> str | None
         return None
     if not fixes.switch_on(SWITCH, s):
         return f"[ftslurm] early first sync: OFF ({SWITCH}=0)"
-    from torchft import local_sgd
-
-    upstream = local_sgd.DiLoCo.__init__
-    if getattr(upstream, "_ftslurm", False):
+    if patches.installed("early_sync.init"):
         return None
-    upstream_enter = local_sgd.DiLoCo.__enter__
+    if not patches.ready("early_sync.init", "early_sync.enter"):
+        return f"[ftslurm] early first sync: SKIPPED ({patches.SKIPPED})"
+    patches.install("early_sync.init", _counting_from_sync_point)
+    patches.install("early_sync.enter", _syncing_at_enter)
+    return (
+        "[ftslurm] early first sync: ON (a restarted DiLoCo replica asks for its healing quorum "
+        f"before its first inner step; {SWITCH}=0 turns it off)"
+    )
+
+
+def _counting_from_sync_point(upstream: Callable[..., None]) -> Callable[..., None]:
+    """DiLoCo.__init__, then the inner-step counter one step before its sync point."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched __init__
         upstream(self, *args, **kwargs)
         self._local_step = first_local_step(self._sync_every, self._fragment_sync_delay)
+
+    return __init__
+
+
+def _syncing_at_enter(upstream_enter: Callable[..., Any]) -> Callable[..., Any]:
+    """DiLoCo.__enter__, then the first inner step's post-step hook."""
 
     def __enter__(self: Any) -> Any:  # noqa: N807 - patched __enter__
         out = upstream_enter(self)
@@ -66,10 +80,4 @@ def install(env: Mapping[str, str] | knobs.Settings | None = None) -> str | None
         self._step_post_hook(self._local_optimizer, (), {})
         return out
 
-    __init__._ftslurm = True  # type: ignore[attr-defined]
-    local_sgd.DiLoCo.__init__ = __init__  # type: ignore[method-assign]
-    local_sgd.DiLoCo.__enter__ = __enter__  # type: ignore[method-assign]
-    return (
-        "[ftslurm] early first sync: ON (a restarted DiLoCo replica asks for its healing quorum "
-        f"before its first inner step; {SWITCH}=0 turns it off)"
-    )
+    return __enter__

@@ -90,11 +90,17 @@ reproduce a bug, or once upstream is fixed).
    post-division by the same factor (1.0, exact: the gradients are bit-for-bit those of
    PREMUL_SUM(1.0)). A GPU mesh is left as it is. `fully_shard` is wrapped where torchtitan
    looks it up (torch.distributed.fsdp, and each torchtitan module that imported it by name).
+
+Each upstream attribute a fix changes is a record in patches.py (`Fix.records`: the records
+naming its switch), with the versions it was made for; a fix whose target is missing in the
+installed torch / torchft / torchtitan is skipped with one line on stderr (`apply`), not left
+to raise AttributeError in training.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +108,7 @@ from datetime import timedelta
 from typing import Any
 
 from ftslurm import knobs
+from ftslurm.replica import patches
 
 SWITCHES = {
     "async_quorum": "FTSLURM_FIX_ASYNC_QUORUM",
@@ -127,6 +134,15 @@ class Fix:
     def switch(self) -> str:
         return SWITCHES[self.name]
 
+    @property
+    def records(self) -> tuple[patches.Patch, ...]:
+        """The upstream attributes this fix patches (patches.py: those naming its switch)."""
+        return patches.for_switch(self.switch)
+
+    def missing(self) -> list[str]:
+        """One line per record whose target or needs this installation lacks."""
+        return [line for r in self.records if (line := patches.check(r)) is not None]
+
 
 def switch_on(variable: str, env: Mapping[str, str] | knobs.Settings | None = None) -> bool:
     """A launcher switch (a fix, the early first sync): a boolean knob, on unless set to
@@ -142,7 +158,8 @@ def enabled(name: str, env: Mapping[str, str] | knobs.Settings | None = None) ->
 
 def fix_async_quorum() -> None:
     """Bug 1: construct torchft's Manager with use_async_quorum=False."""
-    _manager_patch().kwargs["use_async_quorum"] = lambda _: False
+    if (patch := _manager_patch()) is not None:
+        patch.kwargs["use_async_quorum"] = lambda _: False
 
 
 def _quorum_line(manager: object) -> str:
@@ -161,6 +178,8 @@ def fix_heal_timeout() -> None:
     timeout = timedelta(seconds=knobs.environ().FTSLURM_HEAL_TIMEOUT_S)
     chosen = transport.choice()
     patch = _manager_patch()
+    if patch is None:
+        return
     patch.kwargs["checkpoint_transport"] = lambda kw: transport.build(chosen, timeout, kw.get("pg"))
     patch.after["receive_in_place"] = _receive_in_place
     patch.reports["heal_timeout"] = _transport_line
@@ -172,7 +191,8 @@ def _receive_in_place(manager: object) -> None:
     state_dict() while the main thread is mid-forward (bug 1's crash, on the joiner)."""
     made = getattr(manager, "_checkpoint_transport", None)
     if type(made).__name__ == "PGTransport" and not getattr(manager, "_use_async_quorum", True):
-        made._state_dict = manager._manager_state_dict  # type: ignore[attr-defined]
+        patches.install_on("heal_timeout.receive_in_place", made,
+                           lambda _none: manager._manager_state_dict)  # type: ignore[attr-defined]
 
 
 def _transport_line(manager: object) -> str:
@@ -194,23 +214,27 @@ def _transport_line(manager: object) -> str:
 def fix_heal_timeout_floor() -> None:
     """Fix 6: the cross-replica timeouts cover a heal, set at the Manager's first quorum."""
     mbps = knobs.environ().FTSLURM_HEAL_MBPS
-    _manager_patch().after["heal_timeout_floor"] = lambda m: _floor_at_first_quorum(m, mbps)
+    if (patch := _manager_patch()) is not None:
+        patch.after["heal_timeout_floor"] = lambda m: _floor_at_first_quorum(m, mbps)
 
 
 def _floor_at_first_quorum(manager: Any, mbps: int) -> None:
     """Wrap the built Manager's start_quorum: the first call sizes the timeouts, before the
     quorum (re)configures the process group with them. Then the state is complete: torchtitan
-    registered its state dict and created the optimizer's state when it was built."""
-    upstream = manager.start_quorum
+    registered its state dict and created the optimizer's state when it was built. Set on the
+    Manager itself, so outside its class's wrappers (patches.ORDER)."""
     pending = [True]
 
-    def start_quorum(*args: Any, **kwargs: Any) -> Any:
-        if pending:
-            pending.clear()
-            print(_raise_timeouts(manager, mbps), flush=True)
-        return upstream(*args, **kwargs)
+    def wrap(upstream: Callable[..., Any]) -> Callable[..., Any]:
+        def start_quorum(*args: Any, **kwargs: Any) -> Any:
+            if pending:
+                pending.clear()
+                print(_raise_timeouts(manager, mbps), flush=True)
+            return upstream(*args, **kwargs)
 
-    manager.start_quorum = start_quorum
+        return start_quorum
+
+    patches.install_on("heal_timeout_floor.start_quorum", manager, wrap)
 
 
 def _raise_timeouts(manager: Any, mbps: int) -> str:
@@ -262,36 +286,38 @@ class _ManagerPatch(types.ModuleType):
         return manager
 
 
-def _manager_patch() -> _ManagerPatch:
-    """The stand-in for torchft in torchtitan's FT manager module, installed once."""
-    import torchft
+def _manager_patch() -> _ManagerPatch | None:
+    """The stand-in for torchft in torchtitan's FT manager module, installed once (None, with
+    a line on stderr, when that module has no `ft` here)."""
     import torchtitan.components.ft.manager as tt_ft
 
-    if not isinstance(tt_ft.ft, _ManagerPatch):
-        tt_ft.ft = _ManagerPatch(torchft)
+    if not isinstance(getattr(tt_ft, "ft", None), _ManagerPatch):
+        if not patches.install("manager_stand_in", _ManagerPatch):
+            return None
         tt_ft.ft.reports["quorum"] = _quorum_line  # also with fix 1 off: says upstream's mode
     return tt_ft.ft
 
 
 def fix_optimizer_state() -> None:
     """Bug 2: FTOptimizersContainer.state_dict() returns a fresh dict, not the start-up cache."""
-    from torchtitan.components.optimizer import FTOptimizersContainer, OptimizersContainer
+    from torchtitan.components.optimizer import OptimizersContainer
 
-    FTOptimizersContainer.state_dict = OptimizersContainer.state_dict  # type: ignore[method-assign]
+    patches.replace("optimizer_state.state_dict", OptimizersContainer.state_dict)
 
 
 def fix_unsharded_allreduce() -> None:
     """Gap 3: average gradients across replicas when the replica has no FSDP module."""
+    patches.install("unsharded_allreduce.hook", _average_unsharded)
+
+
+def _average_unsharded(upstream: Callable[..., None]) -> Callable[..., None]:
+    """Gap 3: FTManager.maybe_set_all_reduce_hook, then a gradient all-reduce hook on every
+    parameter when no FSDP module does it."""
     import torch.distributed as dist
     from torch.distributed._composable.fsdp.fully_shard import FSDPModule
     from torch.distributed.distributed_c10d import ReduceOp
-    from torchtitan.components.ft.manager import FTManager
 
-    upstream = FTManager.maybe_set_all_reduce_hook
-    if getattr(upstream, "_ftslurm", False):
-        return
-
-    def maybe_set_all_reduce_hook(self: FTManager, model_parts: list) -> None:
+    def maybe_set_all_reduce_hook(self: Any, model_parts: list) -> None:
         upstream(self, model_parts)
         if not (self.enabled and self.use_async_quorum):
             return  # semi-sync (DiLoCo) averages pseudo-gradients itself
@@ -307,8 +333,7 @@ def fix_unsharded_allreduce() -> None:
                 if p.requires_grad:
                     p.register_post_accumulate_grad_hook(hook)
 
-    maybe_set_all_reduce_hook._ftslurm = True  # type: ignore[attr-defined]
-    FTManager.maybe_set_all_reduce_hook = maybe_set_all_reduce_hook  # type: ignore[method-assign]
+    return maybe_set_all_reduce_hook
 
 
 def fix_ft_checkpoint_retention() -> None:
@@ -348,13 +373,12 @@ def force_sum_on_cpu(fully_shard: Callable[..., Any]) -> Callable[..., Any]:
 
 def fix_gloo_fsdp() -> None:
     """Fix 10: FSDP on a CPU mesh reduce-scatters with SUM (gloo has no PREMUL_SUM)."""
-    import sys
-
     import torch.distributed.fsdp as fsdp
 
     upstream = fsdp.fully_shard
-    wrapped = force_sum_on_cpu(upstream)
-    fsdp.fully_shard = wrapped
+    if not patches.install("gloo_fsdp.fully_shard", force_sum_on_cpu):
+        return
+    wrapped = fsdp.fully_shard
     for name, module in list(sys.modules.items()):
         if name.startswith("torchtitan") and getattr(module, "fully_shard", None) is upstream:
             module.fully_shard = wrapped  # type: ignore[attr-defined]
@@ -392,8 +416,8 @@ class _QuorumRecorder:
 
 def record_quorums(manager: Any) -> None:
     """Give a built Manager's client a quorum recorder, once (fix 7 and fix 8 read it)."""
-    if not isinstance(manager._client, _QuorumRecorder):
-        manager._client = _QuorumRecorder(manager._client)
+    if not isinstance(getattr(manager, "_client", None), _QuorumRecorder):
+        patches.install_on("quorum_recorder", manager, _QuorumRecorder)
 
 
 def fix_peer_abort() -> None:
@@ -415,17 +439,26 @@ def fix_peer_abort() -> None:
 def fix_rendezvous_namespace() -> None:
     """Fix 7: every Manager built from now on (torchtitan's and the tiny worker's) rendezvous
     its process group under `rendezvous_id`, not the bare quorum id."""
-    from torchft.manager import Manager
-
-    if getattr(Manager._reconfigure_pg, "_ftslurm", False):
+    if not patches.ready("rendezvous_namespace.init", "rendezvous_namespace.reconfigure_pg"):
         return
-    init, reconfigure = Manager.__init__, Manager._reconfigure_pg
+    patches.install("rendezvous_namespace.init", _recording_quorums)
+    patches.install("rendezvous_namespace.reconfigure_pg", _namespaced)
 
-    def __init__(self: Manager, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+
+def _recording_quorums(init: Callable[..., None]) -> Callable[..., None]:
+    """Fix 7: Manager.__init__, then the quorum recorder on the built Manager."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
         init(self, *args, **kwargs)
         record_quorums(self)
 
-    def _reconfigure_pg(self: Manager, communicator_id: int, handles: list[str]) -> None:
+    return __init__
+
+
+def _namespaced(reconfigure: Callable[..., None]) -> Callable[..., None]:
+    """Fix 7: Manager._reconfigure_pg under `rendezvous_id`, for the quorum just recorded."""
+
+    def _reconfigure_pg(self: Any, communicator_id: int, handles: list[str]) -> None:
         quorum = getattr(self._client, "last_quorum", None)
         if quorum is not None and quorum.quorum_id == communicator_id:
             communicator_id = rendezvous_id(quorum.quorum_id, quorum.max_step,
@@ -434,9 +467,7 @@ def fix_rendezvous_namespace() -> None:
                                   communicator_id), flush=True)  # fmt: skip
         reconfigure(self, communicator_id, handles)
 
-    _reconfigure_pg._ftslurm = True  # type: ignore[attr-defined]
-    Manager.__init__ = __init__  # type: ignore[method-assign]
-    Manager._reconfigure_pg = _reconfigure_pg  # type: ignore[method-assign]
+    return _reconfigure_pg
 
 
 FIXES = (
@@ -469,13 +500,18 @@ FIXES = (
 def apply(env: Mapping[str, str] | knobs.Settings | None = None,
           only: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     """Apply every enabled fix (or those of `only`: the tiny worker has no torchtitan);
-    returns one log line per fix (on or off, and its switch)."""
+    returns one log line per fix (on, off or skipped, and its switch). A fix whose patch
+    targets this installation lacks is skipped whole, each missing one said on stderr."""
     env = knobs.load(env)
     lines = []
     for fix in FIXES:
         if only and fix.name not in only:
             continue
-        if enabled(fix.name, env):
+        if enabled(fix.name, env) and (missing := fix.missing()):
+            for line in missing:
+                patches.say_skipped(line)
+            lines.append(f"[ftslurm] fix {fix.name}: SKIPPED ({missing[0]})")
+        elif enabled(fix.name, env):
             fix.apply()
             lines.append(
                 f"[ftslurm] fix {fix.name}: ON ({fix.summary}; {fix.switch}=0 turns it off)"

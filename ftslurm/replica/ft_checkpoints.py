@@ -36,7 +36,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 from ftslurm import logvocab, safefile
 from ftslurm.errors import UserError
+from ftslurm.replica import patches
 
 STEP_DIR_RE = re.compile(r"step-([0-9]{1,12})")
 # fix 9 on: the FT dataloader checkpoints of the model checkpoints' steps are kept
@@ -163,22 +164,21 @@ PURGER = Purger()
 
 def install() -> None:
     """Make torchtitan's CheckpointManager purge after every per-step FT dataloader save."""
+    patches.install("ft_checkpoint_retention.ft_save", _purging)
+
+
+def _purging(upstream: Callable[..., None]) -> Callable[..., None]:
+    """CheckpointManager._ft_save, then a purge request (rank 0)."""
     import torch.distributed as dist
-    from torchtitan.components.checkpoint import CheckpointManager
 
-    upstream = CheckpointManager._ft_save
-    if getattr(upstream, "_ftslurm", False):
-        return
-
-    def _ft_save(self: CheckpointManager, step: int) -> None:
+    def _ft_save(self: Any, step: int) -> None:
         upstream(self, step)
         if not dist.is_initialized() or dist.get_rank() == 0:
             model_folder = Path(self.folder) if KEEP_MODEL_STEPS and self.enable else None
             ahead = _interval(self) if self.enable else 0
             PURGER.request(Path(self._ft_folder()), step, model_folder, ahead)
 
-    _ft_save._ftslurm = True  # type: ignore[attr-defined]
-    CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+    return _ft_save
 
 
 def _interval(manager: Any) -> int:
@@ -357,16 +357,20 @@ def install_resume() -> None:
     line, switches to the newest position when the first quorum heals the replica from a
     peer, and logs each saved data position."""
     global KEEP_MODEL_STEPS
-    import torch.distributed as dist
-    from torchtitan.components.checkpoint import CheckpointManager
 
-    upstream_load, upstream_ft_load = CheckpointManager.load, CheckpointManager._ft_load
-    upstream_ft_save = CheckpointManager._ft_save
-    if getattr(upstream_load, "_ftslurm", False):
+    names = ("consistent_resume.load", "consistent_resume.ft_load", "consistent_resume.ft_save")
+    if patches.installed(names[0]) or not patches.ready(*names):
         return
     KEEP_MODEL_STEPS = True
+    for name, make in zip(names, (_resuming_load, _resuming_ft_load, _resuming_ft_save),
+                          strict=True):
+        patches.install(name, make)
 
-    def load(self: CheckpointManager, step: int = -1) -> bool:
+
+def _resuming_load(upstream_load: Callable[..., bool]) -> Callable[..., bool]:
+    """Fix 9: CheckpointManager.load plans the resume (data position, skipped checkpoints)."""
+
+    def load(self: Any, step: int = -1) -> bool:
         if self.enable and self.enable_ft_dataloader_checkpoints:
             folder = Path(self.folder)
             model = scan(folder)
@@ -387,7 +391,13 @@ def install_resume() -> None:
                 return False
         return upstream_load(self, step)
 
-    def _ft_load(self: CheckpointManager) -> None:
+    return load
+
+
+def _resuming_ft_load(upstream_ft_load: Callable[..., None]) -> Callable[..., None]:
+    """Fix 9: CheckpointManager._ft_load loads the planned data position."""
+
+    def _ft_load(self: Any) -> None:
         resume: Resume | None = getattr(self, "_ftslurm_resume", None)
         if resume is None:  # no model checkpoints: upstream's newest position
             upstream_ft_load(self)
@@ -397,7 +407,15 @@ def install_resume() -> None:
         if resume.data_step is not None:
             _load_data(self, resume.data_step)
 
-    def _ft_save(self: CheckpointManager, step: int) -> None:
+    return _ft_load
+
+
+def _resuming_ft_save(upstream_ft_save: Callable[..., None]) -> Callable[..., None]:
+    """Fix 9: CheckpointManager._ft_save deletes a lost lineage's positions first, and logs
+    each saved position."""
+    import torch.distributed as dist
+
+    def _ft_save(self: Any, step: int) -> None:
         resume: Resume | None = getattr(self, "_ftslurm_resume", None)
         if resume is not None and not getattr(self, "_ftslurm_saved", False):
             # the first save after a restart: the positions of a lost lineage (steps after
@@ -416,11 +434,7 @@ def install_resume() -> None:
         position = _sample_idx(self.ft_states.get("dataloader"))
         print(logvocab.data_position_line(self.ft_replica_id, step, position), flush=True)
 
-    for f in (load, _ft_load, _ft_save):
-        f._ftslurm = True  # type: ignore[attr-defined]
-    CheckpointManager.load = load  # type: ignore[method-assign]
-    CheckpointManager._ft_load = _ft_load  # type: ignore[method-assign]
-    CheckpointManager._ft_save = _ft_save  # type: ignore[method-assign]
+    return _ft_save
 
 
 def _finish_at_once(manager: Any, folder: Path, resume: Resume) -> bool:
@@ -577,57 +591,63 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
     """After each step's save, once `flag` exists and the step agreed (`agree_stop_step`) is
     reached: save a model checkpoint at this step (unless the interval just saved one), wait
     until it is written, and end the training loop. Says the signal's margin when known."""
-    from torchtitan.components.checkpoint import CheckpointManager
-    from torchtitan.train import Trainer
-
-    upstream_save, upstream_should = CheckpointManager.save, CheckpointManager._should_save
-    upstream_continue = Trainer.should_continue_training
-    if getattr(upstream_save, "_ftslurm", False):
+    names = ("time_limit.save", "time_limit.should_save", "time_limit.should_continue")
+    if patches.installed(names[0]) or not patches.ready(*names):
         return
+    from torchtitan.components.checkpoint import CheckpointManager
+
+    upstream_should = CheckpointManager._should_save  # the interval's rule, without the force
     started = time.time()  # stop marks made before this process are an earlier segment's
     if (line := signal_margin_line(env)) is not None:
         print(line, flush=True)
 
-    def _should_save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> bool:
-        if getattr(self, "_ftslurm_force", False) and self.enable and not self.load_only:
-            return True
-        return upstream_should(self, curr_step, last_step)
+    def wrap_should(upstream: Callable[..., bool]) -> Callable[..., bool]:
+        def _should_save(self: Any, curr_step: int, last_step: bool = False) -> bool:
+            if getattr(self, "_ftslurm_force", False) and self.enable and not self.load_only:
+                return True
+            return upstream(self, curr_step, last_step)
 
-    def save(self: CheckpointManager, curr_step: int, last_step: bool = False) -> None:
-        upstream_save(self, curr_step, last_step)
-        if last_step or not flag.exists():
-            return
-        trainer = self.states.get("train_state") if hasattr(self, "states") else None
-        if getattr(trainer, "_ftslurm_stop", False):
-            return
-        folder = Path(self.folder) if getattr(self, "folder", None) else None
-        if curr_step < agree_stop_step(folder, curr_step, started):
-            return  # a peer saw the signal a step later: stop after the next step together
-        saved = "off"  # model checkpoints off: nothing to resume from but the data positions
-        if getattr(self, "enable", False):
-            if not upstream_should(self, curr_step, False):
-                self._ftslurm_force = True
-                try:
-                    upstream_save(self, curr_step, False)
-                finally:
-                    self._ftslurm_force = False
-            self._async_wait()  # the checkpoint is on disk before the process ends
-            saver = getattr(self, "ft_manager", None)
-            saved = "saved" if saver is None or saver.participating_rank() == 0 else "peer"
-        elif getattr(self, "enable_ft_dataloader_checkpoints", False):
-            self._async_wait()
-        print(logvocab.final_checkpoint_line(curr_step, saved), flush=True)
-        try:  # the launcher requeues only a run that says it stopped early (job.py)
-            stopped_early_note(flag).write_text(str(curr_step))
-        except OSError:
-            pass  # the launcher then ends the attempt as finished: the requeue is lost
-        if trainer is not None:
-            trainer._ftslurm_stop = True
+        return _should_save
 
-    def should_continue_training(self: Trainer) -> bool:
-        return not getattr(self, "_ftslurm_stop", False) and upstream_continue(self)
+    def wrap_save(upstream_save: Callable[..., None]) -> Callable[..., None]:
+        def save(self: Any, curr_step: int, last_step: bool = False) -> None:
+            upstream_save(self, curr_step, last_step)
+            if last_step or not flag.exists():
+                return
+            trainer = self.states.get("train_state") if hasattr(self, "states") else None
+            if getattr(trainer, "_ftslurm_stop", False):
+                return
+            folder = Path(self.folder) if getattr(self, "folder", None) else None
+            if curr_step < agree_stop_step(folder, curr_step, started):
+                return  # a peer saw the signal a step later: stop after the next step together
+            saved = "off"  # model checkpoints off: nothing to resume from but the data positions
+            if getattr(self, "enable", False):
+                if not upstream_should(self, curr_step, False):
+                    self._ftslurm_force = True
+                    try:
+                        upstream_save(self, curr_step, False)
+                    finally:
+                        self._ftslurm_force = False
+                self._async_wait()  # the checkpoint is on disk before the process ends
+                saver = getattr(self, "ft_manager", None)
+                saved = "saved" if saver is None or saver.participating_rank() == 0 else "peer"
+            elif getattr(self, "enable_ft_dataloader_checkpoints", False):
+                self._async_wait()
+            print(logvocab.final_checkpoint_line(curr_step, saved), flush=True)
+            try:  # the launcher requeues only a run that says it stopped early (job.py)
+                stopped_early_note(flag).write_text(str(curr_step))
+            except OSError:
+                pass  # the launcher then ends the attempt as finished: the requeue is lost
+            if trainer is not None:
+                trainer._ftslurm_stop = True
 
-    save._ftslurm = True  # type: ignore[attr-defined]
-    CheckpointManager.save = save  # type: ignore[method-assign]
-    CheckpointManager._should_save = _should_save  # type: ignore[method-assign]
-    Trainer.should_continue_training = should_continue_training  # type: ignore[method-assign]
+        return save
+
+    def wrap_continue(upstream_continue: Callable[..., bool]) -> Callable[..., bool]:
+        def should_continue_training(self: Any) -> bool:
+            return not getattr(self, "_ftslurm_stop", False) and upstream_continue(self)
+
+        return should_continue_training
+
+    for name, make in zip(names, (wrap_save, wrap_should, wrap_continue), strict=True):
+        patches.install(name, make)

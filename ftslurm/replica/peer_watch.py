@@ -66,6 +66,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ftslurm.replica import patches
+
 POLL_S = 0.5  # between reads of the Lighthouse while a step is overdue
 GRACE_FLOOR_S = 1.0  # a step younger than this is never overdue
 FREEZE_GAP_S = 1.5  # a process that stood still longer does not commit that step
@@ -412,23 +414,37 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             emulate_save_s: float = 0.0) -> None:  # fmt: skip
     """Patch torchft's Manager (every one built from now on gets a watch; `record_quorums`
     gives it fix 7's quorum recorder), _ManagedWork's wait and torchtitan's checkpoint save
-    (a long phase); idempotent."""
-    from torchft import manager as tm
-
-    Manager = tm.Manager  # noqa: N806 - torchft's class
-    if getattr(Manager.start_quorum, "_ftslurm_peer_watch", False):
+    (a long phase); idempotent. Where another module wraps the same method, patches.ORDER
+    says which wrapper runs first."""
+    names = ("peer_abort.init", "peer_abort.start_quorum", "peer_abort.async_quorum",
+             "peer_abort.should_commit", "peer_abort.work_wait")  # fmt: skip
+    if patches.installed("peer_abort.start_quorum") or not patches.ready(*names):
         return
-    init, start_quorum = Manager.__init__, Manager.start_quorum
-    should_commit, async_quorum = Manager.should_commit, Manager._async_quorum
-    wait = tm._ManagedWork.wait
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
-        init(self, *args, **kwargs)
-        record_quorums(self)
-        self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s,
-                                             stall_floor_s=stall_floor_s)  # fmt: skip
-        _WATCHES.append(self._ftslurm_peer_watch)
+    def wrap_init(init: Callable[..., None]) -> Callable[..., None]:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+            init(self, *args, **kwargs)
+            record_quorums(self)
+            self._ftslurm_peer_watch = PeerWatch(self, lighthouse, progress, hang_floor_s,
+                                                 stall_floor_s=stall_floor_s)  # fmt: skip
+            _WATCHES.append(self._ftslurm_peer_watch)
 
+        return __init__
+
+    def optimizer_stepped(*_args: Any) -> None:
+        for watch in _WATCHES:
+            watch.optimizer_stepped()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(optimizer_stepped)
+    for name, make in zip(names, (wrap_init, _wrap_start_quorum, _wrap_async_quorum,
+                                  _wrap_should_commit, _wrap_wait), strict=True):  # fmt: skip
+        patches.install(name, make)
+    _announce_saves(emulate_save_s)
+
+
+def _wrap_start_quorum(start_quorum: Callable[..., Any]) -> Callable[..., Any]:
     def patched_start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
         watch = getattr(self, "_ftslurm_peer_watch", None)
         if watch is not None:
@@ -439,6 +455,10 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             watch.step_started()
         return out
 
+    return patched_start_quorum
+
+
+def _wrap_async_quorum(async_quorum: Callable[..., Any]) -> Callable[..., Any]:
     def patched_async_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = async_quorum(self, *args, **kwargs)  # torchft's quorum thread
         watch = getattr(self, "_ftslurm_peer_watch", None)
@@ -446,6 +466,10 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             watch.quorum_done(bool(getattr(self, "_healing", False)))
         return out
 
+    return patched_async_quorum
+
+
+def _wrap_should_commit(should_commit: Callable[..., bool]) -> Callable[..., bool]:
     def patched_should_commit(self: Any, *args: Any, **kwargs: Any) -> bool:
         watch = getattr(self, "_ftslurm_peer_watch", None)
         why = watch.step_ending() if watch is not None else None
@@ -459,6 +483,10 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             watch.committed()
         return ok
 
+    return patched_should_commit
+
+
+def _wrap_wait(wait: Callable[..., bool]) -> Callable[..., bool]:
     def patched_wait(self: Any, timeout: timedelta | None = None) -> bool:
         watch = getattr(self._manager, "_ftslurm_peer_watch", None)
         if watch is not None and not watch.wait_done(self._work):
@@ -466,20 +494,7 @@ def install(lighthouse: str | None, progress: Path | None, hang_floor_s: float,
             return False
         return wait(self, timeout)
 
-    def optimizer_stepped(*_args: Any) -> None:
-        for watch in _WATCHES:
-            watch.optimizer_stepped()
-
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    register_optimizer_step_post_hook(optimizer_stepped)
-    patched_start_quorum._ftslurm_peer_watch = True  # type: ignore[attr-defined]
-    Manager.__init__ = __init__  # type: ignore[method-assign]
-    Manager.start_quorum = patched_start_quorum  # type: ignore[method-assign]
-    Manager._async_quorum = patched_async_quorum  # type: ignore[method-assign]
-    Manager.should_commit = patched_should_commit  # type: ignore[method-assign]
-    tm._ManagedWork.wait = patched_wait  # type: ignore[method-assign]
-    _announce_saves(emulate_save_s)
+    return patched_wait
 
 
 def _quorum_retrying(manager: Any, start: Callable[[], Any], say: Callable[[str], None]) -> Any:
@@ -503,10 +518,14 @@ def _announce_saves(emulate_s: float = 0.0) -> None:
     (FTSLURM_EMULATE_SAVE_S, benches only): each save also holds the training thread that
     long, as a GPU's save of an 8B rank does (the false-action soak)."""
     try:
-        from torchtitan.components.checkpoint import CheckpointManager
+        from torchtitan.components.checkpoint import CheckpointManager  # noqa: F401
     except ImportError:  # the tiny worker runs without torchtitan
         return
-    upstream = CheckpointManager.save
+    patches.install("peer_abort.save", lambda upstream: _announcing(upstream, emulate_s))
+
+
+def _announcing(upstream: Callable[..., None], emulate_s: float) -> Callable[..., None]:
+    """CheckpointManager.save, announced to every watch as a long phase."""
 
     def save(self: Any, curr_step: int, last_step: bool = False) -> None:
         try:
@@ -525,4 +544,4 @@ def _announce_saves(emulate_s: float = 0.0) -> None:
             for watch in _WATCHES:
                 watch.saving(False)
 
-    CheckpointManager.save = save  # type: ignore[method-assign]
+    return save

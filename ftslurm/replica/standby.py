@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ftslurm import knobs, safefile
-from ftslurm.replica import slots
+from ftslurm.replica import patches, slots
 
 POLL_S = 0.25
 SECOND_LOOK_S = 1.0  # a slot found vacant is claimed only when found so again this much later
@@ -185,18 +185,19 @@ def _exit_finished() -> NoReturn:
 def _install_warm_restart(go: Path) -> str:
     """Stop this worker at the start of FTManager.__init__ (where a spare waits) until its
     launcher needs it; a `stop` ends it without training."""
-    from torchtitan.components.ft.manager import FTManager
 
-    upstream_init = FTManager.__init__
+    def wrap(upstream_init: Callable[..., None]) -> Callable[..., None]:
+        def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
+            if ft_config.enable and not wait_for_go(go):
+                # not SystemExit: torchtitan's main would close a trainer still being built
+                # (no checkpointer yet) and print that traceback into the replica's log
+                _exit_finished()
+            upstream_init(self, ft_config)
 
-    def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
-        if ft_config.enable and not wait_for_go(go):
-            # not SystemExit: torchtitan's main would close a trainer still being built
-            # (no checkpointer yet) and print that traceback into the replica's log
-            _exit_finished()
-        upstream_init(self, ft_config)
+        return __init__
 
-    FTManager.__init__ = __init__  # type: ignore[method-assign]
+    if not patches.install("warm_restart.init", wrap):
+        return f"[ftslurm] warm restart: SKIPPED ({patches.SKIPPED})"
     return ("[ftslurm] warm restart: imports done; waiting before torchft's Manager until "
             "this replica's training fails and the launcher restarts it in place")  # fmt: skip
 
@@ -215,35 +216,37 @@ def install(env: dict[str, str] | None = None) -> str | None:
     if not first.FTSLURM_SLOTS_DIR:
         go = first.FTSLURM_WARM_GO_FILE
         return _install_warm_restart(Path(go)) if go else None
-    from torchtitan.components.ft.manager import FTManager
-    from torchtitan.experiments.ft.train import FTTrainer
-
-    if getattr(FTManager.__init__, "_ftslurm", False):
+    names = ("slots.init", "slots.train_step", "slots.start_quorum")
+    if patches.installed("slots.init"):
         return None
+    if not patches.ready(*names):
+        return f"[ftslurm] spares and slot fencing: SKIPPED ({patches.SKIPPED})"
     root = Path(first.FTSLURM_SLOTS_DIR)
-    upstream_init, upstream_step = FTManager.__init__, FTTrainer.train_step
     spare = first.FTSLURM_SPARE
 
-    def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
-        s = settings()
-        if s.FTSLURM_SPARE and ft_config.enable:
-            path = Path(s.FTSLURM_SLOT_FILE)
-            if int(env.get("LOCAL_RANK", "0")) == 0:
-                claim = wait_for_slot(env)
-                _publish(path, claim)
-                if claim is not None:
-                    _say(claim_banner(claim, s.FTSLURM_ATTEMPT, socket.gethostname(),
-                                      s.FTSLURM_RESTART))  # fmt: skip
-            else:
-                claim = _await_published(path)
-            if claim is None:
-                _say("[ftslurm] spare: the run finished; nothing to replace")
-                # not SystemExit: torch's @record on FTTrainer.__init__ swallows it and
-                # torchtitan then trains a trainer never built (exit 1, a crash loop)
-                _exit_finished()
-            _become(claim, ft_config, env)
-        upstream_init(self, ft_config)
-        _record_member(self, root, env)
+    def init(upstream_init: Callable[..., None]) -> Callable[..., None]:
+        def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
+            s = settings()
+            if s.FTSLURM_SPARE and ft_config.enable:
+                path = Path(s.FTSLURM_SLOT_FILE)
+                if int(env.get("LOCAL_RANK", "0")) == 0:
+                    claim = wait_for_slot(env)
+                    _publish(path, claim)
+                    if claim is not None:
+                        _say(claim_banner(claim, s.FTSLURM_ATTEMPT, socket.gethostname(),
+                                          s.FTSLURM_RESTART))  # fmt: skip
+                else:
+                    claim = _await_published(path)
+                if claim is None:
+                    _say("[ftslurm] spare: the run finished; nothing to replace")
+                    # not SystemExit: torch's @record on FTTrainer.__init__ swallows it and
+                    # torchtitan then trains a trainer never built (exit 1, a crash loop)
+                    _exit_finished()
+                _become(claim, ft_config, env)
+            upstream_init(self, ft_config)
+            _record_member(self, root, env)
+
+        return __init__
 
     def fence(slot: int, before: str) -> None:
         """Exit (FENCED_EXIT) when a newer claim of this worker's slot exists."""
@@ -259,23 +262,24 @@ def install(env: dict[str, str] | None = None) -> str | None:
                 safefile.write_atomic(note, newer.to_json())
             os._exit(FENCED_EXIT)
 
-    def train_step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        fence(self.job_config.fault_tolerance.replica_id, f"step {self.step}")
-        return upstream_step(self, *args, **kwargs)
+    def train_step(upstream_step: Callable[..., Any]) -> Callable[..., Any]:
+        def fenced_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            fence(self.job_config.fault_tolerance.replica_id, f"step {self.step}")
+            return upstream_step(self, *args, **kwargs)
 
-    def start_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # a worker that stood still (a frozen node) while a spare took its slot resumes in the
-        # middle of a step: in DiLoCo the quorum comes before the next step's check
-        fence(settings().FTSLURM_REPLICA_ID, "its next quorum")  # a waiting spare: no epoch
-        return upstream_quorum(self, *args, **kwargs)
+        return fenced_step
 
-    from torchft.manager import Manager
+    def start_quorum(upstream_quorum: Callable[..., Any]) -> Callable[..., Any]:
+        def fenced_quorum(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # a worker that stood still (a frozen node) while a spare took its slot resumes in
+            # the middle of a step: in DiLoCo the quorum comes before the next step's check
+            fence(settings().FTSLURM_REPLICA_ID, "its next quorum")  # a waiting spare: no epoch
+            return upstream_quorum(self, *args, **kwargs)
 
-    upstream_quorum = Manager.start_quorum
-    __init__._ftslurm = True  # type: ignore[attr-defined]
-    FTManager.__init__ = __init__  # type: ignore[method-assign]
-    FTTrainer.train_step = train_step  # type: ignore[method-assign]
-    Manager.start_quorum = start_quorum  # type: ignore[method-assign]
+        return fenced_quorum
+
+    for name, make in zip(names, (init, train_step, start_quorum), strict=True):
+        patches.install(name, make)
     if spare:
         return ("[ftslurm] spare: imports done; waiting warm before torchft's Manager for a "
                 "slot to take (fenced at every step once it trains)")  # fmt: skip

@@ -40,6 +40,7 @@ from typing import Any
 
 from ftslurm import knobs
 from ftslurm.errors import UserError
+from ftslurm.replica import patches
 
 SWITCHES = {"skip_torchrun": "FTSLURM_SKIP_TORCHRUN", "lazy_compile": "FTSLURM_LAZY_COMPILE"}
 
@@ -129,9 +130,5 @@ def deferred_compile(on: bool = True) -> Iterator[None]:
         return
     import torch
 
-    real_compile = torch.compile
-    torch.compile = lazy_compile(real_compile)  # type: ignore[assignment]
-    try:
+    with patches.swapped("lazy_compile.compile", lazy_compile(torch.compile)):
         yield
-    finally:
-        torch.compile = real_compile  # type: ignore[assignment]

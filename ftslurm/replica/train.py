@@ -11,9 +11,12 @@ Order matters, and is the reason this module exists instead of calling torchtita
    import time), see cpu.py; torchtitan is imported with its import-time torch.compile calls
    deferred (startup.py, cut 2), and without torchrun the worker hosts the c10d store;
 4. the healing fixes (fixes.py), the parameter checksum (checksum.py), a restarted
-   replica's early first sync (early_sync.py) and the final checkpoint at Slurm's time limit
-   (ft_checkpoints.install_time_limit) patch torchtitan / torchft classes before the trainer
-   is built;
+   replica's early first sync (early_sync.py), the spares' fencing (standby.py) and the final
+   checkpoint at Slurm's time limit (ft_checkpoints.install_time_limit) patch torchtitan /
+   torchft classes before the trainer is built, each through patches.py's installer: where
+   two wrap one method (Manager.start_quorum, FTTrainer.train_step, CheckpointManager.save)
+   patches.ORDER says which runs first, not the order of the calls below, which only orders
+   their log lines;
 5. a refused option is noted for the launcher (config_error.py: no requeue for a typo);
 6. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`);
