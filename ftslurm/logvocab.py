@@ -237,8 +237,10 @@ _BANNER = re.compile(
 # a warm spare's start (no slot yet): `launching spare (attempt 0) on node-2 as task 2`
 SPARE_BANNER = b"launching spare "
 STEP = re.compile(rb"step:\s*(\d{1,18})\s+loss:\s*([-+0-9.eEnaifNI]+)")  # after strip_ansi
-# colour codes and any other CSI / OSC / two-byte escape: none may change what a line says
-_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# colour codes and any other CSI / OSC / two-byte escape: none may change what a line says,
+# and none spans a line end (an OSC left open at one line's end closed by the next line's BEL
+# would join the two lines)
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 # the same shapes for callers that search a log's decoded text (tests that read a whole log)
