@@ -560,10 +560,7 @@ NOT_WAITS = {
     "task's return meanwhile",
 }
 # (file, function) -> why a bare TimeoutError is right there
-BARE_TIMEOUTS = {
-    ("ftslurm/lighthouse/status_page.py", "http_get"): "an HTTP read that ran past its "
-    "deadline: an I/O error with errno ETIMEDOUT, as the socket module raises, not a wait",
-}
+BARE_TIMEOUTS: dict[tuple[str, str], str] = {}
 
 
 def _call_of(node: ast.AST) -> tuple[str, str] | None:

@@ -25,9 +25,23 @@ from ftslurm.daemon import tail_lines
 from ftslurm.errors import UserError
 from ftslurm.knobs import HEARTBEAT_TIMEOUT_FLOOR_MS
 from ftslurm.lighthouse.config import check_heartbeat_timeout
+from ftslurm.lighthouse.status_page import (
+    GONE,
+    HEALING,
+    JOINING,
+    LATE,
+    LATE_S,
+    LOST,
+    TRAINING,
+    PageSummary,
+    ReplicaView,
+    summarize,
+)
 from ftslurm.textsafe import printable
 
 DEFAULTS = lh.LighthouseConfig  # its fields' defaults are class attributes
+MAX_LISTED = 20  # replicas a person is shown; --all / --json list them all
+MAX_ID = 100  # characters of an id or address shown (anyone may heartbeat any id)
 
 
 class HeartbeatMs(Count):
@@ -232,11 +246,16 @@ def stop(grace: float, state_dir: Path | None) -> None:
 
 @lighthouse.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every replica id, not only those that are not training.")
 @_state_dir_option
-def status(as_json: bool, state_dir: Path | None) -> None:
+def status(as_json: bool, show_all: bool, state_dir: Path | None) -> None:
     """Is it running; pid, uptime, address; the live quorum as the Lighthouse's page shows it.
 
-    Exit code 0 when running, 3 when not (like `systemctl status`), so scripts can test it.
+    The quorum in counts (replica ids training, healing, lost, joining...), then its replica
+    ids: all of them up to 20, else only those not training (20 at most; --all lists every
+    one, --json gives the whole page). Exit code 0 when running, 3 when not (like `systemctl
+    status`), so scripts can test it.
 
     \b
     Examples:
@@ -249,7 +268,7 @@ def status(as_json: bool, state_dir: Path | None) -> None:
     if as_json:
         click.echo(json.dumps(st.to_dict(), indent=2))
     else:
-        _print_status(st)
+        _print_status(st, None if show_all else MAX_LISTED)
     if not st.running:
         sys.exit(3)  # not click.Exit: cli.main (standalone_mode=False) drops its code
 
@@ -269,7 +288,10 @@ def _stale_note(st: lh.LighthouseStatus) -> str:
     return f" (a stale pidfile: {why}; left as it is)"
 
 
-def _print_status(st: lh.LighthouseStatus) -> None:
+def _print_status(st: lh.LighthouseStatus, limit: int | None = MAX_LISTED) -> None:
+    """The Lighthouse, its quorum in counts, then its replica ids (`_summary_lines`: all of
+    a few, else the ones not training, at most `limit`; None: every one)."""
+
     def echo(line: str) -> None:
         # ids, addresses and texts come from the network and the state file: shown, not done
         click.echo(printable(line))
@@ -297,41 +319,58 @@ def _print_status(st: lh.LighthouseStatus) -> None:
         return
     q = st.quorum
     assert q is not None
+    if st.page_size is not None:  # big pages come slowly from a loaded Lighthouse: shown
+        cut = f"; only its start came ({st.http_error}): counts of that" if st.http_error else ""
+        echo(f"Page:       {st.page_size / 1000:.0f} kB in {st.page_s or 0:.2f} s{cut}")
     echo(f"Quorum id:  {q.quorum_id if q.quorum_id is not None else '?'}")
     echo(f"Next:       {q.next_status or '?'}")
     if q.previous_quorum_id is not None:
         age = f", age {q.quorum_age_s:.1f} s" if q.quorum_age_s is not None else ""
         echo(f"Last quorum: id {q.previous_quorum_id}, {q.num_participants} "
              f"participant(s){age}")
-        for m in q.members[:MAX_LISTED]:
-            rec = " RECOVERING" if m.recovering else ""
-            echo(f"  {_short(m.replica_id)}  step {m.step}  manager {_short(m.manager)}{rec}")
-        _more(echo, len(q.members))
     else:
         echo("Last quorum: none yet")
-    if q.heartbeats:
-        echo("Heartbeats:")
-        for h in q.heartbeats[:MAX_LISTED]:
-            age = f"{h.age_s:.1f} s ago" if h.age_s is not None else "?"
-            echo(f"  {_short(h.replica_id)}  {age}{'  (old)' if h.old else ''}")
-        _more(echo, len(q.heartbeats))
-    else:
-        echo("Heartbeats: none")
+    for line in _summary_lines(summarize(q), limit):
+        echo(line)
     if q.rejected:
         echo(f"Unread:     {q.rejected} piece(s) of the page could not be read, left out")
-
-
-MAX_LISTED = 50  # members / heartbeats a person is shown; --json lists them all
-MAX_ID = 100  # characters of an id or address shown (anyone may heartbeat any id)
 
 
 def _short(text: str | None) -> str | None:
     return text if text is None or len(text) <= MAX_ID else text[: MAX_ID - 3] + "..."
 
 
-def _more(echo: Callable[[str], None], n: int) -> None:
-    if n > MAX_LISTED:
-        echo(f"  ... and {n - MAX_LISTED} more (--json lists all)")
+def _summary_lines(s: PageSummary, limit: int | None) -> list[str]:
+    """`Replicas:` in counts, `Heartbeats:` in counts, then every replica id, worst first,
+    when there are up to `limit` (None: any number), else those not training, at most
+    `limit`; each on one line."""
+    n = s.states
+    lines = [
+        f"Replicas:   {len(s.replicas)} id(s): {n[TRAINING]} training, {n[HEALING]} healing, "
+        f"{n[LATE]} late, {n[LOST]} lost (in the quorum, heartbeat old), {n[JOINING]} "
+        f"joining (not in the quorum), {n[GONE]} gone (old heartbeat only)",
+        f"Heartbeats: {s.heartbeating} live ({s.late} late: over {LATE_S:g} s), {s.old} old",
+    ]  # fmt: skip
+    every = limit is None or len(s.replicas) <= limit  # a few: all of them, worst first
+    shown = s.replicas if every else s.not_training
+    if shown:
+        lines.append(f"{'Replica ids' if every else 'Not training'} ({len(shown)}):")
+    lines += [_replica_line(r) for r in shown[:limit]]
+    if limit is not None and len(shown) > limit:
+        lines.append(f"  ... and {len(shown) - limit} more (--all / --json for all)")
+    return lines
+
+
+def _replica_line(r: ReplicaView) -> str:
+    """`  <id>  step 42  manager http://node-c:4000 RECOVERING` for a quorum member,
+    `  <id>  2.0 s ago  (old)` for an id that only heartbeats; then its state and why."""
+    age = f"{r.heartbeat_age_s:.1f} s ago" if r.heartbeat_age_s is not None else None
+    if not r.member:
+        return f"  {_short(r.replica_id)}  {age}{'  (old)' if r.old else ''}  {r.state}"
+    rec = " RECOVERING" if r.recovering else ""
+    beat = f"heartbeat {age}{' (old)' if r.old else ''}" if age else "no heartbeat"
+    return (f"  {_short(r.replica_id)}  step {r.step}  manager {_short(r.manager)}{rec}  "
+            f"{r.state}: {beat}")
 
 
 @lighthouse.command()

@@ -25,14 +25,19 @@ from ftslurm.errors import UserError
     help="Folder of the replica logs [outputs/torchft/tft-<job>].",
 )
 @click.option("--no-lighthouse", is_flag=True, help="Do not ask the managed Lighthouse.")
+@click.option("--all", "show_all", is_flag=True,
+              help="One row per task however many (a job of over 20 tasks shows its counts "
+              "and only the tasks not training).")
 def status(
     job_task: tuple[int, int | None] | None, as_json: bool, log_dir: Path | None,
-    no_lighthouse: bool,
+    no_lighthouse: bool, show_all: bool,
 ) -> None:
     """One row per array task: replica, Slurm state and reason, node, restart count, the
     attempt, last step and loss in its log, and how long ago the log last changed; then the
     managed Lighthouse's current quorum when it runs, and the nodes the run's launchers
     drained or avoided (failed pre-flight check, FT_NODE_MAX_FAILS), with the undo command.
+    A job of over 20 tasks shows its counts first, then only the tasks that are not training
+    (not RUNNING, ranks down, log quiet, or not training for the Lighthouse), 20 at most.
 
     \b
     Examples:
@@ -77,17 +82,17 @@ def status(
     rows = [r for r in st.build_rows(jobs, job, logs, time.time(), task_slots)
             if r.replica in tasks]  # fmt: skip
     claims = slots.history(slot_dir, slots.slot_count(slot_dir)) if task_slots else []
-    quorum = None if no_lighthouse else st.lighthouse_quorum()
+    quorum, page = (None, None) if no_lighthouse else st.lighthouse_view()  # one read
     from ftslurm.replica import preflight
 
     taken_out = preflight.read_actions(run_dir)  # drained / avoided nodes, with the reason
     if as_json:
-        out = st.to_json(job, rows, quorum)
+        out = st.to_json(job, rows, quorum, page)
         if claims:
             out["claims"] = [c.to_dict() for c in claims]
         out["bad_nodes"] = st.node_actions_json(taken_out)
         click.echo(json.dumps(out, indent=2, allow_nan=False))
     else:
-        click.echo(st.render_table(job, rows, quorum))
+        click.echo(st.render_table(job, rows, quorum, page, None if show_all else st.MAX_ROWS))
         for line in slots.claim_lines(claims) + st.node_action_lines(taken_out):
             click.echo(line)

@@ -26,7 +26,14 @@ from ftslurm.errors import UserError
 from ftslurm.lighthouse import address, ports
 from ftslurm.lighthouse.command import FILTER, MARKER, NAME, lighthouse_command, resolve_binary
 from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig, check_heartbeat_timeout
-from ftslurm.lighthouse.status_page import QuorumPage, answers, http_get, parse_status_html
+from ftslurm.lighthouse.status_page import (
+    QuorumPage,
+    answers,
+    http_get,
+    page_deadline,
+    read_page,
+    summarize,
+)
 from ftslurm.paths import lighthouse_dir
 from ftslurm.wait import WaitTimeout, free_port
 
@@ -86,12 +93,17 @@ class LighthouseStatus:
     stale_removed: bool = False
     left_pids: list[int] = field(default_factory=list)
     damaged: str | None = None  # what in the state file is not as `start` writes it
-    http_ok: bool | None = None
-    http_error: str | None = None
+    http_ok: bool | None = None  # it answered with its page (whole, or the start of it)
+    http_error: str | None = None  # why not; or why only the start of the page came
     quorum: QuorumPage | None = None
+    page_size: int | None = None  # characters of the page read
+    page_s: float | None = None  # how long the read took
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Everything, and the page's counts (`summary`; its lists are in `quorum` once)."""
+        out = asdict(self)
+        out["summary"] = summarize(self.quorum).counts() if self.quorum is not None else None
+        return out
 
 
 def _daemon(state_dir: str | Path | None) -> daemon.Daemon:
@@ -453,7 +465,8 @@ def status(
     state_dir: str | Path | None = None, http_timeout: float = 2.0, probe: bool = True
 ) -> LighthouseStatus:
     """Running or not, uptime, address, and the quorum as the Lighthouse's /status page shows
-    it (`probe=False`: the state file only, no HTTP request). Only reads: nothing is ever
+    it (`probe=False`: the state file only, no HTTP request), read once: `http_timeout` s to
+    connect, then the page's own time (`status_page.page_deadline`). Only reads: nothing is ever
     signalled; a stale state (its pid gone, or not this dir's Lighthouse) is reported, and
     its files removed only when nothing of it runs."""
     d = _daemon(state_dir)
@@ -482,17 +495,12 @@ def status(
     )  # fmt: skip
     url = extra.get("probe_url")
     if url and probe:
-        try:
-            code, page = http_get(url, http_timeout)
-        except (OSError, ValueError) as e:
-            st.http_ok = False
-            st.http_error = f"{url}: {getattr(e, 'reason', e)}"
-            return st
-        st.http_ok = code == 200
+        # read once: the page lists every member and heartbeat (0.5 MB at 1,024 replicas)
+        read = read_page(url, page_deadline(http_timeout), get=http_get)
         # a page it answered is read whatever it holds (the parser never raises): a page
         # it could not read says so in `quorum.rejected`, never as a Lighthouse that is down
-        st.quorum = parse_status_html(page) if st.http_ok else None
-        st.http_error = None if st.http_ok else f"HTTP {code} from {url}"
+        st.http_ok, st.quorum, st.http_error = read.page is not None, read.page, read.error
+        st.page_size, st.page_s = read.size, round(read.seconds, 3)
     return st
 
 

@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import errno
 import html
+import http.client
 import re
+import socket
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ftslurm.knobs import TORCHFT_HEARTBEAT_INTERVAL_MS
+from ftslurm.logvocab import split_replica_id
 
 # the page's types are the run model's quorum types (ftslurm/run/quorum.py); the names stay here
 from ftslurm.run.quorum import Heartbeat as Heartbeat
@@ -215,31 +221,111 @@ class _Reader:
         return Heartbeat(replica_id=rid, age_s=age, old="old" in page[start:quote].split())
 
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-MAX_ANSWER = 16 << 20  # a /status page of 10,000 replicas is about 4 MiB
+MAX_ANSWER = 16 << 20  # a /status page of 10,000 replicas is about 5 MiB
 _PIECE = 1 << 16
+# A person's read of the page (`lighthouse status`, `status`, `metrics`): torchft's Lighthouse
+# renders it (every member and heartbeat: 0.5 MB at 1,024 replicas) behind its quorum lock,
+# which took 2.4-3.1 s at 1,024 simulated replicas on a loaded login node, past the 2 s that
+# bounded the whole read: a running Lighthouse showed as down.
+PAGE_ANSWER_S = 10.0
+PAGE_PER_MB_S = 2.0
 
 
-def http_get(url: str, timeout: float = 2.0, max_bytes: int = MAX_ANSWER) -> tuple[int, str]:
-    """GET `url` directly (http_proxy ignored: the Lighthouse is local). Raises OSError.
+@dataclass(frozen=True)
+class Deadline:
+    """How long a GET may take: `connect_s` to connect (a Lighthouse that is gone is refused
+    at once, an unreachable host takes this long), then `answer_s` for the answer to come
+    whole, plus `per_mb_s` for each MB (10^6 bytes) it has sent so far."""
 
-    The body must come whole within `timeout` seconds (plus one read's `timeout`) and
-    `max_bytes`: a server that streams without end or trickles bytes raises OSError instead
-    of holding the caller (a scrape, `status`) and filling its memory."""
-    deadline = time.monotonic() + timeout
+    connect_s: float
+    answer_s: float
+    per_mb_s: float = 0.0
+
+    def answer_by(self, start: float, received: int) -> float:
+        return start + self.answer_s + self.per_mb_s * received / 1e6
+
+
+def page_deadline(connect_s: float) -> Deadline:
+    """The deadline of a person's read of /status: a short connect, a page's time to come."""
+    return Deadline(connect_s, PAGE_ANSWER_S, PAGE_PER_MB_S)
+
+
+class CutAnswer(OSError):
+    """An answer that began (`code`) but did not come whole: over its size cap, or past its
+    deadline. `head` is what came: the start of a Lighthouse page still says it answered."""
+
+    def __init__(self, err: int, why: str, code: int, head: bytes) -> None:
+        super().__init__(err, why)
+        self.code = code
+        self.head = bytes(head).decode(errors="replace")
+
+
+def _connection(url: str, connect_s: float) -> tuple[http.client.HTTPConnection, str]:
+    """A connection to `url`'s server (not yet connected) and the request target; ValueError
+    for anything but an http(s) URL with a host (a bad port too)."""
+    parts = urllib.parse.urlsplit(url)
+    kind = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
+    if parts.scheme not in kind or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return kind[parts.scheme](parts.hostname, parts.port, timeout=connect_s), target
+
+
+def _read_by(r: http.client.HTTPResponse, sock: socket.socket, by: float) -> bytes | None:
+    """The next piece of `r`'s body (b"" at its end), or None when none came by `by`."""
+    left = by - time.monotonic()
+    if left <= 0:
+        return None
+    sock.settimeout(left)
     try:
-        with _OPENER.open(url, timeout=timeout) as r:
-            body = bytearray()
-            while piece := r.read1(_PIECE):
-                body += piece
-                if len(body) > max_bytes:
-                    raise OSError(errno.EFBIG, f"an answer over {max_bytes} bytes from {url}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(errno.ETIMEDOUT, f"no whole answer in {timeout:g} s "
-                                       f"from {url}")  # fmt: skip
-            return r.status, body.decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, ""
+        return r.read1(_PIECE)
+    except TimeoutError:
+        return None
+
+
+def _body(r: http.client.HTTPResponse, sock: socket.socket, d: Deadline, start: float,
+          max_bytes: int, url: str) -> str:  # fmt: skip
+    """`r`'s whole body by `d`'s deadline, within `max_bytes`; else `CutAnswer`."""
+    body = bytearray()
+    while True:
+        piece = _read_by(r, sock, d.answer_by(start, len(body)))
+        if piece is None:
+            took = time.monotonic() - start
+            raise CutAnswer(errno.ETIMEDOUT, f"no whole answer in {took:.1f} s from {url} "
+                            f"({len(body)} bytes came)", r.status, body)  # fmt: skip
+        if not piece:
+            return body.decode(errors="replace")
+        body += piece
+        if len(body) > max_bytes:
+            raise CutAnswer(errno.EFBIG, f"an answer over {max_bytes} bytes from {url}",
+                            r.status, body[:max_bytes])  # fmt: skip
+
+
+def http_get(url: str, timeout: float | Deadline = 2.0,
+             max_bytes: int = MAX_ANSWER) -> tuple[int, str]:  # fmt: skip
+    """GET `url` directly (http_proxy ignored: the Lighthouse is local): (code, body), the
+    body "" when the code is not 2xx. Raises OSError, or ValueError for a URL that is not
+    http(s).
+
+    `timeout`: a `Deadline`, or seconds both to connect and for the whole answer. Every read
+    waits at most until the deadline, and the body must stay within `max_bytes`: a server
+    that streams without end or trickles bytes raises `CutAnswer` (with what came) instead of
+    holding the caller (a scrape, `status`) and filling its memory."""
+    d = timeout if isinstance(timeout, Deadline) else Deadline(timeout, timeout)
+    conn, target = _connection(url, d.connect_s)
+    try:
+        conn.connect()
+        start, sock = time.monotonic(), conn.sock
+        sock.settimeout(d.answer_s)
+        conn.request("GET", target)
+        with conn.getresponse() as r:
+            if not 200 <= r.status < 300:
+                return r.status, ""
+            return r.status, _body(r, sock, d, start, max_bytes, url)
+    except http.client.HTTPException as e:  # not HTTP: no status line, a cut chunk...
+        raise OSError(errno.EPROTO, f"{type(e).__name__} from {url}: {e}") from None
+    finally:
+        conn.close()
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
@@ -263,3 +349,161 @@ def fetch(lighthouse: str, timeout: float = 1.0) -> QuorumPage | None:
         return None
     page = parse_status_html(text) if code == 200 else None
     return page if page is not None and page.quorum_id is not None else None
+
+
+# ---------------------------------------------------------------- what a person is shown
+
+# a replica id's state on the page, in the order a person is shown them (worst first)
+LOST = "lost"  # in the quorum, its heartbeat old or missing: the survivors wait on it
+LATE = "late"  # in the quorum, its last heartbeat older than LATE_S (not old yet)
+HEALING = "healing"  # in the quorum, recovering: fetching the state from a peer
+JOINING = "joining"  # heartbeating, not in the quorum: started, waiting for the next one
+GONE = "gone"  # an old heartbeat only: an attempt that ended, still listed by the Lighthouse
+TRAINING = "training"  # in the quorum, its heartbeat fresh: nothing to show
+PAGE_STATES = (LOST, LATE, HEALING, JOINING, GONE, TRAINING)
+# ten of torchft's heartbeat intervals: a live replica beats every 100 ms
+LATE_S = 10 * TORCHFT_HEARTBEAT_INTERVAL_MS / 1000
+
+
+@dataclass
+class ReplicaView:
+    """One replica id of the page, as a person is shown it."""
+
+    replica_id: str
+    state: str
+    member: bool = False
+    recovering: bool = False
+    step: int | None = None
+    manager: str | None = None
+    heartbeat_age_s: float | None = None
+    old: bool = False
+
+
+@dataclass
+class PageSummary:
+    """The page in counts, and its replica ids worst first (`replicas`; the ones not
+    training first, then the training ones): what a person reads at 1,024 replicas, where
+    the page lists every member and heartbeat."""
+
+    members: int = 0  # of the quorum that trains now (torchft's "previous quorum")
+    heartbeating: int = 0  # live heartbeats
+    late: int = 0  # live heartbeats older than LATE_S
+    old: int = 0  # heartbeats the Lighthouse marks old
+    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PAGE_STATES, 0))
+    replicas: list[ReplicaView] = field(default_factory=list)
+
+    @property
+    def not_training(self) -> list[ReplicaView]:
+        return [r for r in self.replicas if r.state != TRAINING]
+
+    def counts(self) -> dict[str, Any]:
+        """The counts alone (the JSON's `summary`: the lists are in the page already)."""
+        return {"members": self.members, "heartbeating": self.heartbeating, "late": self.late,
+                "old": self.old, "late_after_s": LATE_S, "states": dict(self.states)}  # fmt: skip
+
+
+def _member_state(m: Member, beat: Heartbeat | None) -> str:
+    if beat is None or beat.old:
+        return LOST
+    if m.recovering:
+        return HEALING
+    return LATE if beat.age_s is not None and beat.age_s > LATE_S else TRAINING
+
+
+def _order(r: ReplicaView) -> tuple[int, int, str]:
+    """Worst state first; then by replica index (`_2` before `_10`), then id."""
+    _, index, _ = split_replica_id(r.replica_id)
+    return PAGE_STATES.index(r.state), index if index is not None else -1, r.replica_id
+
+
+def summarize(page: QuorumPage) -> PageSummary:
+    """Each replica id of `page` in one state (`PAGE_STATES`), counted; one pass over its
+    items (an id listed twice keeps its freshest heartbeat)."""
+    beats: dict[str, Heartbeat] = {}
+    for h in page.heartbeats:
+        seen = beats.get(h.replica_id)
+        if seen is None or (h.age_s or 0.0) < (seen.age_s or 0.0):
+            beats[h.replica_id] = h
+    s = PageSummary(members=len(page.members))
+    live = [h for h in beats.values() if not h.old]
+    s.heartbeating, s.old = len(live), len(beats) - len(live)
+    s.late = sum(1 for h in live if h.age_s is not None and h.age_s > LATE_S)
+    members = set()
+    for m in page.members:
+        beat = beats.get(m.replica_id)
+        members.add(m.replica_id)
+        s.replicas.append(ReplicaView(
+            m.replica_id, _member_state(m, beat), member=True, recovering=m.recovering,
+            step=m.step, manager=m.manager, heartbeat_age_s=beat.age_s if beat else None,
+            old=beat.old if beat else False,
+        ))  # fmt: skip
+    for rid, h in beats.items():
+        if rid not in members:
+            s.replicas.append(ReplicaView(rid, GONE if h.old else JOINING,
+                                          heartbeat_age_s=h.age_s, old=h.old))  # fmt: skip
+    for r in s.replicas:
+        s.states[r.state] += 1
+    s.replicas.sort(key=_order)
+    return s
+
+
+@dataclass
+class CutPage(QuorumPage):
+    """The start of a /status page whose rest did not come (too big, too slow): what it
+    lists is true, but an id it does not list may be in the rest. Counted unreadable
+    (`rejected`); `whole(page)` tells it from a page that came whole."""
+
+
+def whole(page: QuorumPage) -> bool:
+    """The page came whole (its items may still be unreadable: `rejected`), so an id it
+    does not name is not on the Lighthouse's page: a cut page's missing ids say nothing."""
+    return not isinstance(page, CutPage)
+
+
+@dataclass
+class PageRead:
+    """One read of /status by a command: the page (None: no Lighthouse page came), why not
+    or why only its start came (`error`), how big it was and how long it took."""
+
+    url: str
+    page: QuorumPage | None = None
+    error: str | None = None
+    size: int = 0  # characters read
+    seconds: float = 0.0
+    cut: bool = False  # only the start came (too big, too slow): the lists are partial
+
+
+Getter = Callable[[str, Deadline], tuple[int, str]]  # http_get's shape
+
+
+def read_page(url: str, deadline: Deadline, get: Getter | None = None) -> PageRead:
+    """Read and parse the /status page at `url` once (`get`: the GET; None: `http_get`).
+
+    A Lighthouse that answered is never reported down: a whole 200 answer is parsed
+    whatever it holds (the parser never raises; what it could not read is `rejected`), and
+    an answer cut short (over `MAX_ANSWER`, past the deadline) is parsed from what came when
+    that is the start of a Lighthouse page (its quorum id read), counted unreadable
+    (`rejected`), as what it leaves out says nothing. A server that sends no such start (one
+    that streams junk) is no Lighthouse page: None."""
+    t0 = time.monotonic()
+    cut = None
+    try:
+        code, text = (get or http_get)(url, deadline)
+    except CutAnswer as e:
+        code, text, cut = e.code, e.head, e.strerror
+    except (OSError, ValueError) as e:
+        why = getattr(e, "reason", e)
+        return PageRead(url, error=f"{url}: {why}", seconds=time.monotonic() - t0)
+    read = PageRead(url, size=len(text), seconds=time.monotonic() - t0, cut=cut is not None)
+    if code != 200:
+        read.error = f"HTTP {code} from {url}"
+        return read
+    page = parse_status_html(text)
+    if cut is not None:
+        read.error = cut
+        page = CutPage(**{f.name: getattr(page, f.name) for f in fields(page)})
+        page.rejected += 1
+        if page.quorum_id is None:
+            return read
+    read.page = page
+    return read

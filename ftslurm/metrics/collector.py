@@ -37,7 +37,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
-from ftslurm.metrics.snapshot import STATES, Snapshot, build_snapshot
+from ftslurm.lighthouse.status_page import page_deadline, read_page
+from ftslurm.metrics.snapshot import STATES, Snapshot, build_snapshot, state_counts
 from ftslurm.run.quorum import QuorumPage
 
 _log = logging.getLogger(__name__)
@@ -77,16 +78,15 @@ class MetricsSources:
         return url if url.endswith("/status") else url + "/status"
 
     def read_page(self) -> QuorumPage | None:
-        """The parsed /status page; None when the Lighthouse does not answer 200."""
+        """The parsed /status page, one read of it; None when no Lighthouse page came (no
+        answer, or not 200). `http_timeout_s` bounds the connection; the page has its own
+        time to come (`status_page.page_deadline`: seconds at 1,024 replicas), and a page
+        cut short whose start is the Lighthouse's still says it is up."""
         url = self.status_url()
         if url is None:
             st = lh.status(self.lighthouse_dir, http_timeout=self.http_timeout_s)
             return st.quorum if st.http_ok else None
-        try:
-            code, page = lh.http_get(url, self.http_timeout_s)
-        except (OSError, ValueError):
-            return None
-        return lh.parse_status_html(page) if code == 200 else None
+        return read_page(url, page_deadline(self.http_timeout_s), get=lh.http_get).page
 
     def report_key(self) -> tuple[tuple[str, int, int, int], ...] | None:
         """(path, inode, size, mtime_ns) of every file the report would read: while it is
@@ -217,7 +217,8 @@ class FtslurmCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot()
-        yield from families(snap, report_build_s=self._report.seconds)
+        yield from families(snap, report_build_s=self._report.seconds,
+                            page_read_s=self._page.seconds if snap.lighthouse_up else None)
 
 
 def _gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
@@ -225,8 +226,11 @@ def _gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
         yield GaugeMetricFamily(name, doc, value=value)
 
 
-def families(snap: Snapshot, report_build_s: float | None = None) -> Iterator[Metric]:
-    """The metric families of one snapshot (names: docs/metrics.md)."""
+def families(snap: Snapshot, report_build_s: float | None = None,
+             page_read_s: float | None = None) -> Iterator[Metric]:  # fmt: skip
+    """The metric families of one snapshot (names: docs/metrics.md): first whether each
+    source answered and the replicas per state (what a person reads at 1,024 replicas),
+    then the quorum, then one series per replica."""
     yield GaugeMetricFamily(
         "ftslurm_lighthouse_up", "1 if the Lighthouse's /status page answered this scrape.",
         value=int(snap.lighthouse_up),
@@ -238,6 +242,14 @@ def families(snap: Snapshot, report_build_s: float | None = None) -> Iterator[Me
     if snap.run:
         yield InfoMetricFamily("ftslurm_run", "The run whose logs are read.",
                                value={"run": snap.run})  # fmt: skip
+    if snap.lighthouse_up:
+        counts = GaugeMetricFamily("ftslurm_replicas", "Replicas (slots) in each state, as "
+                                   "ftslurm_replica_state counts them.", labels=["state"])
+        for state, n in state_counts(snap).items():
+            counts.add_metric([state], n)
+        yield counts
+    yield from _gauge("ftslurm_lighthouse_read_seconds", "How long the read of the "
+                      "Lighthouse's /status page took.", page_read_s)  # fmt: skip
     yield from _gauge("ftslurm_quorum_id", "Id of the Lighthouse's current quorum "
                       "(restarts from 0 when the Lighthouse restarts).", snap.quorum_id)
     yield from _gauge("ftslurm_quorum_size", "Replicas in the current quorum.", snap.quorum_size)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ftslurm.lighthouse.status_page import whole
 from ftslurm.logvocab import split_replica_id
 from ftslurm.run.quorum import Heartbeat, PageMember, QuorumPage
 
@@ -198,7 +199,9 @@ def build_snapshot(
     for s in sorted(slots, key=_slot_order):
         r = ReplicaSample(replica=s)
         if page is not None:
-            r.state = _state(members.get(s, []), beats.get(s, []))
+            if whole(page) or s in beats:  # the start of a page (the rest did not come)
+                # says nothing of a slot whose heartbeat is not in it: not absent, nor lost
+                r.state = _state(members.get(s, []), beats.get(s, []))
             ages = [h.age_s for h in beats.get(s, []) if h.age_s is not None]
             r.heartbeat_age_s = min(ages) if ages else None
             steps = [m.step for m in members.get(s, []) if m.step is not None]
@@ -212,6 +215,15 @@ def build_snapshot(
     if report is not None:
         snap.nodes_taken_out = nodes_taken_out(report.get("bad_nodes") or [])
     return snap
+
+
+def state_counts(snap: Snapshot) -> dict[str, int]:
+    """Slots per state (every one of STATES, 0 too): the summary of `replicas`."""
+    counts = dict.fromkeys(STATES, 0)
+    for r in snap.replicas:
+        if r.state is not None:
+            counts[r.state] += 1
+    return counts
 
 
 def _epoch(value: Any) -> float | None:
