@@ -12,6 +12,14 @@ the source's ranks name the targets' full ids (with their uuids), which are the 
 target's own lines give; the target names its source by manager address (its replica from
 the `Manager listening on <address>` lines) or by quorum rank. Which side's line comes first
 in time, and how far the clocks are apart, changes nothing: one heal, one recovery.
+
+A source's ranks are read in a quorum found by time when its log has no `reconfiguring for
+quorum_id` line; with clocks apart that can be a quorum where the rank is the target's earlier
+attempt (another uuid). Such a side names the replica and the step but not surely the process,
+so a heal that only a source's lines gave joins the heal the target's own lines give for the
+same replica and step (`_merge_guessed`): a replica healed to one step once, however many of
+its ranks logged it and in whatever order the lines or files came. Two heals that the
+targets' own lines give under two uuids are two processes, and stay two.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ class _Heal:
     healed_time: float | None = None
     sources: list[str] = field(default_factory=list)  # ids of the replicas that sent it
     named: str | None = None  # the source the target named (address or rank)
+    own: bool = False  # a line of the target itself: `target` is its id, not a quorum's guess
+    guesses: int = 0  # source lines whose ranks (read in a quorum) gave this target
 
 
 class Heals:
@@ -102,16 +112,19 @@ class Heals:
                     h = _get(heals, q.participants[r], s.step)
                     h.sources.append(s.replica)
                     h.source_time = _earliest(h.source_time, s.time)
+                    h.guesses += 1
                 continue
             h = _get(heals, s.replica, s.step)
+            h.own = True
             if s.kind == L.HEALED:
                 h.healed_time = _earliest(h.healed_time, s.time)
                 continue
             h.target_time = _earliest(h.target_time, s.time)
             if h.named is None:
                 h.named = self._named_source(s, by_id, quorums)
-        _by_step(heals.values(), unplaced)
-        return [_recovery(h) for h in heals.values()]
+        merged = _merge_guessed(list(heals.values()))
+        _by_step(merged, unplaced)
+        return [_recovery(h) for h in merged]
 
     def _named_source(
         self, s: HealSide, by_id: dict[int, list[Quorum]], quorums: list[Quorum]
@@ -154,6 +167,55 @@ def _without_uuid(s: HealSide) -> bool:
     """A target's side logged by `prefix_i` only (the Rust manager); a source's side names
     its targets by rank, and ranks give full ids."""
     return s.kind != L.PEERS_RECOVER and ":" not in s.replica
+
+
+def _merge_guessed(heals: list[_Heal]) -> list[_Heal]:
+    """The heals, each heal of one replica at one step once. A heal that no line of the target
+    gave (its id is the one a source's ranks read in some quorum) joins the one heal the
+    target's own lines give for that replica and step, or, when several did, the one of them
+    that names no source; without any, the heals that sources' lines gave for that replica
+    and step are one. Only heals at most BY_STEP_S apart: another run's steps count again."""
+    groups: dict[tuple[str, int], list[_Heal]] = {}
+    for h in heals:
+        groups.setdefault((replica_key(h.target)[0], h.step), []).append(h)
+    gone: set[int] = set()
+    for group in groups.values():
+        guessed = [h for h in group if not h.own]
+        if len(group) < 2 or not guessed:
+            continue
+        own = [h for h in group if h.own]
+        if len(own) > 1:
+            own = [h for h in own if not h.sources and h.named is None] or own
+        if len(own) > 1:
+            continue  # which of several processes a source's line was for: not known
+        # no line of the target: the id most of the sources' lines gave (equal: the least)
+        keep = own[0] if own else min(guessed, key=lambda h: (-h.guesses, h.target))
+        for h in guessed:
+            if h is not keep and _near(h, keep):
+                _absorb(keep, h)
+                gone.add(id(h))
+    return [h for h in heals if id(h) not in gone]
+
+
+def _near(a: _Heal, b: _Heal) -> bool:
+    """Whether two heals' lines are close enough in time to be one heal (unknown: yes)."""
+    ta = next((t for t in (a.target_time, a.source_time, a.healed_time) if t is not None), None)
+    tb = next((t for t in (b.target_time, b.source_time, b.healed_time) if t is not None), None)
+    return ta is None or tb is None or abs(ta - tb) <= BY_STEP_S
+
+
+def _absorb(keep: _Heal, h: _Heal) -> None:
+    """`h`'s lines into `keep`: the earliest time of each side, all the sources; the target's
+    full id from whichever has one when `keep`'s own lines gave only `prefix_i`."""
+    keep.sources += h.sources
+    keep.target_time = _earliest(keep.target_time, h.target_time)
+    keep.source_time = _earliest(keep.source_time, h.source_time)
+    keep.healed_time = _earliest(keep.healed_time, h.healed_time)
+    keep.guesses += h.guesses
+    if keep.named is None:
+        keep.named = h.named
+    if ":" not in keep.target and ":" in h.target:
+        keep.target = h.target
 
 
 def _by_step(heals: Iterable[_Heal], unplaced: list[HealSide]) -> None:
