@@ -94,6 +94,50 @@ def test_watchdog_heartbeat_rule_needs_a_live_sighting_two_old_reads_and_a_stopp
     assert why is not None and "lost its heartbeat (last seen 3.5 s ago)" in why
 
 
+def test_a_running_worker_seen_live_costs_the_lighthouse_no_page_reads(tmp_path: Path) -> None:
+    """Each launcher read the whole /status page (~0.5 MB at 1,024 replicas, served under the
+    Lighthouse's quorum lock) every second: 1,024 reads a second at that size. The heartbeat
+    rule needs a stopped process, so while none is the page is read only until the worker
+    was seen live (at most every LIVE_LOOK_S), and each check again once one is stopped."""
+    reads: list[float] = []
+    now = [1000.0]
+    stop = [False]
+
+    def read_page(_url: str) -> QuorumPage:
+        reads.append(now[0])
+        return QuorumPage(heartbeats=[Heartbeat("r:1", 0.1 if len(reads) < 3 else 9.0,
+                                                old=len(reads) >= 3)])  # fmt: skip
+
+    dog = watchdog.Watchdog(_progress(tmp_path, "step", 0, 10**6), "http://lh", floor_s=10**6,
+                            read_page=read_page, clock=lambda: now[0],
+                            stopped=lambda: stop[0])  # fmt: skip
+    for _ in range(600):  # ten minutes of checks, a second apart
+        assert dog.check() is None
+        now[0] += 1.0
+    assert len(reads) == 1  # seen live at the first check: no read since
+    stop[0] = True  # a process of the worker stopped (SIGSTOP): each check reads again
+    assert dog.check() is None and len(reads) == 2  # still live on the page
+    assert dog.check() is None and len(reads) == 3  # old: one reading is no evidence
+    why = dog.check()
+    assert why is not None and "lost its heartbeat" in why and len(reads) == 4
+
+
+def test_a_worker_not_yet_seen_live_is_looked_for_every_few_seconds(tmp_path: Path) -> None:
+    reads: list[float] = []
+    now = [0.0]
+
+    def read_page(_url: str) -> QuorumPage:
+        reads.append(now[0])
+        return QuorumPage(heartbeats=[])  # the worker has not heartbeated yet
+
+    dog = watchdog.Watchdog(_progress(tmp_path, "step", 0, 10**6), "http://lh", floor_s=10**6,
+                            read_page=read_page, clock=lambda: now[0])  # fmt: skip
+    for _ in range(20):
+        dog.check()
+        now[0] += 1.0
+    assert reads == [0.0, 5.0, 10.0, 15.0]
+
+
 # ---- false actions: evidence that does not hold on a second look
 
 

@@ -40,6 +40,10 @@ from typing import Any
 READS = 2  # a rule acts when this many reads in a row show its evidence
 HEARTBEAT_READS = READS
 CHECK_EVERY_S = 1.0
+# while no process of the worker is stopped the heartbeat rule has no evidence to find: the
+# page (it lists every member, ~0.5 MB at 1,024 replicas, served under the Lighthouse's quorum
+# lock) is read only to see the worker live once, at most this often
+LIVE_LOOK_S = 5.0
 RECHECK_S = 0.25  # after a read that found evidence, the next read comes sooner
 MAX_PROGRESS_BYTES = 4096
 # a gap this long between two checks (made at most CHECK_EVERY_S apart) means the launcher
@@ -89,11 +93,13 @@ class Watchdog:
     _over_at: float | None = None  # the progress time the stall rule's reads saw
     _last_check: float | None = None
     _woke: float = 0.0  # when this launcher last came back from standing still itself
+    _looked: float = -math.inf  # when the page was last read
 
     @property
     def next_check_s(self) -> float:
-        """When to ask again: soon while a rule has evidence, else CHECK_EVERY_S (one read of
-        the Lighthouse's page per replica and second)."""
+        """When to ask again: soon while a rule has evidence, else CHECK_EVERY_S. The
+        Lighthouse's page is read each time only while a process of the worker is stopped
+        (else once, to see the worker live: LIVE_LOOK_S)."""
         return RECHECK_S if self._old_reads or self._over_reads else CHECK_EVERY_S
 
     def check(self) -> str | None:
@@ -146,6 +152,12 @@ class Watchdog:
             return None
         from ftslurm.lighthouse.status_page import fetch
 
+        stopped = self.stopped()
+        if not stopped:
+            self._old_reads, self._old_since = 0, None
+            if rid in self._live or self.clock() - self._looked < LIVE_LOOK_S:
+                return None
+        self._looked = self.clock()
         page = (self.read_page or fetch)(self.lighthouse)
         beats = getattr(page, "heartbeats", None) or []
         beat = next((h for h in beats if getattr(h, "replica_id", None) == rid), None)
@@ -161,7 +173,7 @@ class Watchdog:
         if not self._old_reads:
             self._old_since = when
         self._old_reads += 1
-        if self._old_reads < HEARTBEAT_READS or not self.stopped():
+        if self._old_reads < HEARTBEAT_READS or not stopped:
             return None
         age = f" (last seen {beat.age_s:.1f} s ago)" if beat.age_s is not None else ""
         return (f"the Lighthouse lost its heartbeat{age} and the worker is stopped: it is "
