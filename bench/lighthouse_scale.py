@@ -236,6 +236,7 @@ class SimSpec:
     indices: range
     log: str  # this process's stderr
     tokio_threads: int  # each ManagerServer's runtime workers (0: torchft's, one per CPU)
+    quiet: bool = False  # RUST_LOG=warn: its replicas log no INFO line (see Fleet.spawn)
 
 
 def load_torchft(ext: str) -> ModuleType:
@@ -319,6 +320,8 @@ def simulator(conn: Connection, spec: SimSpec) -> None:
     procs.die_with_parent()  # a bench killed outright takes its simulators with it
     if spec.tokio_threads:  # read by each runtime the Rust code builds
         os.environ["TOKIO_WORKER_THREADS"] = str(spec.tokio_threads)
+    if spec.quiet:  # read when torchft's Rust logger starts, at the first ManagerServer
+        os.environ["RUST_LOG"] = "warn"
     try:
         reps = Replicas(load_torchft(spec.ext), spec)
         conn.send(("ready", os.getpid()))
@@ -367,6 +370,7 @@ class Worker:
     conn: Connection
     indices: range
     log: Path
+    logs_info: bool = True  # its replicas log as torchft does (the replica-log figures)
 
 
 class Fleet:
@@ -380,18 +384,23 @@ class Fleet:
         self.unanswered = 0
         self.step = 0
 
-    def spawn(self, spec: dict[str, Any], n: int, nprocs: int, logs: Path) -> None:
+    def spawn(self, spec: dict[str, Any], n: int, nprocs: int, logs: Path,
+              logging_procs: int = 0) -> None:  # fmt: skip
         """Start the simulators of replicas 0..n-1 (each one noted at once, so that `stop`
-        finds it whatever fails after)."""
+        finds it whatever fails after). Only the first `logging_procs` (0: all) log torchft's
+        INFO lines: each replica's quorum line lists every member, so N replicas on one
+        machine format N x N members a round, work a real array spreads over N nodes; the
+        replica-log figures come from those that log."""
         ctx = mp.get_context("spawn")  # no fork of a process with threads
         for k, part in enumerate(split(n, nprocs)):
             log = logs / f"sim-{k}.err"
+            info = not logging_procs or k < logging_procs
             ours, theirs = ctx.Pipe()
             p = ctx.Process(target=simulator, args=(theirs, SimSpec(indices=part, log=str(log),
-                            **spec)), name=f"lh-sim-{k}", daemon=True)  # fmt: skip
+                            quiet=not info, **spec)), name=f"lh-sim-{k}", daemon=True)  # fmt: skip
             p.start()
             theirs.close()
-            self.workers.append(Worker(p, ours, part, log))
+            self.workers.append(Worker(p, ours, part, log, info))
             self.live.update(part)
 
     def _reply(self, w: Worker, timeout: float) -> tuple[str, Any]:
@@ -486,15 +495,19 @@ def read_window(path: Path, start: int, end: int, chunk: int = 1 << 20) -> Itera
 
 def replica_log_figures(fleet: Fleet, before: list[int], after: list[int], n: int,
                         rounds: int) -> dict[str, float | str]:  # fmt: skip
-    """Replica log bytes per replica per step over the window, raw and filtered."""
-    steps = n * rounds
+    """Replica log bytes per replica per step over the window, raw and filtered, over the
+    replicas that log (Fleet.spawn)."""
+    logging = [i for i, w in enumerate(fleet.workers) if w.logs_info]
+    fleet_workers = [fleet.workers[i] for i in logging]
+    before, after = [before[i] for i in logging], [after[i] for i in logging]
+    steps = sum(len(w.indices) for w in fleet_workers) * rounds
     raw = sum(a - b for a, b in zip(after, before, strict=True))
     out: dict[str, float | str] = {"raw": round(raw / steps, 1), "filtered": "n/a"}
     make = filter_factory()
     if make is not None:
         kept = sum(filtered_bytes(lines_of(read_window(w.log, b, a)), make,
                                   seen=lines_of(read_window(w.log, 0, b)))
-                   for w, b, a in zip(fleet.workers, before, after, strict=True))  # fmt: skip
+                   for w, b, a in zip(fleet_workers, before, after, strict=True))  # fmt: skip
         out["filtered"] = round(kept / steps, 1)
     return out
 
@@ -624,6 +637,7 @@ class Options:
     step_s: float
     tokio_threads: int
     work: Path
+    logging_procs: int = 1
 
 
 def first_quorum(fleet: Fleet, started: float) -> float:
@@ -668,7 +682,8 @@ def run_once(n: int, opt: Options, tag: str) -> dict[str, Any]:
     try:
         progress(f"N={n}: {n} replicas in {nprocs} simulator process(es) -> {info.address}")
         fleet.spawn({"ext": str(ext), "lighthouse": info.address,
-                     "tokio_threads": opt.tokio_threads}, n, nprocs, logs)  # fmt: skip
+                     "tokio_threads": opt.tokio_threads}, n, nprocs, logs,
+                    opt.logging_procs)  # fmt: skip
         started = fleet.ready(QUORUM_TIMEOUT_S)
         out["first_quorum_s"] = first_quorum(fleet, started)
         progress(f"N={n}: first quorum of all after {out['first_quorum_s']:.2f} s")
@@ -690,6 +705,7 @@ def run_once(n: int, opt: Options, tag: str) -> dict[str, Any]:
         progress(f"N={n}: stopping the Lighthouse: {lh.stop(state, grace=5)}")
     out["load_after"] = [round(x, 2) for x in os.getloadavg()]
     out["procs"], out["tokio_threads"] = nprocs, opt.tokio_threads
+    out["logging_procs"] = opt.logging_procs
     return out
 
 
@@ -732,6 +748,7 @@ def pooled(n: int, runs: list[dict[str, Any]], hb_ms: int, rounds: int) -> dict[
     return {
         "replicas": n, "rounds": rounds, "repeats": len(runs), "procs": runs[0]["procs"],
         "tokio_threads": runs[0]["tokio_threads"],
+        "logging_procs": runs[0]["logging_procs"],
         "first_quorum_s": spread(r["first_quorum_s"] for r in runs),
         "round_s": spread(x for r in runs for x in r["round_s"]),
         "lighthouse_rss_mb": spread(r["lighthouse_rss_mb"] for r in runs if r["lighthouse_rss_mb"]),
@@ -825,6 +842,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tokio-threads", type=int, default=2,
                     help="runtime workers of each simulated ManagerServer (0: torchft's "
                     "default, one per CPU: N x CPUs threads on this one machine)")
+    ap.add_argument("--logging-procs", type=int, default=1,
+                    help="simulator processes whose replicas log torchft's INFO lines (the "
+                    "replica-log figures; 0: all). The others run with RUST_LOG=warn: on one "
+                    "machine N replicas' quorum lines are N x N members a round to format")
     ap.add_argument("--work-dir", type=Path, default=None,
                     help="where state and logs go (default: a temporary folder, removed)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -861,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="lh-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     opt = Options(a.rounds, a.procs, a.heartbeat_timeout_ms, a.cli_repeats, a.step_s,
-                  a.tokio_threads, work)  # fmt: skip
+                  a.tokio_threads, work, a.logging_procs)  # fmt: skip
     try:
         results = {str(n): measure(n, a.repeats, opt) for n in ns}
     except UserError as e:

@@ -188,7 +188,8 @@ def test_a_bad_option_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> N
 @unit
 def test_pooled_figures_of_two_repeats() -> None:
     cli = bench.CliTimes([0.3, 0.4], [0.2, 0.2], [0.5, 0.7], 2400, 17, [True, True])
-    run = {"procs": 1, "tokio_threads": 2, "first_quorum_s": 0.02, "round_s": [0.004, 0.006],
+    run = {"procs": 1, "tokio_threads": 2, "logging_procs": 1,
+           "first_quorum_s": 0.02, "round_s": [0.004, 0.006],
            "lighthouse_rss_mb": 16.5, "lighthouse_tree_rss_mb": 31.0,
            "lighthouse_peak_rss_mb": 17.0, "failure_to_quorum_s": 2.05,
            "live_replicas_dropped": 0, "unanswered": 0, "lighthouse_log_bytes_per_round": 2500.0,
