@@ -104,15 +104,16 @@ def test_lighthouse_dirs_stops_a_lighthouse_left_running(pytester: pytest.Pytest
 # to tests/clirun.py (ftjob.py and golden_cli.py run outside pytest too); the list only shrinks
 OWN_RUNNERS = {
     "clirun.py",  # the one home
-    "ftjob.py", "golden_cli.py", "test_bad_nodes_visible.py", "test_ckpt_demo_all_fail.py",
-    "test_ckpt_submit_signal.py", "test_ckpt_time_limit_slurm.py", "test_classic_slurm.py",
-    "test_cluster.py", "test_demo.py", "test_doctor.py", "test_doctor_slurm.py",
-    "test_failure.py", "test_failure_training.py", "test_lighthouse_cli.py", "test_logs.py",
-    "test_metrics.py", "test_metrics_prometheus.py", "test_multirank_spare_slurm.py",
-    "test_replica_assets.py", "test_restart_in_place_slurm.py", "test_status.py",
-    "test_submit.py",
-    # a closed pipe as stdout (test_cli), a run under a memory probe and a server (reads)
-    "test_cli.py", "test_hardening2_reads.py",
+    "ftjob.py", "golden_cli.py", "test_bad_nodes_visible.py", "test_classic_slurm.py",
+    "test_cluster.py", "test_demo.py", "test_demo_all_fail.py", "test_doctor.py",
+    "test_doctor_slurm.py", "test_failure.py", "test_failure_training.py",
+    "test_lighthouse_cli.py", "test_logs.py", "test_metrics.py", "test_metrics_prometheus.py",
+    "test_multirank_spare_slurm.py", "test_replica_assets.py", "test_restart_in_place_slurm.py",
+    "test_status.py", "test_submit.py", "test_submit_time_limit_signal.py",
+    "test_time_limit_slurm.py",
+    # a closed pipe as stdout (test_cli), runs under a memory probe (logs tail, exporter) and a
+    # server (exporter)
+    "test_cli.py", "test_logs_tail_bounds.py", "test_metrics_exporter_bounds.py",
 }  # fmt: skip
 RUNS_FTSLURM = ('"-m", "ftslurm"', "CliRunner(")
 

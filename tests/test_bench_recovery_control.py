@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state"), pytest
 
 
 def _control(tmp_path: Path) -> Path:
-    from tests.test_goodput2_report import _cut
+    from tests.test_report_goodput_accounting import _cut
 
     return _cut(FIX / "slurm-tft-11", tmp_path / "ctrl" / "tft-10", hi="2026-11-23T10:10:59")
 

@@ -3,7 +3,7 @@
 it: Slurm does not tell a job its --signal).
 
 sbatch here is a stand-in that records its arguments and the margin the job would get; the real
-time limit on the real local Slurm is tests/test_ckpt_time_limit_slurm.py.
+time limit on the real local Slurm is tests/test_time_limit_slurm.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`ftslurm demo --all-fail` without a cluster: its plan, its checks, the log reader that sees a
 resume, the local backend's kill of every replica at once, and the story's narration over a
 scripted run (a backend whose replicas are log files written here). The real run on the local
-Slurm is tests/test_ckpt_demo_all_fail_slurm.py."""
+Slurm is tests/test_demo_all_fail_slurm.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ and each replica resumes from that checkpoint (its first step is the checkpoint'
 `ftslurm report` lists each restart with its lost steps (at most the interval).
 
 Run under the heavy lock:
-`flock /tmp/ftslurm-heavy.lock pytest tests/test_ckpt_demo_all_fail_slurm.py`.
+`flock /tmp/ftslurm-heavy.lock pytest tests/test_demo_all_fail_slurm.py`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ submitit's own batch script, which must get `--signal=B:USR1@<s>` and `exec` the
 by the limit with no checkpoint).
 
 Run under the heavy lock:
-`flock /tmp/ftslurm-heavy.lock pytest tests/test_ckpt_time_limit_slurm.py`.
+`flock /tmp/ftslurm-heavy.lock pytest tests/test_time_limit_slurm.py`.
 """
 
 from __future__ import annotations
