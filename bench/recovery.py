@@ -20,9 +20,9 @@ the figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=
 replica always requeues through Slurm) and once with 3 (it restarts in place in its allocation
 while its node is fine): the launcher's restart in place against the requeue, each arm once,
 one after the other in one run. `--warm 0,1` does the same with FT_WARM_RESTART (a restart
-in place takes the next run its launcher started ahead, or starts torchrun anew). `--ranks R` runs replicas of R
-ranks (GPUS_PER_NODE=R, the model FSDP-sharded across them; a kill hits one rank, as a
-GPU's error does).
+in place takes the next run its launcher started ahead, or starts torchrun anew). `--ranks R`
+runs replicas of R ranks (GPUS_PER_NODE=R, the model FSDP-sharded across them; a kill hits
+one rank, as a GPU's error does).
 
 `--control` adds a failure-free control arm (the same replicas, no spares, failures=0, run at
 least as long as the failure arms: DemoConfig.min_run_s) and measures every failure run's
