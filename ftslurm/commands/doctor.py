@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -93,13 +94,18 @@ def doctor(
     if problem:
         raise UserError(problem)
     checks = doc.run_checks(cfg)
-    if not doc.ok(checks):
+    _answer(doc.ok(checks), as_json, lambda: doc.to_json(checks, cfg),
+            lambda: doc.render_text(checks, cfg))  # fmt: skip
+
+
+def _answer(ok: bool, as_json: bool, data: Callable[[], object],
+            text: Callable[[], str]) -> None:  # fmt: skip
+    """Print the JSON or the text; exit code 1 when not `ok` (also when a reader stops
+    reading early: `doctor | head`)."""
+    if not ok:
         stdout_pipe.exit_code_if_cut(1)
-    if as_json:
-        click.echo(json.dumps(doc.to_json(checks, cfg), indent=2))
-    else:
-        click.echo(doc.render_text(checks, cfg))
-    if not doc.ok(checks):
+    click.echo(json.dumps(data(), indent=2) if as_json else text())
+    if not ok:
         raise click.exceptions.Exit(1)
 
 
@@ -112,11 +118,5 @@ def _patches(as_json: bool, device: str | None) -> None:
     settings = knobs.load(dict(os.environ))
     device = device or settings.DEVICE
     rows = doc.patch_rows(patches.RECORDS, doc.observe_patches(), settings, device)
-    if not doc.patches_ok(rows):
-        stdout_pipe.exit_code_if_cut(1)
-    if as_json:
-        click.echo(json.dumps(doc.patches_json(rows, device), indent=2))
-    else:
-        click.echo(doc.render_patches(rows, device))
-    if not doc.patches_ok(rows):
-        raise click.exceptions.Exit(1)
+    _answer(doc.patches_ok(rows), as_json, lambda: doc.patches_json(rows, device),
+            lambda: doc.render_patches(rows, device))  # fmt: skip
