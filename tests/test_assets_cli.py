@@ -4,12 +4,13 @@ error line, not a traceback."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.clirun import invoke
+from tests.entry_point import error_line as _one_error_line
+from tests.entry_point import run_main as _main
 
 pytestmark = pytest.mark.unit
 
@@ -22,27 +23,6 @@ def test_assets_token_from_the_environment_does_not_warn(monkeypatch, tmp_path):
     res = invoke("assets", "download", "--dest", str(tmp_path))
     assert res.exit_code == 0
     assert res.stderr == ""
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str):
-    """`ftslurm ARGV` through the console entry point (its error handling included), in this
-    process: (exit code, stdout, stderr)."""
-    from ftslurm.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["ftslurm", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
-def _one_error_line(err: str) -> str:
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 # ------------------------------------------------------------------ doctor --assets

@@ -6,10 +6,7 @@ removes only an attempt folder of this user, never a link or another folder. Rea
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,30 +14,13 @@ import pytest
 from ftslurm import procs
 from ftslurm.wait import wait_for
 from tests.clirun import executable
+from tests.replica_launcher import launcher as _launcher
 
 pytestmark = pytest.mark.timeout(60)
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _attempt_dirs(tmp: Path) -> set[str]:
     return {p.name for p in tmp.glob("ftslurm-attempt-*")}
-
-
-def _launcher(tmp_path: Path, torchrun: str) -> subprocess.Popen:
-    from tests.ftjob import KNOB_ENV_RE
-
-    tok = tmp_path / "tok"
-    tok.mkdir(exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tok / name).write_text("{}")
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
-    env.update(FTSLURM_PROJECT=str(tmp_path), FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1",
-               FTSLURM_TORCHRUN=torchrun, FTSLURM_EXTRA_ARGS=f"--model.hf_assets_path={tok}",
-               TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(REPO),
-               FTSLURM_PREFLIGHT="0")  # no GPU here: the node check is not under test  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "ftslurm.replica", "job"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 
 def test_a_sigkilled_attempts_folder_is_removed_at_once(tmp_path: Path) -> None:

@@ -15,28 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.entry_point import error_line as _one_error_line
+from tests.entry_point import run_main as _main
+
 pytestmark = pytest.mark.unit
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str):
-    """`ftslurm ARGV` through the console entry point (its error handling included), in this
-    process: (exit code, stdout, stderr)."""
-    from ftslurm.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["ftslurm", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
-def _one_error_line(err: str) -> str:
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 def _sleeper() -> subprocess.Popen:

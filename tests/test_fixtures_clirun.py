@@ -111,9 +111,9 @@ OWN_RUNNERS = {
     "test_multirank_spare_slurm.py", "test_replica_assets.py", "test_restart_in_place_slurm.py",
     "test_status.py", "test_submit.py", "test_submit_time_limit_signal.py",
     "test_time_limit_slurm.py",
-    # a closed pipe as stdout (test_cli), runs under a memory probe (logs tail, exporter) and a
-    # server (exporter)
-    "test_cli.py", "test_logs_tail_bounds.py", "test_metrics_exporter_bounds.py",
+    # a closed pipe as stdout (test_cli), runs under a memory probe (peak_rss: for the logs
+    # tail and the exporter) and a server (exporter)
+    "test_cli.py", "peak_rss.py", "test_metrics_exporter_bounds.py",
 }  # fmt: skip
 RUNS_FTSLURM = ('"-m", "ftslurm"', "CliRunner(")
 

@@ -10,7 +10,6 @@ job."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -26,33 +25,15 @@ from ftslurm import lighthouse as lh
 from ftslurm import procs
 from ftslurm.lighthouse import launcher
 from ftslurm.wait import wait_for
-from tests.clirun import LighthouseDirs, executable, lighthouse_cli, stop_lighthouse
+from tests.clirun import executable, stop_lighthouse
+from tests.lighthouse_state import cli, needs_torchft, on_port
+from tests.lighthouse_state import original as original  # the fixture
 
 pytestmark = pytest.mark.timeout(120)
-needs_torchft = pytest.mark.skipif(
-    lh.torchft_extension() is None, reason="needs torchft's extension module"
-)
-
-
-# the Lighthouse's output may hold bytes that are not UTF-8: replaced, never a decode error
-cli = functools.partial(lighthouse_cli, errors="replace")
-
-
-def on_port(state_dir: Path) -> int:
-    return json.loads((state_dir / "lighthouse.json").read_text())["extra"]["port"]
 
 
 def answers(state_dir: Path) -> bool:
     return lh.answers(f"http://127.0.0.1:{on_port(state_dir)}/status")
-
-
-@pytest.fixture
-def original(lighthouse_dirs: LighthouseDirs) -> Path:
-    """A running Lighthouse's state dir (the one a copy is made of), stopped at the end."""
-    d = lighthouse_dirs.new("lhA")
-    r = cli(d, "start", "--bind", "127.0.0.1:0")
-    assert r.returncode == 0, r.stderr
-    return d
 
 
 def copy_of(original: Path) -> Path:

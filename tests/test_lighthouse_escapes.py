@@ -8,8 +8,6 @@ Why: escapes sent to the Lighthouse by anyone who can reach it reached the termi
 
 from __future__ import annotations
 
-import functools
-import json
 import subprocess
 import sys
 import textwrap
@@ -18,37 +16,19 @@ from pathlib import Path
 import pytest
 
 from ftslurm import lighthouse as lh
-from tests.clirun import LighthouseDirs, lighthouse_cli, one_error_line, stop_lighthouse
+from tests.clirun import one_error_line, stop_lighthouse
+from tests.lighthouse_state import cli, needs_torchft, on_port
+from tests.lighthouse_state import original as original  # the fixture
 
 pytestmark = pytest.mark.timeout(120)
-needs_torchft = pytest.mark.skipif(
-    lh.torchft_extension() is None, reason="needs torchft's extension module"
-)
 
 ESC = "\x1b]0;PWN\x07"  # sets the terminal's title: what no output of ftslurm may do
-
-
-# bytes that are not UTF-8 on the Lighthouse's output are the point of some tests here
-cli = functools.partial(lighthouse_cli, errors="replace")
 
 
 def no_escapes(text: str) -> None:
     """No control character but newlines in what reached the terminal."""
     assert not [c for c in text if ord(c) < 0x20 and c not in "\n\t"], repr(text)
     assert "\x7f" not in text and "\x9b" not in text
-
-
-def on_port(state_dir: Path) -> int:
-    return json.loads((state_dir / "lighthouse.json").read_text())["extra"]["port"]
-
-
-@pytest.fixture
-def original(lighthouse_dirs: LighthouseDirs) -> Path:
-    """A running Lighthouse's state dir (the one a copy is made of), stopped at the end."""
-    d = lighthouse_dirs.new("lhA")
-    r = cli(d, "start", "--bind", "127.0.0.1:0")
-    assert r.returncode == 0, r.stderr
-    return d
 
 
 CLIENT = textwrap.dedent("""

@@ -9,35 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from ftslurm import lighthouse as lh
 from ftslurm import procs, runner
 from ftslurm.wait import wait_for
-from tests.clirun import LighthouseDirs, ftslurm, lighthouse_cli
+from tests.clirun import ftslurm, lighthouse_cli
+from tests.lighthouse_state import kill, needs_any_torchft
+from tests.lighthouse_state import state_dir as state_dir  # the fixture
 
 pytestmark = pytest.mark.timeout(90)
-needs_torchft = pytest.mark.skipif(
-    lh.torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
-    reason="torchft is not installed",
-)
-
-
-def kill(pids: list[int]) -> None:
-    for pid in pids:
-        if procs.pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def state_dir(lighthouse_dirs: LighthouseDirs) -> Path:
-    """A state dir; whatever ran from it is stopped at the end, whatever the test did."""
-    return lighthouse_dirs.new("lighthouse")
 
 
 def _state_naming(pid: int, **fields) -> str:
@@ -99,7 +82,7 @@ def test_a_forged_state_cannot_name_a_dead_leaders_session(state_dir: Path, tmp_
         kill([child])
 
 
-@needs_torchft
+@needs_any_torchft
 def test_the_identity_does_not_depend_on_how_the_state_dir_is_named(state_dir: Path):
     """Finding 5 (guard): the identity is the launcher's path in the command line, so a
     Lighthouse started with a relative --state-dir is stopped with an absolute one."""

@@ -6,7 +6,6 @@ Lighthouse."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import sys
@@ -15,28 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import lighthouse as lh
 from ftslurm import procs
 from ftslurm.lighthouse import launcher
-from tests.clirun import LighthouseDirs, executable, lighthouse_cli, stop_lighthouse
+from tests.clirun import executable, stop_lighthouse
+from tests.lighthouse_state import cli, needs_torchft
+from tests.lighthouse_state import original as original  # the fixture
 
 pytestmark = pytest.mark.timeout(120)
-needs_torchft = pytest.mark.skipif(
-    lh.torchft_extension() is None, reason="needs torchft's extension module"
-)
-
-
-# the Lighthouse's output may hold bytes that are not UTF-8: replaced, never a decode error
-cli = functools.partial(lighthouse_cli, errors="replace")
-
-
-@pytest.fixture
-def original(lighthouse_dirs: LighthouseDirs) -> Path:
-    """A running Lighthouse's state dir (the one a copy is made of), stopped at the end."""
-    d = lighthouse_dirs.new("lhA")
-    r = cli(d, "start", "--bind", "127.0.0.1:0")
-    assert r.returncode == 0, r.stderr
-    return d
 
 
 @needs_torchft

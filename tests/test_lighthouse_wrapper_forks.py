@@ -10,37 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from ftslurm import lighthouse as lh
 from ftslurm import procs, runner
 from ftslurm.lighthouse import launcher, ports
 from ftslurm.wait import free_port, wait_for
-from tests.clirun import LighthouseDirs, executable, lighthouse_cli, one_error_line
+from tests.clirun import executable, lighthouse_cli, one_error_line
+from tests.lighthouse_state import kill, needs_any_torchft
+from tests.lighthouse_state import state_dir as state_dir  # the fixture
 
 pytestmark = pytest.mark.timeout(90)
-needs_torchft = pytest.mark.skipif(
-    lh.torchft_extension() is None and shutil.which("torchft_lighthouse") is None,
-    reason="torchft is not installed",
-)
-
-
-def kill(pids: list[int]) -> None:
-    for pid in pids:
-        if procs.pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def state_dir(lighthouse_dirs: LighthouseDirs) -> Path:
-    """A state dir; whatever ran from it is stopped at the end, whatever the test did."""
-    return lighthouse_dirs.new("lighthouse")
 
 
 def wrapper(tmp_path: Path, body: str) -> Path:
@@ -109,7 +92,7 @@ def test_a_failed_start_says_which_process_still_holds_the_port(tmp_path: Path, 
         kill([int(pids.read_text())] if pids.exists() else [])
 
 
-@needs_torchft
+@needs_any_torchft
 @pytest.mark.parametrize("how", ["wrapper-exits", "daemon-killed"])
 def test_stop_ends_the_lighthouse_a_wrapper_left_behind(tmp_path: Path, state_dir: Path, how):
     """Finding 3: a wrapper that forks the real Lighthouse and exits (or the daemon killed
@@ -139,7 +122,7 @@ def test_stop_ends_the_lighthouse_a_wrapper_left_behind(tmp_path: Path, state_di
         kill([int(pids.read_text())] if pids.exists() else [])
 
 
-@needs_torchft
+@needs_any_torchft
 def test_stop_says_when_the_port_is_still_held(tmp_path: Path, state_dir: Path):
     """Finding 3: `stop` says so, and exits 2, when after ending every process of the
     Lighthouse its port is still held (by a Lighthouse the wrapper had started elsewhere,

@@ -2,43 +2,21 @@
 anything is read, the tail of many logs holds a small block per log (`Follower.stream` reads the
 tail as it is consumed), and a tail longer than the log is the whole log.
 
-Memory is checked as the peak RSS of the command in its own process (a wrapper that waits for
-it and reads RUSAGE_CHILDREN), against a cap of 200 MB."""
+Memory is checked as the peak RSS of the command in its own process (tests/peak_rss.py),
+against a cap of 200 MB."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from ftslurm import logtail, runner
+from ftslurm import logtail
+from tests.peak_rss import RSS_CAP_KB, measured
 
 pytestmark = pytest.mark.timeout(120)
-
-ROOT = Path(__file__).resolve().parent.parent
-RSS_CAP_KB = 200 * 1024
-# runs argv[2:] with stdout to the file argv[1]; prints its exit status and peak RSS in KiB
-MEASURE = (
-    "import resource, subprocess, sys\n"
-    "with open(sys.argv[1], 'wb') as out:\n"
-    "    rc = subprocess.call(sys.argv[2:], stdout=out)\n"
-    "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-)
-
-
-def measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-             timeout: float = 90) -> tuple[int, int, Path, str]:  # fmt: skip
-    """(exit status, peak RSS in KiB, stdout file, stderr) of `ftslurm ARGS`."""
-    out = tmp_path / "stdout"
-    done = runner.run([sys.executable, "-c", MEASURE, str(out), sys.executable, "-m", "ftslurm",
-                       *args], timeout=timeout, check=False,
-                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
-    rc, rss = map(int, done.stdout.split())
-    return rc, rss, out, done.stderr
 
 
 def blank_run(tmp_path: Path, lines: int, replicas: int = 1) -> Path:

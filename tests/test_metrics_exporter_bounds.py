@@ -4,8 +4,8 @@ group size has a cap, a scrape waits a bounded time for the logs and reads only 
 changed, `metrics serve` listens on the loopback by default and answers /metrics and /healthz
 only, and a host that is no host name is one line.
 
-Memory is checked as the peak RSS of the command in its own process (a wrapper that waits for
-it and reads RUSAGE_CHILDREN), against a cap of 200 MB."""
+Memory is checked as the peak RSS of the command in its own process (tests/peak_rss.py),
+against a cap of 200 MB."""
 
 from __future__ import annotations
 
@@ -30,29 +30,11 @@ from ftslurm.metrics.collector import FtslurmCollector, MetricsSources
 from ftslurm.metrics.snapshot import UNKNOWN, build_snapshot, slot
 from ftslurm.wait import wait_for
 from tests.clirun import ftslurm
+from tests.peak_rss import RSS_CAP_KB, measured
 
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parent.parent
-RSS_CAP_KB = 200 * 1024
-# runs argv[2:] with stdout to the file argv[1]; prints its exit status and peak RSS in KiB
-MEASURE = (
-    "import resource, subprocess, sys\n"
-    "with open(sys.argv[1], 'wb') as out:\n"
-    "    rc = subprocess.call(sys.argv[2:], stdout=out)\n"
-    "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-)
-
-
-def measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-             timeout: float = 90) -> tuple[int, int, Path, str]:  # fmt: skip
-    """(exit status, peak RSS in KiB, stdout file, stderr) of `ftslurm ARGS`."""
-    out = tmp_path / "stdout"
-    done = runner.run([sys.executable, "-c", MEASURE, str(out), sys.executable, "-m", "ftslurm",
-                       *args], timeout=timeout, check=False,
-                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
-    rc, rss = map(int, done.stdout.split())
-    return rc, rss, out, done.stderr
 
 
 def one_error_line(done: runner.Completed | subprocess.CompletedProcess[str], starts: str) -> None:

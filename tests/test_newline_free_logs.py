@@ -4,7 +4,6 @@ the whole line: 300 MB -> 649 MB RSS)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tracemalloc
@@ -15,30 +14,10 @@ import pytest
 from ftslurm import logtail, logvocab
 from ftslurm.report import reader as R
 from ftslurm.report import sources
+from tests.log_inputs import STEP_LINE, env, run_dir
 
-REPO = Path(__file__).resolve().parent.parent
 # the managed Lighthouse's log, the event log and outputs/ of this checkout stay out of it
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
-
-
-def env(tmp_path: Path, **more: str) -> dict[str, str]:
-    """The environment of a command run here: this checkout, no user state."""
-    state = tmp_path / "user-state"
-    return {
-        **os.environ, "PYTHONPATH": str(REPO), "FTSLURM_LIGHTHOUSE_DIR": str(state / "lh"),
-        "FTSLURM_EVENTS": str(state / "events.jsonl"), "FTSLURM_OUTPUTS": str(state / "out"),
-        **more,
-    }  # fmt: skip
-
-STEP_LINE = "[titan] 2026-11-23 10:00:0{i},000 - root - INFO - step: {i}  loss:  2.5"
-
-
-def run_dir(tmp_path: Path, lines: dict[int, bytes], job: str = "7") -> Path:
-    run = tmp_path / "torchft" / f"tft-{job}"
-    run.mkdir(parents=True)
-    for i, data in lines.items():
-        (run / f"tft-{job}_{i}.out").write_bytes(data)
-    return run
 
 
 def _newline_free(path: Path, mib: int, tail: bytes = b"\n") -> Path:

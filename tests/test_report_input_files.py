@@ -18,22 +18,10 @@ import pytest
 from ftslurm.errors import UserError
 from ftslurm.report import sources
 from tests.clirun import ftslurm, ftslurm_popen
+from tests.log_inputs import STEP_LINE, env
 
-REPO = Path(__file__).resolve().parent.parent
 # the managed Lighthouse's log, the event log and outputs/ of this checkout stay out of it
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
-
-
-def env(tmp_path: Path, **more: str) -> dict[str, str]:
-    """The environment of a command run here: this checkout, no user state."""
-    state = tmp_path / "user-state"
-    return {
-        **os.environ, "PYTHONPATH": str(REPO), "FTSLURM_LIGHTHOUSE_DIR": str(state / "lh"),
-        "FTSLURM_EVENTS": str(state / "events.jsonl"), "FTSLURM_OUTPUTS": str(state / "out"),
-        **more,
-    }  # fmt: skip
-
-STEP_LINE = "[titan] 2026-11-23 10:00:0{i},000 - root - INFO - step: {i}  loss:  2.5"
 
 
 def _small_files() -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ftslurm import procs
+from tests.replica_launcher import launcher
 
 pytestmark = pytest.mark.unit
 
@@ -25,22 +25,8 @@ def _dead_pid() -> int:
 
 
 def _launcher(tmp_path: Path, torchrun: str) -> subprocess.Popen:
-    """`python -m ftslurm.replica job` (what the sbatch script execs) with `torchrun` standing
-    in for torchrun, its temporary folders under tmp_path/tmp."""
-    from tests.ftjob import KNOB_ENV_RE
-
-    tok = tmp_path / "tok"
-    tok.mkdir(exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tok / name).write_text("{}")
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not KNOB_ENV_RE.match(k)}
-    env.update(FTSLURM_PROJECT=str(tmp_path), FTSLURM_REPLICA_ID="0", FTSLURM_GROUP_SIZE="1",
-               FTSLURM_TORCHRUN=torchrun, FTSLURM_EXTRA_ARGS=f"--model.hf_assets_path={tok}",
-               TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(Path(__file__).parents[1]),
-               FTSLURM_ATTEMPT_GUARD="0", FTSLURM_PREFLIGHT="0")  # the fallback alone  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "ftslurm.replica", "job"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    """The launcher with the attempt guard off: its fallback alone removes dead folders."""
+    return launcher(tmp_path, torchrun, FTSLURM_ATTEMPT_GUARD="0")
 
 
 def _attempt_dirs(tmp_path: Path) -> set[str]:

@@ -4,25 +4,14 @@ read."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ftslurm import logtail
 from tests.clirun import invoke
+from tests.log_inputs import STEP_LINE, run_dir
 
 # the managed Lighthouse's log, the event log and outputs/ of this checkout stay out of it
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
-
-STEP_LINE = "[titan] 2026-11-23 10:00:0{i},000 - root - INFO - step: {i}  loss:  2.5"
-
-
-def run_dir(tmp_path: Path, lines: dict[int, bytes], job: str = "7") -> Path:
-    run = tmp_path / "torchft" / f"tft-{job}"
-    run.mkdir(parents=True)
-    for i, data in lines.items():
-        (run / f"tft-{job}_{i}.out").write_bytes(data)
-    return run
 
 
 def test_logs_names_each_log_it_cannot_read_and_exits_1(tmp_path):
