@@ -18,7 +18,7 @@ import pytest
 
 from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage, parse_status_html
 from ftslurm.replica import peer_watch, watchdog
-from ftslurm.wait import wait_for
+from ftslurm.wait import WaitTimeout, wait_for
 from tests.test_replica_training import (  # noqa: F401 - make_run: the fixture
     Replica,
     Run,
@@ -245,6 +245,24 @@ def _steps_after(rep: Replica, t: float) -> list[int]:
     return [s for when, s, _ in rep.steps() if when > t]
 
 
+def _stop_inside_a_step(worker: int) -> float:
+    """SIGSTOP `worker` while its training thread is inside a step (its progress file says
+    `step`), not in a quorum or a wait on its peers: a stop at a random moment landed in the
+    quorum on a loaded machine, where no step is left to refuse. When it stopped."""
+    env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
+    progress = Path(next(v for k, _, v in (e.partition(b"=") for e in env)
+                         if k == peer_watch.PROGRESS_ENV.encode()).decode())  # fmt: skip
+    for _ in range(100):
+        t_stop = time.time()
+        _signal(worker, signal.SIGSTOP)
+        time.sleep(0.05)  # the stop has landed: the file holds the phase it stopped in
+        if json.loads(progress.read_text()).get("state") == peer_watch.STEP:
+            return t_stop
+        _signal(worker, signal.SIGCONT)
+        time.sleep(0.1)
+    raise AssertionError(f"{progress} never said `step` at a stop")
+
+
 def _two_stepping(run: Run) -> tuple[Replica, Replica, int]:
     r0, r1 = run.start(0), run.start(1)
     wait_for(lambda: len(r0.steps()) >= 3 and len(r1.steps()) >= 3, timeout=120,
@@ -265,8 +283,7 @@ def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(
     run = tiny_run(PG_TIMEOUT_S="60", FTSLURM_HANG_TIMEOUT_S="0", FTSLURM_CHECKSUM_EVERY="1")
     r0, r1, worker = _two_stepping(run)
     assert "[ftslurm] fix peer_abort: ON" in r0.text()
-    t_stop = time.time()
-    _signal(worker, signal.SIGSTOP)
+    t_stop = _stop_inside_a_step(worker)
     try:
         wait_for(lambda: len(_steps_after(r0, t_stop + 0.5)) >= 2, timeout=60,
                  what="replica 0 committing alone")  # fmt: skip
@@ -275,8 +292,11 @@ def test_a_stopped_peer_costs_the_survivor_no_more_than_a_crash_and_heals_after(
         _signal(worker, signal.SIGCONT)
     assert first - t_stop < 15, f"survivor's next commit {first - t_stop:.1f} s after the stop"
     assert "peer watch: step failed at once: replica(s) torchtitan_ft_1:" in r0.text()
-    wait_for(lambda: "peer watch: not committing: this process stood still" in r1.text(),
-             timeout=30, what="replica 1 refusing the step it stood still in")  # fmt: skip
+    try:
+        wait_for(lambda: "peer watch: not committing: this process stood still" in r1.text(),
+                 timeout=30, what="replica 1 refusing the step it stood still in")  # fmt: skip
+    except WaitTimeout as e:
+        raise AssertionError(f"{e}; replica 1's log ends:\n{r1.text()[-4000:]}") from None
     t_cont = time.time()
     wait_for(lambda: len(_steps_after(r1, t_cont)) >= 3, timeout=90,
              what="replica 1 training again after SIGCONT")  # fmt: skip
