@@ -8,6 +8,7 @@ can turn it into a one-line message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -176,11 +177,20 @@ def filtered_output(read_fd: int, output_filter: OutputFilter, write_fd: int) ->
     """Copy `read_fd` through `output_filter` to `write_fd` until every writer closed it, then
     close it. It never stops reading before that: a child whose pipe filled up would block
     in its next write (training stopped by its own log). A write that fails (a full disk)
-    loses that piece, not the rest."""
+    loses that piece, not the rest; a filter that raises is dropped and the rest copied as
+    it comes (the Lighthouse's log writer does the same)."""
+    shorten: OutputFilter | None = output_filter
     try:
         while chunk := os.read(read_fd, 1 << 16):
-            _write_all(write_fd, output_filter.feed(chunk))
-        _write_all(write_fd, output_filter.flush())
+            if shorten is not None:
+                try:
+                    chunk = shorten.feed(chunk)
+                except Exception:  # noqa: BLE001 - the worker must never block on its log
+                    shorten = None  # this chunk and the rest as they come
+            _write_all(write_fd, chunk)
+        if shorten is not None:
+            with contextlib.suppress(Exception):
+                _write_all(write_fd, shorten.flush())
     finally:
         os.close(read_fd)
 

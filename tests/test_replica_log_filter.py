@@ -76,3 +76,34 @@ def test_the_filter_off_keeps_every_line_whole(tmp_path):
     first, again = _quorum_lines()
     text = _run_launcher(tmp_path, FTSLURM_LOG_FILTER="0")
     assert text.count(first) == 1 and text.count(again) == 2, text[-3000:]
+
+
+
+class _Breaks:
+    """A filter with a bug: it raises on the first chunk."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        raise ValueError("a bug in the filter")
+
+    def flush(self) -> bytes:
+        raise AssertionError("a dropped filter is not flushed")
+
+
+@pytest.mark.unit
+def test_a_filter_that_raises_is_dropped_and_the_output_goes_on() -> None:
+    """The copier thread died with its filter: the worker's pipe then filled up and its next
+    write blocked, training held by its own log. Now the output is copied as it comes."""
+    import threading
+
+    from ftslurm import runner
+
+    src_r, src_w = os.pipe()
+    dst_r, dst_w = os.pipe()
+    os.write(src_w, b"one\ntwo\n")
+    os.close(src_w)
+    copier = threading.Thread(target=runner.filtered_output, args=(src_r, _Breaks(), dst_w))
+    copier.start()
+    copier.join(10)
+    os.close(dst_w)
+    with os.fdopen(dst_r, "rb") as reader:
+        assert reader.read() == b"one\ntwo\n"
