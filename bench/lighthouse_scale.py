@@ -37,6 +37,10 @@ again on a fresh Lighthouse and fresh replicas, and pools the figures):
   `... status --json` and `ftslurm metrics show` (subprocesses, FTSLURM_LIGHTHOUSE_DIR set
   to this Lighthouse's state dir), --cli-repeats each, while the quorum rounds go on (one
   started every --step-s, default 1 s: a step's length; rounds_during_cli counts them);
+  the order of the commands rotated each repeat. They read the launcher's copy of the page
+  (status_page_from "snapshot", status_page_age_s its age) when one is fresh; the control,
+  status_live_json_s, is `... status --json --live`, which reads the page from the
+  Lighthouse itself (status_live_ok: how often it came);
   status_json_bytes, status_text_lines: the size of their output; lighthouse_up: whether
   every `metrics show` said `ftslurm_lighthouse_up 1`;
 - failure_to_quorum_s: one replica's ManagerServer shut down (its heartbeats stop) during the
@@ -567,6 +571,10 @@ class CliTimes:
     status_s: list[float] = field(default_factory=list)
     json_s: list[float] = field(default_factory=list)
     metrics_s: list[float] = field(default_factory=list)
+    live_json_s: list[float] = field(default_factory=list)
+    page_age_s: list[float] = field(default_factory=list)  # of the copies the commands read
+    page_from: list[str] = field(default_factory=list)
+    live_ok: list[bool] = field(default_factory=list)
     json_bytes: int = 0
     text_lines: int = 0
     up: list[bool] = field(default_factory=list)
@@ -585,16 +593,38 @@ def time_cli(state: Path, work: Path, repeats: int) -> CliTimes:
         done = runner.run([*base, *args], env=env, cwd=work, timeout=300)
         return time.perf_counter() - t, done.stdout
 
-    for _ in range(repeats):
+    def status_text() -> None:
         dt, text = timed(["lighthouse", "status"])
         out.status_s.append(dt)
         out.text_lines = len(text.splitlines())
+
+    def status_json() -> None:
         dt, text = timed(["lighthouse", "status", "--json"])
         out.json_s.append(dt)
         out.json_bytes = len(text.encode())
+        st = json.loads(text or "{}")
+        out.page_from.append(str(st.get("page_from")))
+        if st.get("page_age_s") is not None:
+            out.page_age_s.append(float(st["page_age_s"]))
+
+    def live_json() -> None:  # the control: the page read from the Lighthouse itself
+        if not has_live:
+            return
+        dt, text = timed(["lighthouse", "status", "--json", "--live"])
+        out.live_json_s.append(dt)
+        out.live_ok.append(bool(json.loads(text or "{}").get("http_ok")))
+
+    def metrics_show() -> None:
         dt, text = timed(["metrics", "show"])
         out.metrics_s.append(dt)
         out.up.append(lighthouse_up(text))
+
+    has_live = "--live" in runner.run([*base, "lighthouse", "status", "--help"], env=env,
+                                      cwd=work, timeout=60).stdout  # fmt: skip
+    order = [status_text, status_json, live_json, metrics_show]
+    for i in range(repeats):  # the order rotated each repeat
+        for measure in order[i % len(order):] + order[: i % len(order)]:
+            measure()
     return out
 
 
@@ -768,6 +798,10 @@ def pooled(n: int, runs: list[dict[str, Any]], hb_ms: int, rounds: int) -> dict[
         "status_cmd_s": spread(x for c in cli for x in c.status_s),
         "status_json_s": spread(x for c in cli for x in c.json_s),
         "metrics_show_s": spread(x for c in cli for x in c.metrics_s),
+        "status_live_json_s": spread(x for c in cli for x in c.live_json_s),
+        "status_live_ok": sum(ok for c in cli for ok in c.live_ok),
+        "status_page_age_s": spread(x for c in cli for x in c.page_age_s),
+        "status_page_from": sorted({x for c in cli for x in c.page_from}),
         "status_json_bytes": max(c.json_bytes for c in cli),
         "status_text_lines": max(c.text_lines for c in cli),
         "lighthouse_up": all(all(c.up) for c in cli) and any(c.up for c in cli),
@@ -819,7 +853,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"  status_cmd_s                        {_fmt(f['status_cmd_s'], ' s')}"
             f"  ({f['status_text_lines']} lines)",
             f"  status --json                       {_fmt(f['status_json_s'], ' s')}"
-            f"  ({f['status_json_bytes']} bytes)",
+            f"  ({f['status_json_bytes']} bytes; page from {f['status_page_from']},"
+            f" age {_fmt(f['status_page_age_s'], ' s')})",
+            f"  status --json --live (control)      {_fmt(f['status_live_json_s'], ' s')}"
+            f"  (page came {f['status_live_ok']} time(s))",
             f"  metrics_show_s                      {_fmt(f['metrics_show_s'], ' s')}"
             f"  (lighthouse_up: {f['lighthouse_up']})",
         ]  # fmt: skip

@@ -187,7 +187,10 @@ def test_a_bad_option_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> N
 
 @unit
 def test_pooled_figures_of_two_repeats() -> None:
-    cli = bench.CliTimes([0.3, 0.4], [0.2, 0.2], [0.5, 0.7], 2400, 17, [True, True])
+    cli = bench.CliTimes(status_s=[0.3, 0.4], json_s=[0.2, 0.2], metrics_s=[0.5, 0.7],
+                         live_json_s=[1.5, 2.5], page_age_s=[0.4, 1.2],
+                         page_from=["snapshot", "snapshot"], live_ok=[True, False],
+                         json_bytes=2400, text_lines=17, up=[True, True])  # fmt: skip
     run = {"procs": 1, "tokio_threads": 2, "logging_procs": 1,
            "first_quorum_s": 0.02, "round_s": [0.004, 0.006],
            "lighthouse_rss_mb": 16.5, "lighthouse_tree_rss_mb": 31.0,
@@ -204,6 +207,8 @@ def test_pooled_figures_of_two_repeats() -> None:
     assert out["replica_log_bytes_per_replica_step"] == {
         "raw": {"median": 1600.0, "min": 1500.0, "max": 1700.0, "n": 2}, "filtered": "n/a"}
     assert out["status_cmd_s"]["n"] == 4 and out["lighthouse_up"] is True
+    assert out["status_live_json_s"] == {"median": 2.0, "min": 1.5, "max": 2.5, "n": 4}
+    assert out["status_live_ok"] == 2 and out["status_page_from"] == ["snapshot"]
     assert "N = 4" in bench.table({"4": out})
 
 
@@ -249,6 +254,9 @@ def test_a_small_run_has_every_figure_and_leaves_no_process(tmp_path: Path) -> N
     assert logs["raw"]["min"] > 0
     assert logs["filtered"] == "n/a" or 0 < logs["filtered"]["median"] <= logs["raw"]["median"]
     assert f["status_json_bytes"] > 0 and f["status_text_lines"] > 0 and f["lighthouse_up"] is True
+    # the commands read the launcher's copy once it made one; the control reads the Lighthouse
+    assert set(f["status_page_from"]) <= {"snapshot", "live"} and f["status_page_from"]
+    assert f["status_live_json_s"]["n"] == 2 and f["status_live_ok"] == 2
     assert f["lighthouse_log_filter"] in (True, False, None)
     assert f["rounds_during_cli"] >= 1 and f["cpus"] >= 1 and f["versions"]["torchft"]
     assert len(f["load_before"]) == 3 and len(f["load_after"]) == 3

@@ -248,21 +248,26 @@ def stop(grace: float, state_dir: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
 @click.option("--all", "show_all", is_flag=True,
               help="List every replica id, not only those that are not training.")
+@click.option("--live", is_flag=True,
+              help="Read the page from the Lighthouse now, not the copy its launcher keeps "
+                   "(at most 30 s old; seconds to wait with 1,024 replicas).")
 @_state_dir_option
-def status(as_json: bool, show_all: bool, state_dir: Path | None) -> None:
+def status(as_json: bool, show_all: bool, live: bool, state_dir: Path | None) -> None:
     """Is it running; pid, uptime, address; the live quorum as the Lighthouse's page shows it.
 
     The quorum in counts (replica ids training, healing, lost, joining...), then its replica
     ids: all of them up to 20, else only those not training (20 at most; --all lists every
-    one, --json gives the whole page). Exit code 0 when running, 3 when not (like `systemctl
-    status`), so scripts can test it.
+    one, --json gives the whole page). The page is the copy the launcher read last (every
+    second, or as fast as a busy Lighthouse answers; its age is shown), so the answer comes
+    at once also while 1,024 replicas hold the Lighthouse; --live reads it now. Exit code 0
+    when running, 3 when not (like `systemctl status`), so scripts can test it.
 
     \b
     Examples:
       ftslurm lighthouse status
       ftslurm lighthouse status --json | jq .quorum.members
     """
-    st = lh.status(state_dir)
+    st = lh.status(state_dir, live=live)
     if not st.running:
         stdout_pipe.exit_code_if_cut(3)
     if as_json:
@@ -321,7 +326,9 @@ def _print_status(st: lh.LighthouseStatus, limit: int | None = MAX_LISTED) -> No
     assert q is not None
     if st.page_size is not None:  # big pages come slowly from a loaded Lighthouse: shown
         cut = f"; only its start came ({st.http_error}): counts of that" if st.http_error else ""
-        echo(f"Page:       {st.page_size / 1000:.0f} kB in {st.page_s or 0:.2f} s{cut}")
+        when = (f", read {st.page_age_s:.1f} s ago by the launcher"
+                if st.page_from == "snapshot" and st.page_age_s is not None else "")  # fmt: skip
+        echo(f"Page:       {st.page_size / 1000:.0f} kB in {st.page_s or 0:.2f} s{when}{cut}")
     echo(f"Quorum id:  {q.quorum_id if q.quorum_id is not None else '?'}")
     echo(f"Next:       {q.next_status or '?'}")
     if q.previous_quorum_id is not None:

@@ -21,14 +21,30 @@ standard library only, copied beside this file): the quorum lines torchft repeat
 are folded (with 1,024 replicas, from ~660 KB a round to a few KB), the first quorum line of
 each new log file is whole; FTSLURM_LOG_FILTER=0 (`ftslurm lighthouse start` passes 1 or 0)
 copies the output as it comes.
+
+While it runs as the Lighthouse's parent, this process also keeps the newest /status page in
+<state>/status.html (`snapshot_pages`), its mtime the moment the read began: with 1,024
+replicas the page waits seconds behind torchft's quorum lock, and `ftslurm lighthouse status`,
+`status` and `metrics` read this copy (with its age) instead of waiting for it themselves.
 """
 
+import http.client
 import importlib.util
+import json
 import os
 import select
 import signal
 import sys
+import threading
+import time
+import urllib.parse
 from pathlib import Path
+
+SNAPSHOT = "status.html"  # the newest /status page, in the state dir (see `snapshot_pages`)
+SNAPSHOT_PAUSE_S = 1.0  # between the end of one read and the next
+SNAPSHOT_READ_S = 60.0  # a read's limit (the page of 1,024 replicas under load: seconds)
+SNAPSHOT_MAX_BYTES = 16 << 20  # status_page.MAX_ANSWER: 10,000 replicas' page is ~5 MiB
+STATE_FILE = "lighthouse.json"  # the daemon's state (ftslurm.daemon), with the probe URL
 
 
 def torchft_extension() -> Path | None:
@@ -112,6 +128,81 @@ def _logfilter_module():
     except ImportError:
         return None
     return logfilter
+
+
+def probe_url(state_dir: Path) -> str | None:
+    """The /status URL `ftslurm lighthouse start` recorded for this process once the
+    Lighthouse answered (None before that, or when the state is another process's)."""
+    try:
+        state = json.loads((state_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("pid") != os.getpid():
+        return None
+    url = (state.get("extra") or {}).get("probe_url")
+    return url if isinstance(url, str) and url.startswith("http://") else None
+
+
+def read_status(url: str) -> bytes | None:
+    """The body of a 200 answer to GET `url`, or None (no answer, another code, too big)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80,
+                                      timeout=SNAPSHOT_READ_S)  # fmt: skip
+    try:
+        conn.request("GET", parts.path or "/")
+        with conn.getresponse() as r:
+            body = r.read(SNAPSHOT_MAX_BYTES + 1)
+            ok = r.status == 200 and len(body) <= SNAPSHOT_MAX_BYTES
+            return body if ok else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def write_snapshot(state_dir: Path, body: bytes, began: float) -> None:
+    """`body` as <state>/status.html, whole or not at all (a reader never sees half), its
+    mtime `began`; made with O_EXCL and O_NOFOLLOW like the log (`rotate`)."""
+    tmp = state_dir / (SNAPSHOT + ".new")
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        os.utime(tmp, (began, began))
+        os.replace(tmp, state_dir / SNAPSHOT)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def snapshot_pages(state_dir: Path, pause_s: float = SNAPSHOT_PAUSE_S) -> None:
+    """Read the Lighthouse's /status page, one read at a time with `pause_s` between them,
+    and keep the newest whole 200 answer in <state>/status.html (a thread, for as long as
+    this process runs). Why: every quorum request runs torchft's whole quorum check under
+    one lock, so with 1,024 replicas a read of the page waits seconds behind a round; a
+    person's `status` reads this copy, and its age, at once. Never raises: the Lighthouse
+    must not die of its snapshot (a failed read leaves the last copy, which ages)."""
+    url = None
+    while True:
+        try:
+            url = url or probe_url(state_dir)
+            if url is not None:
+                began = time.time()
+                body = read_status(url)
+                if body is not None:
+                    write_snapshot(state_dir, body, began)
+        except Exception:
+            pass
+        time.sleep(pause_s)
 
 
 def write_all(data: bytes) -> None:
@@ -220,6 +311,8 @@ def main() -> int | None:
         signal.signal(sig, forward)
     if piped:
         os.close(w)
+    threading.Thread(target=snapshot_pages, args=(Path(__file__).resolve().parent,),
+                     name="status-snapshot", daemon=True).start()  # fmt: skip
     status = serve(running, r, log, cap, wake_r, filt)
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code

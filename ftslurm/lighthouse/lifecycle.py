@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,10 +24,12 @@ from typing import Any, NoReturn
 
 from ftslurm import daemon, procs, safefile
 from ftslurm.errors import UserError
-from ftslurm.lighthouse import address, ports
+from ftslurm.lighthouse import address, launcher, ports
 from ftslurm.lighthouse.command import FILTER, MARKER, NAME, lighthouse_command, resolve_binary
 from ftslurm.lighthouse.config import BINARY_OPTIONS, LighthouseConfig, check_heartbeat_timeout
 from ftslurm.lighthouse.status_page import (
+    MAX_ANSWER,
+    PageRead,
     QuorumPage,
     answers,
     http_get,
@@ -40,6 +43,11 @@ from ftslurm.wait import WaitTimeout, free_port
 DEFAULT_STOP_GRACE_S = 10.0
 _ADDR_IN_USE = "Address already in use"
 _LISTENING_RE = re.compile(r"Lighthouse listening on: (\S+)")
+# a command reads the launcher's copy of the page (`launcher.snapshot_pages`) when it is at
+# most this old: the launcher reads one every second, or as fast as a loaded Lighthouse of
+# 1,024 replicas answers (4-6 s a read); an older copy means the reads stopped answering,
+# and the command reads the page itself (which then says why it did not come)
+SNAPSHOT_MAX_AGE_S = 30.0
 
 
 @dataclass
@@ -98,6 +106,10 @@ class LighthouseStatus:
     quorum: QuorumPage | None = None
     page_size: int | None = None  # characters of the page read
     page_s: float | None = None  # how long the read took
+    # how old the page is: the launcher's copy (`page_from` "snapshot"), or 0 when this
+    # command read it itself ("live")
+    page_age_s: float | None = None
+    page_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Everything, and the page's counts (`summary`; its lists are in `quorum` once)."""
@@ -427,6 +439,8 @@ def stop(state_dir: str | Path | None = None, grace: float = DEFAULT_STOP_GRACE_
         return "not-running"  # a mistyped --state-dir is not created by a stop
     with _locked(d):
         outcome, state = d.stop(grace)
+        with contextlib.suppress(OSError):  # its page, read by a Lighthouse that is gone
+            (d.state_dir / launcher.SNAPSHOT).unlink()
     port = state.extra.get("port") if state is not None else None
     if outcome in ("terminated", "killed", "leftovers") and type(port) is int and 0 < port < 65536:
         held = _still_held(port)
@@ -461,14 +475,51 @@ def _stale(d: daemon.Daemon, found: daemon.Lookup) -> daemon.Lookup:
     return d.lookup(clean_stale=False)
 
 
+def read_snapshot(
+    state_dir: Path, started_at: float | None, max_age_s: float = SNAPSHOT_MAX_AGE_S
+) -> tuple[PageRead, float] | None:
+    """The launcher's copy of the /status page in `state_dir` (`launcher.snapshot_pages`),
+    parsed, and its age in seconds; None when there is none this user wrote, it is older
+    than `max_age_s`, it was read before the Lighthouse that runs now (`started_at`), or it
+    holds no Lighthouse page (no quorum id)."""
+    path = state_dir / launcher.SNAPSHOT
+    t0 = time.monotonic()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)  # of the file opened: a newer copy replacing it changes nothing
+        if not stat.S_ISREG(st.st_mode) or safefile.untrusted(st) is not None:
+            return None
+        age = time.time() - st.st_mtime
+        if not -1.0 <= age <= max_age_s or (started_at and st.st_mtime < started_at):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(MAX_ANSWER + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = raw.decode(errors="replace")
+    read = read_page(str(path), page_deadline(1.0), get=lambda _url, _d: (200, text))
+    read.seconds = time.monotonic() - t0
+    # a copy with no quorum id is no Lighthouse page: the command reads the page itself
+    if read.page is None or read.page.quorum_id is None:
+        return None
+    return read, max(age, 0.0)
+
+
 def status(
-    state_dir: str | Path | None = None, http_timeout: float = 2.0, probe: bool = True
+    state_dir: str | Path | None = None, http_timeout: float = 2.0, probe: bool = True,
+    live: bool = False,
 ) -> LighthouseStatus:
     """Running or not, uptime, address, and the quorum as the Lighthouse's /status page shows
-    it (`probe=False`: the state file only, no HTTP request), read once: `http_timeout` s to
-    connect, then the page's own time (`status_page.page_deadline`). Only reads: nothing is ever
-    signalled; a stale state (its pid gone, or not this dir's Lighthouse) is reported, and
-    its files removed only when nothing of it runs."""
+    it (`probe=False`: the state file only, no HTTP request), read once: the launcher's copy
+    of it when one is fresh (`read_snapshot`; not with `live`), else from the Lighthouse,
+    `http_timeout` s to connect, then the page's own time (`status_page.page_deadline`). Only
+    reads: nothing is ever signalled; a stale state (its pid gone, or not this dir's
+    Lighthouse) is reported, and its files removed only when nothing of it runs."""
     d = _daemon(state_dir)
     found = d.lookup(clean_stale=False)
     if found.stale is not None:
@@ -496,7 +547,14 @@ def status(
     url = extra.get("probe_url")
     if url and probe:
         # read once: the page lists every member and heartbeat (0.5 MB at 1,024 replicas)
-        read = read_page(url, page_deadline(http_timeout), get=http_get)
+        copy = None if live else read_snapshot(d.state_dir, s.started_at or None)
+        if copy is not None:
+            read, st.page_age_s, st.page_from = copy[0], round(copy[1], 3), "snapshot"
+            assert read.page is not None
+            read.page.page_age_s = st.page_age_s
+        else:
+            read = read_page(url, page_deadline(http_timeout), get=http_get)
+            st.page_age_s, st.page_from = 0.0, "live"
         # a page it answered is read whatever it holds (the parser never raises): a page
         # it could not read says so in `quorum.rejected`, never as a Lighthouse that is down
         st.http_ok, st.quorum, st.http_error = read.page is not None, read.page, read.error

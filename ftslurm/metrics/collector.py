@@ -250,6 +250,9 @@ def families(snap: Snapshot, report_build_s: float | None = None,
         yield counts
     yield from _gauge("ftslurm_lighthouse_read_seconds", "How long the read of the "
                       "Lighthouse's /status page took.", page_read_s)  # fmt: skip
+    yield from _gauge("ftslurm_lighthouse_page_age_seconds", "How old the /status page read "
+                      "was: its launcher's copy (at most 30 s), 0 when read from the "
+                      "Lighthouse.", snap.page_age_s)  # fmt: skip
     yield from _gauge("ftslurm_quorum_id", "Id of the Lighthouse's current quorum "
                       "(restarts from 0 when the Lighthouse restarts).", snap.quorum_id)
     yield from _gauge("ftslurm_quorum_size", "Replicas in the current quorum.", snap.quorum_size)

@@ -108,6 +108,7 @@ class Snapshot:
     quorum_id: int | None = None
     quorum_size: int | None = None
     quorum_age_s: float | None = None
+    page_age_s: float | None = None
     group_size: int | None = None
     run: str | None = None
     replicas: list[ReplicaSample] = field(default_factory=list)
@@ -169,6 +170,7 @@ def build_snapshot(
             page.num_participants if page.num_participants is not None else len(page.members)
         )
         snap.quorum_age_s = page.quorum_age_s
+        snap.page_age_s = page.page_age_s
         slots |= set(members) | set(beats)
     failures: Counter[str] = Counter()
     recoveries: Counter[str] = Counter()

@@ -52,6 +52,9 @@ class QuorumPage:
     members: list[PageMember] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
     rejected: int = 0
+    # seconds between the Lighthouse answering and the command reading this page: the
+    # ages above are as of then (the launcher's copy; 0 when read from the Lighthouse)
+    page_age_s: float = 0.0
 
     @property
     def live_heartbeats(self) -> list[Heartbeat]:
