@@ -348,6 +348,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          default_doc="`<outputs>/events.jsonl`"),
     Knob("FTSLURM_LIGHTHOUSE_BIN", "path", "`ftslurm lighthouse start --binary`", where="cli",
          default_doc="torchft's Lighthouse, loaded directly"),
+    Knob("FTSLURM_LIGHTHOUSE_SNAPSHOT_S", "float", "the managed Lighthouse's launcher reads "
+         "its /status page this many seconds after the last read ended and keeps it for "
+         "`lighthouse status`, `status` and `metrics` (with 1,024 replicas a read waits "
+         "seconds behind torchft's quorum lock); each read costs the Lighthouse one render "
+         "of the page under that lock; 0: no copy, every command reads the page itself",
+         1.0, minimum=0, where="cli"),
     Knob("FTSLURM_LIGHTHOUSE_ADVERTISE", "str", "`ftslurm lighthouse start --advertise`",
          where="cli", default_doc="the bind address if specific, else this hostname"),
     Knob("FTSLURM_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS", "int",

@@ -163,3 +163,22 @@ def test_live_reads_the_page_from_the_lighthouse(state_dir: Path):
     live = json.loads(lighthouse_cli(state_dir, "status", "--json", "--live").stdout)
     assert copied["page_from"] == "snapshot" and copied["http_ok"]
     assert live["page_from"] == "live" and live["page_age_s"] == 0.0 and live["http_ok"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("raw", "pause"), [("", 1.0), ("2.5", 2.5), ("0", None),
+                                            ("nan", 1.0), ("-1", 1.0), ("x", 1.0)])
+def test_the_pause_between_reads(raw: str, pause: float | None):
+    assert launcher.snapshot_pause(raw) == pause
+
+
+@pytest.mark.timeout(60)
+def test_no_copy_when_switched_off(state_dir: Path):
+    """FTSLURM_LIGHTHOUSE_SNAPSHOT_S=0: the launcher reads nothing, the commands read live."""
+    env = {"FTSLURM_LIGHTHOUSE_SNAPSHOT_S": "0"}
+    r = lighthouse_cli(state_dir, "start", "--bind", "127.0.0.1:0", env=env)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(lighthouse_cli(state_dir, "status", "--json").stdout)
+    assert st["page_from"] == "live" and st["http_ok"]
+    time.sleep(2.5)  # two of the default pauses: a launcher that reads would have made a copy
+    assert not (state_dir / launcher.SNAPSHOT).exists()

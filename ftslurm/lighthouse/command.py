@@ -43,7 +43,9 @@ def lighthouse_command(
     belong to root or this user, and no other user may write it or its folder."""
     binary = resolve_binary(binary)
     # the launcher cannot read the registry: it gets the switch parsed, 1 or 0
-    env = {"FTSLURM_LOG_FILTER": "1" if knobs.environ()["FTSLURM_LOG_FILTER"] else "0"}
+    known = knobs.environ()
+    env = {"FTSLURM_LOG_FILTER": "1" if known["FTSLURM_LOG_FILTER"] else "0",
+           "FTSLURM_LIGHTHOUSE_SNAPSHOT_S": repr(float(known["FTSLURM_LIGHTHOUSE_SNAPSHOT_S"]))}
     path = None
     if binary:
         path = shutil.which(binary)

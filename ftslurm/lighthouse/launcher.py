@@ -184,6 +184,18 @@ def write_snapshot(state_dir: Path, body: bytes, began: float) -> None:
             pass
 
 
+def snapshot_pause(raw: str) -> float | None:
+    """FTSLURM_LIGHTHOUSE_SNAPSHOT_S (`ftslurm lighthouse start` passes the registry's value)
+    as the pause between reads; None: no copy (0). Unset or unreadable: the default."""
+    try:
+        pause = float(raw) if raw.strip() else SNAPSHOT_PAUSE_S
+    except ValueError:
+        pause = SNAPSHOT_PAUSE_S
+    if pause != pause or pause < 0:  # NaN, negative
+        pause = SNAPSHOT_PAUSE_S
+    return pause if pause > 0 else None
+
+
 def snapshot_pages(state_dir: Path, pause_s: float = SNAPSHOT_PAUSE_S) -> None:
     """Read the Lighthouse's /status page, one read at a time with `pause_s` between them,
     and keep the newest whole 200 answer in <state>/status.html (a thread, for as long as
@@ -311,8 +323,10 @@ def main() -> int | None:
         signal.signal(sig, forward)
     if piped:
         os.close(w)
-    threading.Thread(target=snapshot_pages, args=(Path(__file__).resolve().parent,),
-                     name="status-snapshot", daemon=True).start()  # fmt: skip
+    pause = snapshot_pause(os.environ.pop("FTSLURM_LIGHTHOUSE_SNAPSHOT_S", ""))
+    if pause is not None:
+        threading.Thread(target=snapshot_pages, args=(Path(__file__).resolve().parent, pause),
+                         name="status-snapshot", daemon=True).start()  # fmt: skip
     status = serve(running, r, log, cap, wake_r, filt)
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
