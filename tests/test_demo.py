@@ -94,9 +94,10 @@ def test_demo_local_backend(tmp_path):
 def test_demo_slurm_backend(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the Slurm backend needs root")
-    out = _run_demo(tmp_path, "slurm")
+    out = _run_demo(tmp_path, "slurm")  # README command 1's path: node-down, a warm spare
     _check_story(out, tmp_path)
     assert "State=DOWN" in out.stderr and "RESUMEd" in out.stderr
+    assert "claimed slot 1" in out.stderr and "waits warm as a spare" in out.stderr
     assert "local Slurm cluster stopped" in out.stderr
 
 
@@ -141,6 +142,30 @@ def test_demo_dry_run_starts_nothing(tmp_path):
     assert out.returncode == 0
     assert out.stdout.count("failure ") == 3
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "spares"),
+    [((), 1),  # README command 1: the node goes down, a warm spare takes the slot
+     (("--spares", "0"), 0),  # the user's word: Slurm's requeue
+     (("--mode", "kill"), 0),  # a crash on a fine node restarts in place: no spare needed
+     (("--mode", "kill", "--mode", "node-down"), 1),
+     (("--all-fail",), 0)],  # every node down, spares too
+    ids=["default", "spares-0", "kill", "kill-node-down", "all-fail"],
+)
+def test_the_slurm_demo_runs_a_warm_spare_when_a_node_goes_down(tmp_path, args, spares):
+    """A lost node has no restart in place: without a spare the front door showed the slowest
+    path (the node back, Slurm's requeue, a cold start: 15-18 s to full strength)."""
+    env = {k: v for k, v in os.environ.items() if k != "FT_SPARES"}
+    env["FTSLURM_OUTPUTS"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "ftslurm", "demo", "--dry-run", "--backend", "slurm", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    tasks = 2 + spares
+    assert f"--array=0-{tasks - 1} " in out.stdout, out.stdout
+    assert ("a warm spare claims the slot" in out.stdout) == bool(spares), out.stdout
 
 
 def test_demo_rejects_one_replica():

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ftslurm.commands.lighthouse import HeartbeatMs
 from ftslurm.commands.params import knob_option, replicas, seconds
 from ftslurm.failure_plan import MODES
+
+if TYPE_CHECKING:
+    from ftslurm.demo import DemoConfig
+
+
+def default_spares(cfg: DemoConfig) -> int:
+    """1 when a failure of the story takes a node down on Slurm, else 0: a lost node has no
+    restart in place, so without a spare the replica waits for its node, Slurm's requeue
+    and a cold start (15-18 s to full strength on 2 cores, against ~5 s with a warm spare:
+    docs/benchmarks-cpu.md). Never with --all-fail, which takes every node down."""
+    if cfg.all_fail or cfg.resolved_backend() != "slurm":
+        return 0
+    return int(any(cfg.mode(k) == "node-down" for k in range(cfg.failures)))
 
 
 @click.command()
@@ -41,8 +56,10 @@ from ftslurm.failure_plan import MODES
 @click.option("--no-plot", is_flag=True, help="Skip the PNG timeline.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; start nothing.")
 @knob_option(
-    "--spares", type=replicas(), default=0, show_default=True, knob="FT_SPARES",
-    help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's slot.",
+    "--spares", type=replicas(), default=None, knob="FT_SPARES",
+    help="Warm spares (FT_SPARES): extra nodes that wait warm and take a failed replica's "
+    "slot.  [default: 1 on Slurm when a node goes down (a lost node has no restart in "
+    "place), else 0]",
 )  # fmt: skip
 @click.option(
     "--mode", "modes", type=click.Choice(MODES), multiple=True,
@@ -93,24 +110,24 @@ def demo(
     """Run the whole fault-tolerance story on this machine, with real parts.
 
     Starts a local Slurm cluster and the torchft Lighthouse, submits the FT sbatch script as
-    an array (the tiny Llama-3 debug model on CPU), waits for the quorum, takes replica 1's
-    node DOWN (with more replicas, replica 1, 2, ... in turn; replica 0 always survives),
-    shows the survivors training alone, resumes the node, and waits until the requeued
-    replica heals from a peer; repeats --failures times; stops everything it started (also
-    on Ctrl-C) and prints `ftslurm report` with a PNG timeline.
-    Takes 1 to 2 minutes on 2 cores with the default 2 failures (1 m 04 s and 2 m 01 s
-    measured, packages installed; 3 m 00 s with --replicas 3), 30 to 45 s more per extra
-    failure; the first run as root adds Slurm's install. With --spares S, S more array tasks
-    wait warm; at each failure one claims the failed replica's slot, heals and trains as that
-    replica, and the failed task comes back as a spare (the narration gives the time to full
-    strength).
+    an array (the tiny Llama-3 debug model on CPU) with one warm spare (the default a run
+    that can lose a node should use), waits for the quorum, takes replica 1's node DOWN
+    (with more replicas, replica 1, 2, ... in turn; replica 0 always survives), shows the
+    survivors training alone while the spare claims the slot and heals from a peer, resumes
+    the node, and waits until its task comes back as the spare; repeats --failures times;
+    stops everything it started (also on Ctrl-C) and prints `ftslurm report` with a PNG
+    timeline (the narration gives each failure's time to full strength). With --spares 0
+    the failed replica waits for its node, Slurm's requeue and a cold start instead; a
+    crash on a node that is fine (--mode kill) restarts in place, spare or not.
+    Takes 1 to 2 minutes on 2 cores with 2 failures, 30 to 45 s more per extra failure;
+    the first run as root adds Slurm's install.
 
     \b
     Examples:
-      ftslurm demo                          # 2 replicas, 2 failures, Slurm if root
+      ftslurm demo                          # 2 replicas + 1 spare, 2 failures, Slurm if root
+      ftslurm demo --spares 0               # no spare: Slurm requeues the replica
       ftslurm demo --backend local -k 1     # no Slurm needed
       ftslurm demo --all-fail               # every node at once: resume from a checkpoint
-      ftslurm demo --spares 1               # a warm spare takes over
       ftslurm demo --ranks 2 --mode kill    # replicas of 2 ranks, one rank killed
       ftslurm demo -k 3 --mode kill --mode requeue --mode node-down
       ftslurm demo --dry-run
@@ -121,9 +138,11 @@ def demo(
         failures = 0 if all_fail else 2
     cfg = DemoConfig(
         replicas=replicas, failures=failures, backend=backend, steps=steps,
-        down_for=down_for, timeout=timeout, spares=spares, modes=modes, every=every,
+        down_for=down_for, timeout=timeout, spares=spares or 0, modes=modes, every=every,
         heartbeat_timeout_ms=heartbeat_timeout_ms, all_fail=all_fail, ranks=ranks,
     )  # fmt: skip
+    if spares is None:
+        cfg.spares = default_spares(cfg)
     cfg.validate()  # also for --dry-run: a plan the real run would refuse is no plan
     if dry_run:
         for line in plan_lines(cfg):
