@@ -51,8 +51,8 @@ again on a fresh Lighthouse and fresh replicas, and pools the figures):
 - load_before/load_after (os.getloadavg), cpus, versions.
 
 Run: python bench/lighthouse_scale.py [--replicas 64,256,1024] [--rounds 10] [--repeats 1]
-     [--heartbeat-timeout-ms 2000] [--procs P] [--cli-repeats 5] [--step-s 1]
-     [--tokio-threads 2] [--work-dir DIR] [--json]
+     [--heartbeat-timeout-ms 2000] [--join-timeout-ms 10000] [--procs P] [--cli-repeats 5]
+     [--step-s 1] [--tokio-threads 2] [--work-dir DIR] [--json]
 Prints a table, or with --json one object: per N (the key, as a string) a dict of the
 figures above. Progress goes to stderr. Everything it started (the Lighthouse through
 `lighthouse.stop`, the simulators by pid) is stopped on the way out, also on an error, Ctrl-C
@@ -668,6 +668,7 @@ class Options:
     tokio_threads: int
     work: Path
     logging_procs: int = 1
+    join_timeout_ms: int = LighthouseConfig.join_timeout_ms
 
 
 def first_quorum(fleet: Fleet, started: float) -> float:
@@ -704,9 +705,10 @@ def run_once(n: int, opt: Options, tag: str) -> dict[str, Any]:
     logs.mkdir(parents=True)
     nprocs = len(split(n, opt.procs or default_procs(n)))
     out: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()],
+                           "join_timeout_ms": opt.join_timeout_ms,
                            "lighthouse_log_filter": log_filter_switch()}
     progress(f"N={n} ({tag}): starting the Lighthouse in {state}")
-    info = lh.start(bind="127.0.0.1:0", state_dir=state,
+    info = lh.start(bind="127.0.0.1:0", state_dir=state, join_timeout_ms=opt.join_timeout_ms,
                     heartbeat_timeout_ms=opt.heartbeat_timeout_ms)  # fmt: skip
     fleet = Fleet()
     try:
@@ -724,6 +726,12 @@ def run_once(n: int, opt: Options, tag: str) -> dict[str, Any]:
         for r in more:
             fleet.count(r)
         out["cli"], out["cli_rounds"] = cli, len(more)
+        # said now: a run stopped later (a failure phase stuck on a starved machine) keeps them
+        progress(f"N={n}: lighthouse status {_fmt(spread(cli.status_s), ' s')}; --json "
+                 f"{_fmt(spread(cli.json_s), ' s')} (page from {sorted(set(cli.page_from))}, "
+                 f"age {_fmt(spread(cli.page_age_s), ' s')}); --live "
+                 f"{_fmt(spread(cli.live_json_s), ' s')}; metrics show "
+                 f"{_fmt(spread(cli.metrics_s), ' s')} (up {cli.up}); {len(more)} rounds")
         progress(f"N={n}: shutting replica {n - 1} down")
         out["failure_to_quorum_s"] = failure(fleet, n - 1)
         fleet.count(fleet.round())  # one steady round without it
@@ -787,6 +795,7 @@ def pooled(n: int, runs: list[dict[str, Any]], hb_ms: int, rounds: int) -> dict[
                                          if r["lighthouse_peak_rss_mb"]),
         "failure_to_quorum_s": spread(r["failure_to_quorum_s"] for r in runs),
         "heartbeat_timeout_ms": hb_ms,
+        "join_timeout_ms": runs[0].get("join_timeout_ms"),
         "live_replicas_dropped": sum(r["live_replicas_dropped"] for r in runs),
         "unanswered": sum(r["unanswered"] for r in runs),
         "lighthouse_log_bytes_per_round": spread(r["lighthouse_log_bytes_per_round"] for r in runs),
@@ -840,7 +849,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"  first_quorum_s                      {_fmt(f['first_quorum_s'], ' s')}",
             f"  round_s                             {_fmt(f['round_s'], ' s')}",
             f"  failure_to_quorum_s                 {_fmt(f['failure_to_quorum_s'], ' s')}"
-            f"  (heartbeat timeout {f['heartbeat_timeout_ms']} ms)",
+            f"  (heartbeat timeout {f['heartbeat_timeout_ms']} ms, join timeout "
+            f"{f.get('join_timeout_ms')} ms)",
             f"  live replicas dropped / unanswered  {f['live_replicas_dropped']} / "
             f"{f['unanswered']}",
             f"  lighthouse_rss_mb                   {_fmt(f['lighthouse_rss_mb'], ' MB')}"
@@ -870,6 +880,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=1, help="runs per N, each from scratch")
     ap.add_argument("--heartbeat-timeout-ms", type=int,
                     default=LighthouseConfig.heartbeat_timeout_ms)  # fmt: skip
+    ap.add_argument("--join-timeout-ms", type=int, default=LighthouseConfig.join_timeout_ms,
+                    help="the Lighthouse's --join-timeout-ms: how long a quorum waits for "
+                    "the heartbeating replicas that have not asked yet; a round longer than "
+                    "this splits the array (half of it forms a quorum)")
     ap.add_argument("--procs", type=int, default=None,
                     help=f"simulator processes (default: one per {PER_PROC} replicas)")
     ap.add_argument("--cli-repeats", type=int, default=5, help="runs of each status command")
@@ -901,6 +915,8 @@ def check(a: argparse.Namespace) -> list[int]:
     if not 0 <= a.step_s <= 3600:
         raise UserError("--step-s must be from 0 to 3600")
     check_heartbeat_timeout(a.heartbeat_timeout_ms)
+    if not 0 <= a.join_timeout_ms <= 3_600_000:
+        raise UserError("--join-timeout-ms must be from 0 to 3600000")
     return ns
 
 
@@ -919,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="lh-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     opt = Options(a.rounds, a.procs, a.heartbeat_timeout_ms, a.cli_repeats, a.step_s,
-                  a.tokio_threads, work, a.logging_procs)  # fmt: skip
+                  a.tokio_threads, work, a.logging_procs, a.join_timeout_ms)  # fmt: skip
     try:
         results = {str(n): measure(n, a.repeats, opt) for n in ns}
     except UserError as e:

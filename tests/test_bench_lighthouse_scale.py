@@ -246,7 +246,7 @@ def test_a_small_run_has_every_figure_and_leaves_no_process(tmp_path: Path) -> N
         assert s["min"] > 0 and s["min"] <= s["median"] <= s["max"], (key, s)
     assert f["round_s"]["n"] == 3 and f["status_cmd_s"]["n"] == 2 and f["metrics_show_s"]["n"] == 2
     assert f["replicas"] == 4 and f["procs"] == 1 and f["heartbeat_timeout_ms"] == 1000
-    assert f["tokio_threads"] == 2
+    assert f["tokio_threads"] == 2 and f["join_timeout_ms"] == 10000
     # no quorum forms without a live replica before its heartbeats are a timeout old
     assert f["failure_to_quorum_s"]["min"] >= 0.85
     assert f["live_replicas_dropped"] == 0 and f["unanswered"] == 0
