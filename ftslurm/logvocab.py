@@ -424,6 +424,9 @@ def parse_rust_replica(line: bytes, t: float | None) -> Event | None:
     return None
 
 
+TAKEN_FROM = "taken from task"  # in a launch event's detail: a warm spare claimed the slot
+
+
 def parse_launch(line: bytes, t: float | None) -> Event | None:
     """The launcher's banner (`banner` writes it)."""
     m = _BANNER.search(line)
@@ -433,7 +436,7 @@ def parse_launch(line: bytes, t: float | None) -> Event | None:
     parts = [f"restart {int(restart)}"] if restart is not None else []
     if task is not None:  # a run with spares: which array task holds the slot, at which epoch
         parts.append(f"task {int(task)} epoch {int(epoch)}"
-                     + (f" taken from task {int(taken)}" if taken is not None else ""))
+                     + (f" {TAKEN_FROM} {int(taken)}" if taken is not None else ""))
     detail = ", ".join(parts)
     return Event(
         LAUNCH, t, replica=idx.decode(), rank=int(attempt), node=_dec(node) if node else "",

@@ -398,7 +398,7 @@ NOT_YET_DIRECT = {
     "commands/assets.py": {"HF_TOKEN"},
     "lighthouse/command.py": {"FTSLURM_LIGHTHOUSE_BIN"},
     "lighthouse/launcher.py": {"FTSLURM_LIGHTHOUSE_LOG", "FTSLURM_LIGHTHOUSE_BINARY",
-                               "FTSLURM_LOG_FILTER",
+                               "FTSLURM_LOG_FILTER", "FTSLURM_LIGHTHOUSE_SNAPSHOT_S",
                                "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES"},
     # not reads: a claimed slot is written into the worker's environment (standby._become)
     "replica/standby.py": {"FTSLURM_REPLICA_ID", "FTSLURM_SLOT_EPOCH"},

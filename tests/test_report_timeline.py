@@ -509,3 +509,17 @@ def test_three_replicas_without_any_quorum_line(tmp_path):
         ("0", "torchtitan_ft_0:b5f383f5", "2", 9, "injected resume")]
     assert [(f["replica"], f["kind"], f["time_source"]) for f in j["failures"]] == [
         ("1", "node-down", "injected-only"), ("2", "node-down", "injected-only")]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("run", ["slurm-spares-tft-3", "slurm-spares-demo-tft-1"])
+def test_a_spares_heal_is_timed_from_its_claim_of_the_slot(run: str):
+    """A warm spare's attempt starts at its claim, on another node: the resume of the failed
+    node (injected after the claim) is no start of it. Timed from that resume, every heal came
+    out negative, counted as 0 s with a clock warning each (10 on the 5-failure run)."""
+    rep = build_report(FIX / run)
+    healed = [r for r in rep.recoveries if r.after_failure]
+    assert healed and all(r.requeue_source == "claim" for r in healed), healed
+    assert all(r.requeue_to_healed_s is not None and r.requeue_to_healed_s > 0.3
+               for r in healed), [r.requeue_to_healed_s for r in healed]  # fmt: skip
+    assert not any("requeue" in c.where for c in rep.clock_back), rep.clock_back

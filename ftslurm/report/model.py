@@ -141,6 +141,9 @@ class Attempt:
     manager_started: bool = False
     launch_number: int | None = None  # the launcher's own attempt number (Slurm restarts)
     restart: int = 0  # the launcher's restart in place within that attempt (not a requeue)
+    # a warm spare's task that claimed the replica's slot (its banner's `taken from task U`):
+    # this attempt began at the claim, on another node, not at a requeue of the failed task
+    claimed: bool = False
 
 
 @dataclass

@@ -282,7 +282,8 @@ def to_json(rep: Report) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- text
 
-_SOURCE_WORDS = {"manager-start": "process start", "first-seen": "first sighting"}
+_SOURCE_WORDS = {"manager-start": "process start", "first-seen": "first sighting",
+                 "claim": "claim of the slot by a warm spare"}  # fmt: skip
 _CLOCK_LINES = 5
 
 

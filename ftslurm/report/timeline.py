@@ -395,7 +395,7 @@ class _Builder:
         atts = [a for k, v in self.attempts.items() if _idx(k)[1] == ev.replica for a in v]
         a = atts[-1] if atts else None
         if (a is None or a.number == 0 or a.restart_time is not None or a.start_time is None
-                or not ev.time - SLACK_S <= a.start_time <= ev.time):
+                or a.claimed or not ev.time - SLACK_S <= a.start_time <= ev.time):
             return False
         a.restart_time, a.restart_source = ev.time, ev.detail
         return True
@@ -455,6 +455,12 @@ class _Builder:
         where = (f" on {ev.node}" if ev.node else "") + (f" ({ev.detail})" if ev.detail else "")
         self._entry(ev.time, "attempt",
                     f"replica {_short(gkey)} attempt {ev.rank} launched{where}", gkey)
+        if L.TAKEN_FROM in ev.detail:
+            # a warm spare took the slot: the resume or requeue injected before it was the
+            # failed task's, on another node, and is no start of this attempt
+            a.claimed = True
+            self.restart_actions.pop(_idx(gkey)[1], None)
+            return
         self._bind_restart(a)
 
     def _gkey_for_index(self, idx: str) -> str:
@@ -739,12 +745,15 @@ class _Builder:
             r.healed_time = att.healed_time
         elif att.healed_time is not None and r.healed_time is not None:
             r.healed_time = max(r.healed_time, att.healed_time)
-        start = att.restart_time if att.restart_time is not None else att.start_time
-        if (att.number > 0 or att.restart) and start is not None:  # a restart in place too
+        start = att.restart_time if att.restart_time is not None and not att.claimed \
+            else att.start_time  # fmt: skip
+        # a restart in place too, and a warm spare's claim of the slot
+        if (att.number > 0 or att.restart or att.claimed) and start is not None:
             r.requeue_time = start
             r.requeue_source = (
+                "claim" if att.claimed else
                 f"injected {att.restart_source}" if att.restart_time is not None else att.source
-            )
+            )  # fmt: skip
             r.requeue_to_healed_s = elapsed(start, r.healed_time)
             r.requeue_to_quorum_s = elapsed(start, att.quorum_time)
             for what, end in (("healed", r.healed_time), ("back in quorum", att.quorum_time)):
