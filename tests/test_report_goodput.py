@@ -95,8 +95,21 @@ def test_tft_11_two_node_downs_time_to_full_strength_and_goodput():
     assert ("    lost: detection 8.3%, degraded 31.1%, healing 8.7%, other 0.0%\n"
             "    the phases add up to 5.6% more than goodput leaves: replicas stepped faster "
             "than the full-strength rate, as survivors do on CPUs they shared with the failed "
-            "replica\n") in text
+            "replica; and the failure-free rate stands on 3 steps a replica, too few for the "
+            "shares to add up (run longer, or give a failure-free control run: --baseline "
+            "RUN)\n") in text
     assert "  false quorum drops 0" in text
+
+
+def test_a_run_never_degraded_is_not_said_to_have_stepped_faster_alone():
+    """README command 1's run (a warm spare: no survivor ever trained alone) over-adds its
+    shares because its failure-free rate stands on 5 steps a replica, not because survivors
+    stepped faster alone: the cause says which."""
+    sm = build_report(FIX / "slurm-spares-demo-tft-1").to_json()["summary"]
+    assert sm["lost"]["degraded"] == 0.0 and sm["lost_overcount"] > 0
+    assert sm["lost_overcount_cause"].startswith("the failure-free rate stands on 5 steps a "
+                                                 "replica, too few")  # fmt: skip
+    assert "stepped faster" not in sm["lost_overcount_cause"]
 
 
 def test_existing_figures_stay_the_same():

@@ -205,7 +205,7 @@ def goodput_dict(rep: Report) -> dict[str, Any]:
             "healing": _r(g.lost_healing, 4), "other": _r(g.lost_other, 4),
         } if g is not None and g.goodput is not None else None,
         "lost_overcount": _r(g.overcount, 4) if g is not None and g.goodput is not None else None,
-        "lost_overcount_cause": (faster_cause(g.device) if g is not None and g.overcount > 0
+        "lost_overcount_cause": (overcount_cause(g) if g is not None and g.overcount > 0
                                  else None),
         "device": g.device if g is not None else None,
         "failure_free_step_rate": _r(g.rate, 5) if g is not None else None,
@@ -465,6 +465,28 @@ def _goodput_lines(rep: Report, sm: dict[str, Any]) -> list[str]:
     return out
 
 
+# a failure-free rate measured over fewer steps a replica than this is too rough for the lost
+# shares (each a few steps) to add up to what goodput leaves
+FEW_BASELINE_STEPS = 20
+
+
+def overcount_cause(g: Goodput) -> str:
+    """Why the lost shares add up to more than goodput leaves: survivors that stepped faster
+    than the failure-free rate while they trained alone (`faster_cause`: only when the run was
+    degraded), and a failure-free rate that stands on a few steps a replica (a short run: each
+    share is a step or two, and the rate's own error is as large)."""
+    b = g.baseline
+    steps = b.rate * b.seconds if b is not None and b.rate else None
+    faster = faster_cause(g.device) if g.lost_degraded > 0 else None
+    if steps is None or steps >= FEW_BASELINE_STEPS:
+        return faster or faster_cause(g.device)
+    plural = "" if round(steps) == 1 else "s"
+    rough = (f"the failure-free rate stands on {steps:.0f} step{plural} a replica, too few for "
+             "the shares to add up (run longer, or give a failure-free control run: "
+             "--baseline RUN)")
+    return f"{faster}; and {rough}" if faster else rough
+
+
 def faster_cause(device: str | None) -> str:
     """Why replicas can step faster than the failure-free rate while degraded, for the device
     the logs name: what makes the loss phases add up past what goodput leaves."""
@@ -513,7 +535,7 @@ def _goodput_figures(g: Goodput, group: int) -> list[str]:
         f"healing {_pct(g.lost_healing)}, other {_pct(g.lost_other)}")
     if g.overcount > 0:
         out.append(f"    the phases add up to {_pct(g.overcount)} more than goodput leaves: "
-                   f"{faster_cause(g.device)}")
+                   f"{overcount_cause(g)}")
     return out
 
 
