@@ -311,10 +311,44 @@ def split_brain_warning(replicas: int | None, min_replicas: int | None, address:
     )
 
 
+# above this many replicas a quorum round of the Lighthouse takes seconds (O(N^2) under one
+# lock: 0.4 s at 256, 4-5 s at 1,024 on 2 cores; docs/scale.md)
+LARGE_ARRAY = 256
+LARGE_HEARTBEAT_TIMEOUT_MS = 5000
+LARGE_JOIN_TIMEOUT_MS = 60000
+
+
+def large_array_warning(replicas: int | None, config: Mapping[str, object], address: str) -> str:
+    """The warning for an array of more than LARGE_ARRAY replicas against a Lighthouse whose
+    heartbeat or join timeout is below what such an array needs; '' otherwise.
+
+    Why (bench/lighthouse_scale.py, docs/scale.md): at 1,024 replicas a round takes 4-5 s of
+    the Lighthouse; a loaded login node then gets heartbeats late (live replicas dropped at
+    2000 ms, none at 5000 ms), and a round longer than the join timeout splits the array (a
+    quorum of half of it, the rest left out until the next round)."""
+    if replicas is None or replicas <= LARGE_ARRAY:
+        return ""
+    hb, join = (v if type(v) is int else 0 for v in (config.get("heartbeat_timeout_ms"),
+                                                       config.get("join_timeout_ms")))
+    low = [f"--{name} {value}" for name, value, need in (
+        ("heartbeat-timeout-ms", hb, LARGE_HEARTBEAT_TIMEOUT_MS),
+        ("join-timeout-ms", join, LARGE_JOIN_TIMEOUT_MS)) if 0 < value < need]
+    if not low:
+        return ""
+    return (
+        f"warning: the Lighthouse at {address} runs with {' and '.join(low)} and this array has "
+        f"{replicas} replicas: a quorum round then takes seconds, live replicas can be dropped "
+        "and the array split (docs/scale.md). For a large array: ftslurm lighthouse restart "
+        f"--heartbeat-timeout-ms {max(hb, LARGE_HEARTBEAT_TIMEOUT_MS)} --join-timeout-ms "
+        f"{max(join, LARGE_JOIN_TIMEOUT_MS)}"
+    )  # fmt: skip
+
+
 def _warn_split_brain(options: Sequence[str], spares: int, settings: knobs.Settings,
                       say: Say) -> None:  # fmt: skip
-    """`split_brain_warning`, for the managed Lighthouse when TORCHFT_LIGHTHOUSE names it
-    (another Lighthouse's options are not known here); from its state file."""
+    """`split_brain_warning` and `large_array_warning`, for the managed Lighthouse when
+    TORCHFT_LIGHTHOUSE names it (another Lighthouse's options are not known here); from its
+    state file."""
     n = array_size(options)
     if n is None or not settings.is_set("TORCHFT_LIGHTHOUSE"):
         return
@@ -324,9 +358,11 @@ def _warn_split_brain(options: Sequence[str], spares: int, settings: knobs.Setti
     st = lifecycle.status(probe=False)
     if not st.running or (st.address or "").rstrip("/") != wanted:
         return
-    warning = split_brain_warning(n - spares, (st.config or {}).get("min_replicas"), wanted)
-    if warning:
-        say(warning)
+    config = st.config or {}
+    for warning in (split_brain_warning(n - spares, config.get("min_replicas"), wanted),
+                    large_array_warning(n - spares, config, wanted)):  # fmt: skip
+        if warning:
+            say(warning)
 
 
 def _check_job_dir(path: Path) -> None:

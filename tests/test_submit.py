@@ -342,3 +342,55 @@ def test_submit_warns_when_the_managed_lighthouse_lets_a_minority_form_a_quorum(
         assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
     finally:
         lifecycle.stop(state, grace=2)
+
+
+def test_large_array_warning_names_the_timeouts_a_large_array_needs():
+    """Above 256 replicas a round takes seconds (4-5 s at 1,024 on 2 cores): a 2000 ms
+    heartbeat timeout dropped live replicas and a 10 s join timeout split the array."""
+    from ftslurm.submission import LARGE_ARRAY, large_array_warning
+
+    url = "http://login-0:29510"
+    defaults = {"heartbeat_timeout_ms": 2000, "join_timeout_ms": 10000}
+    assert large_array_warning(LARGE_ARRAY, defaults, url) == ""
+    assert large_array_warning(None, defaults, url) == ""
+    warning = large_array_warning(1024, defaults, url)
+    assert warning.startswith(f"warning: the Lighthouse at {url} runs with "
+                              "--heartbeat-timeout-ms 2000 and --join-timeout-ms 10000 and this "
+                              "array has 1024 replicas")  # fmt: skip
+    assert warning.endswith("ftslurm lighthouse restart --heartbeat-timeout-ms 5000 "
+                            "--join-timeout-ms 60000")  # fmt: skip
+    bigger = {"heartbeat_timeout_ms": 8000, "join_timeout_ms": 10000}
+    assert large_array_warning(300, bigger, url).endswith(
+        "--heartbeat-timeout-ms 8000 --join-timeout-ms 60000")  # never advises a lower one
+    fine = {"heartbeat_timeout_ms": 5000, "join_timeout_ms": 60000}
+    assert large_array_warning(1024, fine, url) == ""
+    # the binary's own default (torchft's 5000 ms) is not known to be low
+    assert large_array_warning(1024, {"heartbeat_timeout_ms": None, "join_timeout_ms": 60000},
+                               url) == ""  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_submit_warns_a_large_array_of_the_managed_lighthouses_timeouts(
+    tmp_path: Path, fake_sbatch: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The real managed Lighthouse at ftslurm's defaults and an array of 300 replicas: the
+    submit goes ahead with the warning; after the restart it names, none."""
+    from ftslurm.lighthouse import lifecycle
+    from ftslurm.wait import free_port
+
+    state = tmp_path / "lighthouse"
+    monkeypatch.setenv("FTSLURM_LIGHTHOUSE_DIR", str(state))
+    info = lifecycle.start(bind=f"127.0.0.1:{free_port()}", state_dir=state, min_replicas=151)
+    try:
+        env = {"TORCHFT_LIGHTHOUSE": info.address, "FTSLURM_OUTPUTS": str(tmp_path / "o")}
+        r = _submit(tmp_path / "s", "--array=0-299", str(FT), **env)
+        assert r.exit_code == 0, r.output
+        assert f"warning: the Lighthouse at {info.address} runs with --heartbeat-timeout-ms " \
+            "2000 and --join-timeout-ms 10000 and this array has 300 replicas" in r.stderr
+        assert json.loads(r.stdout)["job_id"] == 42  # submitted all the same
+        options = {"heartbeat_timeout_ms": 5000, "join_timeout_ms": 60000}
+        lifecycle.restart(lifecycle.recorded_config(state, options), grace=5)
+        r = _submit(tmp_path / "s", "--array=0-299", str(FT), **env)
+        assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+    finally:
+        lifecycle.stop(state, grace=2)
