@@ -36,6 +36,7 @@ from ftslurm.errors import UserError
 from ftslurm.replica import (
     attempt_guard,
     config_error,
+    exits,
     ft_checkpoints,
     peer_watch,
     slots,
@@ -282,14 +283,10 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
         )
 
 
-# A user mistake, as for UserError: the SkyPilot restart loop does not restart on it either.
-CONFIG_ERROR_EXIT = 2
-# torchrun ended because this replica was fenced out of its slot (standby.FENCED_EXIT)
-FENCED_EXIT = 75
-# the attempt stopped at Slurm's time limit after its final checkpoint (and requeued itself)
-TIME_LIMIT_EXIT = 77
-# _finish's answer when the training restarts in this allocation; never an exit code
-RESTART_IN_PLACE = -1
+CONFIG_ERROR_EXIT = exits.CONFIG_ERROR
+FENCED_EXIT = exits.FENCED
+TIME_LIMIT_EXIT = exits.TIME_LIMIT
+RESTART_IN_PLACE = exits.RESTART_IN_PLACE
 # how many restarts in place this allocation has had, for the banner and the worker
 RESTART_ENV = "FTSLURM_RESTART"
 # the longest wait between two looks at a run that has a warm next run to start

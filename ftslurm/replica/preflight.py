@@ -46,11 +46,12 @@ from pathlib import Path
 
 from ftslurm import knobs, paths, runner, safefile
 from ftslurm.errors import UserError
+from ftslurm.replica import exits
 from ftslurm.replica import plan as planlib
 from ftslurm.replica.plan import Env
 from ftslurm.slurm import client
 
-PREFLIGHT_EXIT = 76  # the attempt ended before training: this node failed a pre-flight check
+PREFLIGHT_EXIT = exits.PREFLIGHT
 MAX_RECORDS = 64  # failures kept per task: FT_MAX_FAILS counts within a window, not for ever
 MAX_FILE_BYTES = 64 * 1024
 MAX_NODE_LINES_BYTES = 1 << 20

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ftslurm import knobs, safefile
-from ftslurm.replica import patches, slots
+from ftslurm.replica import exits, patches, slots
 
 POLL_S = 0.25
 SECOND_LOOK_S = 1.0  # a slot found vacant is claimed only when found so again this much later
-FENCED_EXIT = 75
+FENCED_EXIT = exits.FENCED
 
 
 def _say(line: str) -> None:
