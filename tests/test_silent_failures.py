@@ -367,6 +367,7 @@ def test_a_stalled_worker_is_ended_by_its_progress_and_the_survivor_trains_on(ti
     t_stall = time.time()
     stall = subprocess.Popen([sys.executable, "-m", "ftslurm.stall", "stall", str(worker), "60"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timed_out = None
     try:
         wait_for(lambda: r1.proc.poll() is not None, timeout=60,
                  what="replica 1's launcher to end its stalled worker")  # fmt: skip
@@ -374,9 +375,13 @@ def test_a_stalled_worker_is_ended_by_its_progress_and_the_survivor_trains_on(ti
         wait_for(lambda: len(_steps_after(r0, t_stall + ended)) >= 2, timeout=60,
                  what="replica 0 committing alone")  # fmt: skip
         first = min(when for when, _, _ in r0.steps() if when > t_stall + ended)
+    except WaitTimeout as e:
+        timed_out = e
     finally:
         stall.terminate()
         out = stall.communicate(timeout=30)[0]
+    if timed_out is not None:  # what the stall tool and replica 1 said, to tell why
+        pytest.fail(f"{timed_out}\nstall tool: {out[-1500:]}\nreplica 1: {r1.text()[-3000:]}")
     text = r1.text()
     assert "watchdog: ending the training worker: no progress in its training step" in text, \
         text[-2000:]
