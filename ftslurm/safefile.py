@@ -149,11 +149,14 @@ def read_bytes(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     return raw if len(raw) <= limit else None
 
 
-def read_checked(path: str | Path, limit: int = 1 << 20, own: bool = False) -> bytes | None:
-    """The content of the regular file `path`; None when there is no such name. A link, a
-    FIFO, a device, a folder, an unreadable file or one bigger than `limit` bytes is an
-    `UnsafePath` (one line): reading one would follow a planted name, hang, or fill memory.
-    `own`: a file another user may have written (`untrusted`) is one too (`read_own`)."""
+def read_checked_stat(path: str | Path, limit: int = 1 << 20,
+                      own: bool = False) -> tuple[bytes, os.stat_result] | None:  # fmt: skip
+    """The content of the regular file `path` and its `os.stat_result` (of the file opened,
+    not of a name looked up apart: its mtime and owner are the content's); None when there
+    is no such name. A link, a FIFO, a device, a folder, an unreadable file or one bigger than
+    `limit` bytes is an `UnsafePath` (one line): reading one would follow a planted name,
+    hang, or fill memory. `own`: a file another user may have written (`untrusted`) is one
+    too (`read_own`)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
@@ -175,7 +178,13 @@ def read_checked(path: str | Path, limit: int = 1 << 20, own: bool = False) -> b
         os.close(fd)
     if len(raw) > limit:
         raise _refuse(path, f"it is bigger than {limit} bytes", "read")
-    return raw
+    return raw, st
+
+
+def read_checked(path: str | Path, limit: int = 1 << 20, own: bool = False) -> bytes | None:
+    """`read_checked_stat`'s content alone."""
+    got = read_checked_stat(path, limit, own)
+    return got[0] if got is not None else None
 
 
 def untrusted(st: os.stat_result) -> str | None:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import re
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -34,6 +33,7 @@ from ftslurm.lighthouse.status_page import (
     answers,
     http_get,
     page_deadline,
+    parse_status_html,
     read_page,
     summarize,
 )
@@ -485,29 +485,22 @@ def read_snapshot(
     path = state_dir / launcher.SNAPSHOT
     t0 = time.monotonic()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+        got = safefile.read_checked_stat(path, MAX_ANSWER, own=True)
+    except safefile.UnsafePath:  # a link, not this user's, too big: the page is read live
         return None
-    try:
-        st = os.fstat(fd)  # of the file opened: a newer copy replacing it changes nothing
-        if not stat.S_ISREG(st.st_mode) or safefile.untrusted(st) is not None:
-            return None
-        age = time.time() - st.st_mtime
-        if not -1.0 <= age <= max_age_s or (started_at and st.st_mtime < started_at):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(MAX_ANSWER + 1)
-    except OSError:
+    if got is None:
         return None
-    finally:
-        os.close(fd)
+    raw, st = got
+    age = time.time() - st.st_mtime
+    if not -1.0 <= age <= max_age_s or (started_at and st.st_mtime < started_at):
+        return None
     text = raw.decode(errors="replace")
-    read = read_page(str(path), page_deadline(1.0), get=lambda _url, _d: (200, text))
-    read.seconds = time.monotonic() - t0
+    page = parse_status_html(text)
     # a copy with no quorum id is no Lighthouse page: the command reads the page itself
-    if read.page is None or read.page.quorum_id is None:
+    if page.quorum_id is None:
         return None
-    return read, max(age, 0.0)
+    return PageRead(str(path), page=page, size=len(text),
+                    seconds=time.monotonic() - t0), max(age, 0.0)  # fmt: skip
 
 
 def status(

@@ -745,8 +745,8 @@ class _Builder:
             r.healed_time = att.healed_time
         elif att.healed_time is not None and r.healed_time is not None:
             r.healed_time = max(r.healed_time, att.healed_time)
-        start = att.restart_time if att.restart_time is not None and not att.claimed \
-            else att.start_time  # fmt: skip
+        # a claimed attempt has no restart time (`on_launch`, `_bind_late`): its start
+        start = att.restart_time if att.restart_time is not None else att.start_time
         # a restart in place too, and a warm spare's claim of the slot
         if (att.number > 0 or att.restart or att.claimed) and start is not None:
             r.requeue_time = start
