@@ -70,10 +70,10 @@ from typing import Any
 
 from ftslurm.demo import DemoConfig, run_demo
 from ftslurm.errors import UserError
+from ftslurm.event_log import FAILURE_ACTIONS
 from ftslurm.failure_plan import MODES
 from ftslurm.lighthouse.config import LighthouseConfig
 from ftslurm.report import build_report
-from ftslurm.report.events import FAILURE_ACTIONS
 
 
 def _t(iso: str | None) -> float | None:

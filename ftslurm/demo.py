@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ftslurm import knobs, logfilter, logvocab, paths, procs, submission
 from ftslurm.errors import UserError
+from ftslurm.event_log import InjectedEvent, append_event, now_iso
 from ftslurm.failure_plan import SILENT_MODES
-from ftslurm.report.events import InjectedEvent, append_event, now_iso
 from ftslurm.run.cursor import LogCursor
 from ftslurm.run.model import Run
 from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while

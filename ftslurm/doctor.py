@@ -21,7 +21,6 @@ torchtitan to look).
 from __future__ import annotations
 
 import http.client
-import importlib.metadata
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, paths
+from ftslurm import knobs, paths, versions
 from ftslurm.errors import UserError
 from ftslurm.replica import patches as patchlib
 from ftslurm.replica import plan as planlib
@@ -396,90 +395,8 @@ def check_tokenizer(device: str, assets: Path, present: Callable[[Path], bool]) 
     return Check(name, PASS, f"{files[0].parent} (DEVICE={device})")
 
 
-@dataclass(frozen=True)
-class Requirement:
-    name: str
-    spec: str  # "==2.13.0", ">=0.20", "" (any)
-
-
-def parse_requirements(text: str) -> list[Requirement]:
-    """The pins of a requirements file; `-e .`, options, URLs and comments are skipped."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("-") or "://" in line:
-            continue
-        line = line.split(";", 1)[0].strip()  # markers: this tool's Python is what counts
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*(.*)$", line)
-        if m:
-            out.append(Requirement(m.group(1), m.group(2).replace(" ", "")))
-    return out
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _release(v: str) -> tuple[int, ...]:
-    v = v.split("+", 1)[0]
-    nums = []
-    for part in v.split("."):
-        m = re.match(r"\d+", part)
-        if not m:
-            break
-        nums.append(int(m.group()))
-        if m.group() != part:
-            break
-    return tuple(nums)
-
-
-def satisfies(version: str, spec: str) -> bool:
-    """PEP 440 where `packaging` is importable, else release-number comparison; local labels
-    (`2.13.0+cpu`) match their public version either way."""
-    if not spec:
-        return True
-    try:
-        from packaging.specifiers import SpecifierSet
-        from packaging.version import Version
-
-        return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except Exception:  # noqa: BLE001 - no packaging, or an odd version string: numbers
-        return satisfies_simple(version, spec)
-
-
-def satisfies_simple(version: str, spec: str) -> bool:
-    have = _release(version)
-    for clause in spec.split(","):
-        m = re.match(r"^(==|>=|<=|!=|~=|>|<)(.+)$", clause.strip())
-        if not m:
-            continue
-        op, want_s = m.groups()
-        want = _release(want_s.rstrip(".*"))
-        n = max(len(have), len(want))
-        a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
-        if op == "==" and want_s.endswith(".*"):
-            ok = have[: len(want)] == want
-        elif op == "==":
-            ok = a == b
-        elif op == "!=":
-            ok = a != b
-        elif op == ">=":
-            ok = a >= b
-        elif op == "<=":
-            ok = a <= b
-        elif op == ">":
-            ok = a > b
-        elif op == "<":
-            ok = a < b
-        else:  # ~=
-            ok = a >= b and have[: len(want) - 1] == want[: len(want) - 1]
-        if not ok:
-            return False
-    return True
-
-
 def check_packages(
-    reqs: Sequence[Requirement],
+    reqs: Sequence[versions.Requirement],
     installed: Mapping[str, str | None],
     device: str,
     env: Mapping[str, str],
@@ -488,15 +405,15 @@ def check_packages(
     name = "python packages"
     bad, notes = [], []
     for r in reqs:
-        have = installed.get(normalize(r.name))
-        optional = OPTIONAL_PACKAGES.get(normalize(r.name))
+        have = installed.get(versions.normalize(r.name))
+        optional = OPTIONAL_PACKAGES.get(versions.normalize(r.name))
         why_optional = optional(device, env) if optional else None
         if have is None:
             if why_optional:
                 notes.append(f"{r.name} not installed ({why_optional})")
             else:
                 bad.append(f"{r.name}: not installed (wants {r.spec or 'any'})")
-        elif not satisfies(have, r.spec):
+        elif not versions.satisfies(have, r.spec):
             bad.append(f"{r.name} {have} (wants {r.spec})")
     good = len(reqs) - len(bad) - len(notes)
     detail = f"{good} of {len(reqs)} as {requirements_file} pins"
@@ -511,65 +428,10 @@ def check_packages(
     return Check(name, PASS, detail)
 
 
-# The builds the scripts are verified with; a different one fails deep in training (a moved
-# module, a missing TOML, a torchft wire change between the Lighthouse and the replicas).
-CORE_PACKAGES = ("torch", "torchtitan", "torchft-nightly")
-# what a user on an unsupported release meets, said in the one line
-KNOWN_BREAKS = {
-    ("torchtitan", 0, 3): "its FT trainer moved to torchtitan.experiments.torchft and the TOML "
-    "configs the presets use are gone",
-}
 VERSION_PROBE = (
     "import importlib.metadata as m\ntry:\n print(m.version('torchft-nightly'))\n"
     "except m.PackageNotFoundError:\n print(m.version('torchft'))"
 )
-
-
-def supported_pins(requirements: Path | None = None) -> dict[str, str]:
-    """The core packages' pins: requirements.txt (default: the checkout's), else the
-    installed ftslurm's `cpu` extra (the same pins, for an installed package on a node)."""
-    path = requirements or paths.project_root() / "requirements.txt"
-    try:
-        reqs = parse_requirements(path.read_text())
-    except (OSError, UnicodeDecodeError):
-        reqs = []
-        try:
-            for line in importlib.metadata.requires("ftslurm") or []:
-                if 'extra == "cpu"' in line:
-                    reqs += parse_requirements(line.split(";", 1)[0])
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    core = {normalize(c) for c in CORE_PACKAGES}
-    return {normalize(r.name): r.spec for r in reqs if normalize(r.name) in core and r.spec}
-
-
-def installed_versions(names: Sequence[str] = CORE_PACKAGES) -> dict[str, str | None]:
-    """name -> the installed version (None: not installed), read from the package metadata
-    (nothing is imported: torch takes seconds)."""
-    return _installed([Requirement(n, "") for n in names])
-
-
-def version_problem(installed: Mapping[str, str | None], pins: Mapping[str, str],
-                    lighthouse_torchft: str | None = None) -> str | None:  # fmt: skip
-    """One line naming the unsupported torchtitan, torch or torchft build (or a Lighthouse
-    whose torchft differs from the replicas'), with the supported pins; None when all fit.
-    A package that is not installed is `check_packages`'s to report, not this."""
-    wanted = ", ".join(f"{n}{spec}" for n, spec in pins.items())
-    fix = f"supported: {wanted} (pip install -r requirements.txt, or pip install 'ftslurm[cpu]')"
-    for name, spec in pins.items():
-        have = installed.get(name)
-        if have is None or satisfies(have, spec):
-            continue
-        release = _release(have)
-        why = KNOWN_BREAKS.get((name, *release[:2]), "")
-        return (f"{name} {have} is not supported{f' ({why})' if why else ''}; {fix}")
-    mine = installed.get("torchft-nightly")
-    if lighthouse_torchft and mine and lighthouse_torchft != mine:
-        return (f"the Lighthouse runs torchft {lighthouse_torchft} but this environment has "
-                f"{mine}: a Lighthouse and replicas of different torchft builds may not agree "
-                f"on a quorum; restart the Lighthouse from this environment (ftslurm lighthouse "
-                f"restart) or install the same build; {fix}")  # fmt: skip
-    return None
 
 
 def lighthouse_torchft_version(state_dir: Path | None = None) -> str | None:
@@ -593,7 +455,7 @@ def lighthouse_torchft_version(state_dir: Path | None = None) -> str | None:
     if "python" not in Path(interpreter).name or not procs.pid_alive(st.pid):
         return None  # a --binary runs as the launcher's child: its build is not known
     if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
-        return installed_versions(["torchft-nightly"]).get("torchft-nightly")
+        return versions.installed_versions(["torchft-nightly"]).get("torchft-nightly")
     from ftslurm.runner import run
 
     try:
@@ -764,16 +626,6 @@ def _managed_lighthouse_address() -> str | None:
     return st.address if st.running and st.http_ok else None
 
 
-def _installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for r in reqs:
-        try:
-            out[normalize(r.name)] = importlib.metadata.version(r.name)
-        except importlib.metadata.PackageNotFoundError:
-            out[normalize(r.name)] = None
-    return out
-
-
 def run_checks(cfg: DoctorConfig) -> list[Check]:
     """Observe and judge, in order; a dead controller skips what needs it."""
     checks: list[Check] = []
@@ -831,8 +683,8 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     checks.append(tok)
 
     try:
-        reqs = parse_requirements(cfg.requirements.read_text())
-        checks.append(check_packages(reqs, _installed(reqs), cfg.device, cfg.env,
+        reqs = versions.parse_requirements(cfg.requirements.read_text())
+        checks.append(check_packages(reqs, versions.installed(reqs), cfg.device, cfg.env,
                                      cfg.requirements.name))  # fmt: skip
     except OSError as e:
         checks.append(Check("python packages", WARN, f"cannot read {cfg.requirements}: "

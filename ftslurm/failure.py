@@ -5,7 +5,7 @@ The guard: a node a run took DOWN is RESUMEd, and processes it stopped (hang, fr
 get SIGCONT, on every way out (normal end, error, Ctrl-C, SIGTERM, SIGHUP from a closed
 terminal or a dropped ssh). A RESUME that fails is tried again;
 when every try fails, the run says which node is still DOWN and the command that brings it
-back, and exits 1. Every action is appended to the event log (`ftslurm.report.events`) so
+back, and exits 1. Every action is appended to the event log (`ftslurm.event_log`) so
 `ftslurm report` knows when a failure was *caused*, not only when the logs noticed it.
 
 Kill mode on the local cluster (every node shares this machine's /proc) selects the workers
@@ -297,7 +297,7 @@ class _Execution:
 
     def record(self, action: str, detail: str) -> None:
         """Append one event (JSON line) to the event log that `ftslurm report` reads."""
-        from ftslurm.report.events import InjectedEvent, append_event, now_iso
+        from ftslurm.event_log import InjectedEvent, append_event, now_iso
 
         t = self.t
         job = str(t.job) if t.job is not None else None

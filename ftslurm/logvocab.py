@@ -26,12 +26,9 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from ftslurm import paths
-
-if TYPE_CHECKING:
-    from ftslurm.replica.plan import Plan
 
 # ---------------------------------------------------------------- files of a run
 
@@ -96,7 +93,7 @@ RECONFIGURE = "reconfigure"  # `reconfiguring for quorum_id=N`
 MANAGER_START = "manager_start"  # Rust `[Replica X] Manager listening on ...`: a new process
 LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
-INJECTED = "injected"  # one line of the simulate-failure event log (see report/events.py)
+INJECTED = "injected"  # one line of the simulate-failure event log (see event_log.py)
 # the failures simulate-failure injects (failure_plan.py), as its event log names them
 FAILURE_MODES = ("node-down", "kill", "requeue", "hang", "stall", "freeze-node")
 FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
@@ -257,7 +254,27 @@ def _attempt(attempt: int, restart: int) -> str:
     return f"attempt {attempt}" + (f", restart {restart}" if restart else "")
 
 
-def banner(time_text: str, plan: Plan, hostname: str, restart: int = 0) -> str:
+class Launched(Protocol):
+    """What a banner says of an attempt: the fields of `replica.plan.Plan` it reads (a
+    protocol, so the vocabulary does not import the launcher)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def replica_id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def task(self) -> int | None: ...
+    @property
+    def spare(self) -> bool: ...
+    @property
+    def slot_epoch(self) -> int | None: ...
+
+
+def banner(time_text: str, plan: Launched, hostname: str, restart: int = 0) -> str:
     """The first line of every attempt, in the cookbook's shape (two spaces after `]`):
     `[2025-07-16 13:51:42]  launching replica 1 (attempt 1) on worker-0`; a restart in place
     within Slurm's attempt (job.py) adds its number: `(attempt 1, restart 2)`."""

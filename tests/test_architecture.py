@@ -136,6 +136,57 @@ def test_no_import_cycle() -> None:
     assert find_cycles(import_graph()) == []
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded to ftslurm's layers: `ftslurm.report.timeline` counts as
+    `ftslurm.report`, a top-level module as itself."""
+    def layer(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for a, bs in graph.items():
+        out.setdefault(layer(a), set()).update(layer(b) for b in bs if layer(b) != layer(a))
+    return out
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_no_cycle_between_packages() -> None:
+    """Packages form layers: a cycle between two (the launcher importing the doctor, which
+    imports the launcher's plan) makes each a part of the other."""
+    assert find_cycles(package_graph(import_graph())) == []
+
+
+# what the processes on a node (the launcher, `replica.job`; the training worker,
+# `replica.train`) may never load: login-node tools, each heavier and each a way back up
+NODE_NEVER = ("ftslurm.report", "ftslurm.doctor", "ftslurm.submission", "ftslurm.commands",
+              "ftslurm.cli", "ftslurm.demo", "ftslurm.daemon", "ftslurm.metrics",
+              "ftslurm.status", "ftslurm.lighthouse.lifecycle")  # fmt: skip
+
+
+@pytest.mark.parametrize("process", ["ftslurm.replica.job", "ftslurm.replica.train"])
+def test_the_node_processes_load_no_login_node_tool(process: str) -> None:
+    loaded = reachable(import_graph(), process)
+    bad = sorted(m for m in loaded if m.startswith(NODE_NEVER))
+    assert bad == [], f"{process} imports {bad}"
+
+
+def test_the_layer_checks_find_a_package_cycle_and_a_reach() -> None:
+    g = {"ftslurm.a.x": {"ftslurm.b.y"}, "ftslurm.b.z": {"ftslurm.a.w"}, "ftslurm.c": set()}
+    assert find_cycles(package_graph(g)) == [["ftslurm.a", "ftslurm.b"]]
+    assert reachable(g, "ftslurm.a.x") == {"ftslurm.b.y"}
+    assert reachable({"p": {"q"}, "q": {"r"}}, "p") == {"q", "r"}
+
+
 def test_report_model_imports_neither_builder_nor_renderer() -> None:
     g = import_graph()
     assert not g["ftslurm.report.model"] & {"ftslurm.report.timeline", "ftslurm.report.render"}

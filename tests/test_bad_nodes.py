@@ -188,7 +188,7 @@ def test_the_last_node_is_never_taken_out_silently(tmp_path, monkeypatch) -> Non
 def test_an_injected_failure_counts_only_with_count_as_bad(tmp_path, monkeypatch, where: str,
                                                            count_as_bad: bool) -> None:  # fmt: skip
     """The event log is FTSLURM_EVENTS (simulate-failure's) or the run folder's (the demo's)."""
-    from ftslurm.report.events import InjectedEvent, append_event, now_iso
+    from ftslurm.event_log import InjectedEvent, append_event, now_iso
 
     env, run_dir = _run_dir(tmp_path)
     log = run_dir / "events.jsonl"
@@ -208,7 +208,7 @@ def test_an_injected_failure_counts_only_with_count_as_bad(tmp_path, monkeypatch
 def test_a_real_crash_long_after_an_injection_is_not_taken_for_it(tmp_path, monkeypatch) -> None:
     import time
 
-    from ftslurm.report.events import InjectedEvent, append_event, now_iso
+    from ftslurm.event_log import InjectedEvent, append_event, now_iso
 
     env, run_dir = _run_dir(tmp_path)
     env["FTSLURM_EVENTS"] = str(tmp_path / "events.jsonl")

@@ -55,6 +55,7 @@ ALLOWED_STORIES: dict[str, int] = {}
 SWEPT = (
     "ftslurm/report/render.py", "ftslurm/report/clock.py", "ftslurm/report/heals.py",
     "ftslurm/report/goodput.py", "ftslurm/report/reader.py", "ftslurm/report/events.py",
+    "ftslurm/event_log.py", "ftslurm/versions.py",
     "ftslurm/report/sources.py", "ftslurm/report/restarts.py", "ftslurm/report/__init__.py",
     "ftslurm/slurm/parse.py", "ftslurm/slurm/args.py", "ftslurm/textsafe.py",
     "ftslurm/safefile.py", "ftslurm/logfile.py", "ftslurm/errors.py",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import doctor as d
+from ftslurm import versions
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 from ftslurm.runner import Completed
@@ -177,15 +178,16 @@ def test_tokenizer_paths_follow_the_launcher(tmp_path):
 
 
 def test_requirements_parse_and_versions():
-    reqs = d.parse_requirements((ROOT / "requirements.txt").read_text())
+    reqs = versions.parse_requirements((ROOT / "requirements.txt").read_text())
     names = [r.name for r in reqs]
     assert names[:3] == ["torch", "torchtitan", "torchft-nightly"]
-    assert "-e" not in " ".join(names) and d.Requirement("tokenizers", ">=0.20") in reqs
+    assert "-e" not in " ".join(names) and versions.Requirement("tokenizers", ">=0.20") in reqs
     text = "a==1.0 ; python_version<'3.11'\nb[x]>=2\n# c\n-r other.txt\nhttps://x/y.whl\n"
-    assert d.parse_requirements(text) == [d.Requirement("a", "==1.0"), d.Requirement("b", ">=2")]
+    R = versions.Requirement
+    assert versions.parse_requirements(text) == [R("a", "==1.0"), R("b", ">=2")]
 
 
-@pytest.mark.parametrize("fn", [d.satisfies, d.satisfies_simple])
+@pytest.mark.parametrize("fn", [versions.satisfies, versions.satisfies_simple])
 @pytest.mark.parametrize(
     "version,spec,ok",
     [("2.13.0+cpu", "==2.13.0", True), ("2.13.0", "==2.13.0", True), ("2.13.1", "==2.13.0", False),
@@ -198,8 +200,8 @@ def test_version_comparison(fn, version, spec, ok):
 
 
 def test_packages_check_local_labels_optional_and_wrong():
-    reqs = [d.Requirement("torch", "==2.13.0"), d.Requirement("wandb", "==0.31.0"),
-            d.Requirement("torchft-nightly", "==2026.10.26")]  # fmt: skip
+    reqs = [versions.Requirement("torch", "==2.13.0"), versions.Requirement("wandb", "==0.31.0"),
+            versions.Requirement("torchft-nightly", "==2026.10.26")]  # fmt: skip
     have = {"torch": "2.13.0+cpu", "wandb": None, "torchft-nightly": "2026.10.26"}
     c = d.check_packages(reqs, have, "cpu", {})
     assert c.status == d.PASS and "wandb not installed (needed only for W&B logging" in c.detail
@@ -208,8 +210,8 @@ def test_packages_check_local_labels_optional_and_wrong():
     c = d.check_packages(reqs, {**have, "torchft-nightly": "2026.11.01"}, "cpu", {})
     assert c.status == d.FAIL and "torchft-nightly 2026.11.01 (wants ==2026.10.26)" in c.detail
     assert "pip install -r requirements.txt" in c.fix
-    plot = d.check_packages([d.Requirement("matplotlib", ">=3.8")], {"matplotlib": None}, "cuda",
-                            {})  # fmt: skip
+    plot = d.check_packages([versions.Requirement("matplotlib", ">=3.8")], {"matplotlib": None},
+                            "cuda", {})  # fmt: skip
     assert plot.status == d.PASS and "needed only for `ftslurm report --plot`" in plot.detail
 
 

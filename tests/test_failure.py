@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from ftslurm import failure, failure_plan
 from ftslurm.cli import cli
 from ftslurm.errors import UserError
-from ftslurm.report.events import parse_event_line
+from ftslurm.event_log import parse_event_line
 from ftslurm.runner import Completed
 from ftslurm.slurm import args
 from ftslurm.slurm.parse import JobInfo, parse_squeue_json

@@ -27,9 +27,9 @@ import pytest
 
 from ftslurm import failure, failure_plan, logvocab, procs
 from ftslurm.errors import UserError
+from ftslurm.event_log import FAILURE_ACTIONS, parse_event_line
 from ftslurm.failure_plan import KillSelection, Target
 from ftslurm.report import build_report
-from ftslurm.report.events import FAILURE_ACTIONS, parse_event_line
 from ftslurm.runner import Completed
 from ftslurm.wait import wait_for
 from tests.clirun import invoke

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import event_log as E
 from ftslurm import lighthouse as lh
 from ftslurm.errors import UserError
 from ftslurm.lighthouse import launcher
-from ftslurm.report import events as E
 from ftslurm.safefile import UnsafePath
 from tests.clirun import LighthouseDirs, lighthouse_cli, one_error_line
 

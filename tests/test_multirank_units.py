@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import failure, failure_plan
+from ftslurm import event_log, failure, failure_plan
 from ftslurm import status as st
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import KillSelection, Target
@@ -143,19 +143,19 @@ def test_local_selection_takes_only_the_ranks_worker(monkeypatch: pytest.MonkeyP
 
 def test_rank_kill_event_round_trips_and_bad_ranks_are_dropped(tmp_path: Path) -> None:
     log = tmp_path / "events.jsonl"
-    events.append_event(events.InjectedEvent("2026-11-27T18:00:00.000+00:00", "kill", 1,
+    event_log.append_event(event_log.InjectedEvent("2026-11-27T18:00:00.000+00:00", "kill", 1,
                                              "worker-1", "12", "SIGKILL", rank=1), log)
     [line] = log.read_text().splitlines()
     assert json.loads(line)["rank"] == 1
-    assert events.parse_event_line(line).rank == 1
+    assert event_log.parse_event_line(line).rank == 1
     stats = events.ParseStats()
     [ev] = list(events.iter_event_log(log, stats))
     assert (ev.detail, ev.replica, ev.rank) == ("kill", "1", 1)
     for bad in ('"1"', "true", "-1", "1.5", "1" * 30):
-        parsed = events.parse_event_line(line.replace('"rank": 1', f'"rank": {bad}'))
+        parsed = event_log.parse_event_line(line.replace('"rank": 1', f'"rank": {bad}'))
         assert parsed is not None and parsed.rank is None, bad
     # no rank: the whole replica, and no key written
-    plain = events.InjectedEvent("2026-11-27T18:00:00.000+00:00", "kill", 1).to_json_line()
+    plain = event_log.InjectedEvent("2026-11-27T18:00:00.000+00:00", "kill", 1).to_json_line()
     assert "rank" not in json.loads(plain)
 
 

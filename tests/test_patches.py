@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ftslurm import doctor, knobs
+from ftslurm import doctor, knobs, versions
 from ftslurm.replica import fixes, patches
 from tests.clirun import invoke
 
@@ -49,7 +49,7 @@ def test_every_target_and_need_is_in_the_installed_wheels(record: patches.Patch)
 def test_the_records_are_made_for_the_pinned_stack() -> None:
     """A pin moved without the records: re-verify the patches (`ftslurm doctor --patches`,
     the worker's tests) and record the new versions in patches.PINNED."""
-    assert doctor.supported_pins() == {n: f"=={v}" for n, v in patches.PINNED.items()}
+    assert versions.supported_pins() == {n: f"=={v}" for n, v in patches.PINNED.items()}
     for name, version in patches.PINNED.items():
         assert importlib.metadata.version(name).split("+")[0] == version
     assert all(set(r.versions.items()) <= set(patches.PINNED.items()) for r in patches.RECORDS)

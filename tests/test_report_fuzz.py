@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from ftslurm import event_log as E
 from ftslurm import logvocab as L
 from ftslurm.report import build_report
-from ftslurm.report import events as E
 from ftslurm.report import reader as R
 
 FIX = Path(__file__).parent / "fixtures" / "report"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm import event_log as E
 from ftslurm import logvocab as L
-from ftslurm.report import events as E
 from ftslurm.report import reader as R
 
 pytestmark = pytest.mark.unit

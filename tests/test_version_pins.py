@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import doctor as d
+from ftslurm import versions
 from ftslurm.errors import UserError
 from ftslurm.replica import job, startup
 
@@ -31,8 +32,8 @@ def _fake_metadata(monkeypatch: pytest.MonkeyPatch, **versions: str) -> None:
 
 
 def test_the_pins_are_requirements_txt_and_the_cpu_extra() -> None:
-    assert d.supported_pins() == PINS
-    assert d.supported_pins(Path("/nonexistent/requirements.txt")) == PINS  # the cpu extra
+    assert versions.supported_pins() == PINS
+    assert versions.supported_pins(Path("/nonexistent/requirements.txt")) == PINS  # the cpu extra
 
 
 def test_doctor_with_torchtitan_0_3_0_is_one_line_naming_the_pin(monkeypatch, capsys) -> None:
@@ -54,21 +55,21 @@ def test_doctor_with_torchtitan_0_3_0_is_one_line_naming_the_pin(monkeypatch, ca
 @pytest.mark.parametrize("name, have", [("torch", "2.12.1+cu126"),
                                         ("torchft-nightly", "2026.11.20")])  # fmt: skip
 def test_another_torch_or_torchft_build_is_named(name: str, have: str) -> None:
-    line = d.version_problem({**GOOD, name: have}, PINS)
+    line = versions.version_problem({**GOOD, name: have}, PINS)
     assert line is not None and line.startswith(f"{name} {have} is not supported; supported: ")
 
 
 def test_a_missing_package_is_left_to_the_packages_check() -> None:
-    assert d.version_problem({**GOOD, "torchtitan": None}, PINS) is None
-    assert d.version_problem(GOOD, PINS) is None
+    assert versions.version_problem({**GOOD, "torchtitan": None}, PINS) is None
+    assert versions.version_problem(GOOD, PINS) is None
 
 
 def test_a_lighthouse_of_another_torchft_build_is_named() -> None:
-    line = d.version_problem(GOOD, PINS, lighthouse_torchft="2026.09.01")
+    line = versions.version_problem(GOOD, PINS, lighthouse_torchft="2026.09.01")
     assert line is not None
     assert line.startswith("the Lighthouse runs torchft 2026.09.01 but this environment has "
                            "2026.10.26")  # fmt: skip
-    assert d.version_problem(GOOD, PINS, lighthouse_torchft="2026.10.26") is None
+    assert versions.version_problem(GOOD, PINS, lighthouse_torchft="2026.10.26") is None
 
 
 def test_the_managed_lighthouse_in_this_interpreter_has_this_torchft(tmp_path, monkeypatch):

@@ -67,6 +67,7 @@ def doctor(
       ftslurm doctor --patches
     """
     from ftslurm import doctor as doc
+    from ftslurm import versions
     from ftslurm.errors import UserError
 
     if list_patches:
@@ -89,8 +90,9 @@ def doctor(
     if cfg.device not in ("cuda", "cpu"):
         raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
     # an unsupported torchtitan / torch / torchft build fails deep in training: one line first
-    problem = doc.version_problem(doc.installed_versions(), doc.supported_pins(cfg.requirements),
-                                  doc.lighthouse_torchft_version())  # fmt: skip
+    problem = versions.version_problem(versions.installed_versions(),
+                                       versions.supported_pins(cfg.requirements),
+                                       doc.lighthouse_torchft_version())  # fmt: skip
     if problem:
         raise UserError(problem)
     checks = doc.run_checks(cfg)

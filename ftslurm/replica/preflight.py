@@ -274,7 +274,7 @@ def injected_event(logs: Sequence[Path], since: float, job: str | None, replicas
     task (job + one of `replicas`) or this node, in one of the event `logs`, or None. Waits
     up to `grace_s` for it when a log was written since the attempt started (the tool writes
     its line right after the kill); no such log, no wait."""
-    from ftslurm.report.events import find_injected
+    from ftslurm.event_log import find_injected
 
     def fresh(path: Path) -> bool:
         try:

@@ -67,11 +67,11 @@ def check_versions(worker: str = "torchtitan") -> None:
     torchft build is one line naming the supported pins (UserError: exit code 2, and no
     requeue: every attempt would fail the same way, deep in training). Read from the package
     metadata, nothing imported. The tiny worker (`worker="tiny"`) needs no torchtitan."""
-    from ftslurm import doctor
+    from ftslurm import versions
 
-    names = [n for n in doctor.CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
-    pins = {n: spec for n, spec in doctor.supported_pins().items() if n in names}
-    problem = doctor.version_problem(doctor.installed_versions(names), pins)
+    names = [n for n in versions.CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
+    pins = {n: spec for n, spec in versions.supported_pins().items() if n in names}
+    problem = versions.version_problem(versions.installed_versions(names), pins)
     if problem:
         raise UserError(problem)
 

@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ftslurm import logvocab as L
+from ftslurm.event_log import FAILURE_ACTIONS, RESTART_ACTIONS
 from ftslurm.logvocab import Event, split_replica_id
 from ftslurm.report.clock import SLACK_S, Settled, settle
-from ftslurm.report.events import FAILURE_ACTIONS, RESTART_ACTIONS
 from ftslurm.report.goodput import measure
 from ftslurm.report.heals import Heals
 from ftslurm.report.model import (
