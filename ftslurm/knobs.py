@@ -520,6 +520,9 @@ def load(env: Mapping[str, str] | Settings | None = None, device: str | None = N
     if env is None:
         return environ().on(device)
     snapshot = dict(env)
+    for known in _LOADED:  # the launcher passes one environment through many functions
+        if known.env == snapshot:
+            return known.on(device)
     values: dict[str, Any] = {}
     for name, knob in KNOBS.items():
         if is_set(snapshot, name):
@@ -527,9 +530,17 @@ def load(env: Mapping[str, str] | Settings | None = None, device: str | None = N
                 values[name] = knob.parse(snapshot[name])
             except UserError as e:
                 values[name] = e
-    return Settings(MappingProxyType(snapshot), device, MappingProxyType(values))
+    loaded = Settings(MappingProxyType(snapshot), None, MappingProxyType(values))
+    _LOADED[:] = [loaded, *_LOADED[: _KEEP_LOADED - 1]]
+    return loaded.on(device)
 
 
+# The settings of the newest environments loaded, newest first: an environment equal to one of
+# them (compared whole, so a value is never stale) is not parsed again. A launcher's attempt
+# passes one environment dict to a dozen functions that each read a knob or two; each parsed
+# all of the registry again before.
+_KEEP_LOADED = 8
+_LOADED: list[Settings] = []
 _PROCESS: list[Settings] = []  # this process's, from os.environ: see environ()
 
 

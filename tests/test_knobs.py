@@ -213,3 +213,19 @@ def test_the_command_line_prints_the_tables() -> None:
     out = subprocess.run([sys.executable, "-m", "ftslurm.knobs", "--shell-comment", "classic"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0 and out.stdout == knobs.shell_comment("classic")
+
+
+def test_an_equal_environment_is_parsed_once_and_a_changed_one_again() -> None:
+    """The launcher passes one environment to a dozen readers: load parses it once (the
+    same Settings back), and a changed or mutated environment is parsed again, never stale."""
+    env = {"STEPS": "7", "FTSLURM_DRY_RUN": "1"}
+    first = knobs.load(env)
+    assert knobs.load(dict(env)) is first and knobs.load(env).STEPS == 7
+    assert knobs.load(env, "cuda").device == "cuda" and knobs.load(env).device is None
+    env["STEPS"] = "8"  # the snapshot is a copy: the earlier Settings keep 7
+    assert knobs.load(env).STEPS == 8 and first.STEPS == 7
+    bad = knobs.load({"STEPS": "x"})
+    with pytest.raises(UserError, match="STEPS"):
+        _ = bad.STEPS
+    with pytest.raises(UserError, match="STEPS"):  # the kept error, raised on each read
+        _ = knobs.load({"STEPS": "x"}).STEPS
