@@ -658,3 +658,30 @@ def parse_line(line: bytes, t: float | None = None) -> Event | None:
     if b"Training completed" in line:
         return Event(FINISHED, t)
     return None
+
+
+# ---------------------------------------------------------------- shapes one reader scans for
+
+# the Lighthouse's first line: `Lighthouse listening on: http://host:29510` (lighthouse/lifecycle
+# takes the port it bound from it)
+LIGHTHOUSE_LISTENING = re.compile(r"Lighthouse listening on: (\S+)")
+
+# what a run trained on, near a replica log's start: the launcher's `env:` line
+# (`FTSLURM_DEVICE=cpu`) or torchtitan's `CUDA capacity:` / `CPU capacity:` (report/sources)
+DEVICE_LINE = re.compile(rb"FTSLURM_DEVICE=([A-Za-z]+)|\] - root - INFO - ([A-Z]+) capacity: ")
+
+# The report's bulk scanner (report/reader.py) over whole chunks: every quorum id in a chunk,
+# and every manager line with group 1 (the step) only on a well-formed committed step (the other
+# manager lines are rare and taken one by one by parse_line); a number longer than MAX_DIGITS
+# after ` - step ` is a malformed line, not a step.
+QUORUM_IDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
+MANAGER_LINE = re.compile(rb" - step (?:(-?\d{1,18})\] should_commit=True)?")
+LONG_NUMBER = re.compile(rb"-?\d{%d}" % (MAX_DIGITS + 1))
+
+# the training worker's parameter checksum after a step (replica/checksum.py writes and reads it)
+CHECKSUM_PREFIX = "ftslurm-checksum"
+CHECKSUM_LINE = re.compile(
+    CHECKSUM_PREFIX + r" replica=(?P<replica>\d+) rank=(?P<rank>\d+) step=(?P<step>\d+) "
+    r"manager_step=(?P<manager_step>\d+) scope=(?P<scope>\S+) tensors=(?P<tensors>\d+) "
+    r"sha256=(?P<sha256>[0-9a-f]{64})"
+)

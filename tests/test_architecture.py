@@ -292,6 +292,34 @@ def test_a_step_pattern_added_to_status_is_caught() -> None:
     assert violations("ftslurm/run/progress.py", 'X = r"step:\\s+(\\d+)"') == []
 
 
+# ---------------------------------------------------------------- log shapes
+# Every regex over a log line lives in logvocab: the modules that read logs compile none.
+# logfilter.py and lighthouse/launcher.py are not among them: they run beside a Lighthouse,
+# copied into its state folder where ftslurm may not be importable (standard library only).
+
+LOG_READERS = ("ftslurm/report/", "ftslurm/run/", "ftslurm/logtail.py", "ftslurm/status.py",
+               "ftslurm/demo.py", "ftslurm/lighthouse/lifecycle.py", "ftslurm/replica/checksum.py",
+               "ftslurm/metrics/collector.py")  # fmt: skip
+
+
+def compiled_patterns(rel: str, source: str) -> list[str]:
+    """Each `re.compile(...)` in `source` (the file `rel`)."""
+    return [f"{rel}:{n.lineno}: re.compile" for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "compile" and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "re"]  # fmt: skip
+
+
+def test_every_log_regex_is_in_logvocab() -> None:
+    files = sorted(str(f.relative_to(ROOT)) for f in ROOT.joinpath("ftslurm").rglob("*.py"))
+    readers = [f for f in files if f.startswith(LOG_READERS)]
+    assert "ftslurm/report/reader.py" in readers and "ftslurm/run/quorum.py" in readers
+    bad = [v for rel in readers for v in compiled_patterns(rel, (ROOT / rel).read_text())]
+    assert not bad, "\n".join(bad) + "\n(a log line's shape belongs in ftslurm/logvocab.py)"
+    added = 'import re\n_DEVICE = re.compile(rb"FTSLURM_DEVICE=([A-Za-z]+)")\n'
+    assert compiled_patterns("ftslurm/report/sources.py", added)  # the rule can fail
+
+
 @pytest.mark.parametrize("rel", CONSUMERS)
 def test_the_progress_consumers_import_the_run_model(rel: str) -> None:
     tree = ast.parse((ROOT / rel).read_text())

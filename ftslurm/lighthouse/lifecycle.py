@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -37,12 +36,12 @@ from ftslurm.lighthouse.status_page import (
     read_page,
     summarize,
 )
+from ftslurm.logvocab import LIGHTHOUSE_LISTENING
 from ftslurm.paths import lighthouse_dir
 from ftslurm.wait import WaitTimeout, free_port
 
 DEFAULT_STOP_GRACE_S = 10.0
 _ADDR_IN_USE = "Address already in use"
-_LISTENING_RE = re.compile(r"Lighthouse listening on: (\S+)")
 # a command reads the launcher's copy of the page (`launcher.snapshot_pages`) when it is at
 # most this old: the launcher reads one every second, or as fast as a loaded Lighthouse of
 # 1,024 replicas answers (4-6 s a read); an older copy means the reads stopped answering,
@@ -223,7 +222,7 @@ def _log_since(path: Path, offset: int) -> str:
 
 
 def _listening_port(path: Path, offset: int) -> int | None:
-    m = _LISTENING_RE.search(_log_since(path, offset))
+    m = LIGHTHOUSE_LISTENING.search(_log_since(path, offset))
     if not m:
         return None
     port = m.group(1).rstrip("/").rsplit(":", 1)[-1]

@@ -27,21 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ftslurm import knobs
+from ftslurm.logvocab import CHECKSUM_LINE, CHECKSUM_PREFIX
 from ftslurm.replica import patches
-
-PREFIX = "ftslurm-checksum"
-LINE_RE = re.compile(
-    PREFIX + r" replica=(?P<replica>\d+) rank=(?P<rank>\d+) step=(?P<step>\d+) "
-    r"manager_step=(?P<manager_step>\d+) scope=(?P<scope>\S+) tensors=(?P<tensors>\d+) "
-    r"sha256=(?P<sha256>[0-9a-f]{64})"
-)
 
 
 @dataclass(frozen=True)
@@ -61,7 +54,7 @@ def format_line(
     replica: int, rank: int, step: int, manager_step: int, scope: str, tensors: int, digest: str
 ) -> str:
     return (
-        f"{PREFIX} replica={replica} rank={rank} step={step} manager_step={manager_step} "
+        f"{CHECKSUM_PREFIX} replica={replica} rank={rank} step={step} manager_step={manager_step} "
         f"scope={scope} tensors={tensors} sha256={digest}"
     )
 
@@ -69,7 +62,7 @@ def format_line(
 def parse(lines: Iterable[str]) -> Iterator[Record]:
     """Checksum records from any log text (other lines ignored)."""
     for line in lines:
-        m = LINE_RE.search(line)
+        m = CHECKSUM_LINE.search(line)
         if m:
             yield Record(
                 replica=int(m["replica"]),

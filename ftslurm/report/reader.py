@@ -11,7 +11,6 @@ step) are counted here, in bulk between the rare lines, not turned into events.
 """
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from ftslurm.logvocab import (
     BANNER,
     ERROR,
     FINISHED,
-    MAX_DIGITS,
+    LONG_NUMBER,
+    MANAGER_LINE,
+    QUORUM_IDS,
     Event,
     has_time,
     parse_line,
@@ -138,12 +139,9 @@ class _Commits:
 _QUORUM, _OTHER, _LAUNCH_M = range(3)
 _STEP = b" - step "
 _Q_NEEDLE = b"Quorum { quorum_id: "
-_QIDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
-# every manager line; group 1 (the step) only on a well-formed committed step: the other ones
-# (heals, failed commits, reconfigurations, errors) are rare and taken one by one, the runs of
-# committed steps between them are counted in bulk (_FileScan.committed)
-_MGR = re.compile(rb" - step (?:(-?\d{1,18})\] should_commit=True)?")
-_LONG_STEP = re.compile(rb"-?\d{%d}" % (MAX_DIGITS + 1))  # after ` - step `: malformed
+# every manager line (MANAGER_LINE); the rare ones (heals, failed commits, reconfigurations,
+# errors) are taken one by one, the runs of committed steps between them are counted in bulk
+# (_FileScan.committed)
 _NEEDLES = (
     (b"Manager listening on", _OTHER),
     (BANNER, _LAUNCH_M),
@@ -192,11 +190,12 @@ class _FileScan:
 
     A chunk is read in two passes. The quorum pass compares each `Quorum!` round's id with the
     previous one (all equal: one `findall` and one `count`, no Python per line) and parses only
-    the changes. The second pass finds every manager line with one regex (`_MGR`) and takes the
-    rare markers in file order (manager lines other than a well-formed committed step, quorum
-    changes, process starts, launches, completions); the runs of committed steps between two
-    of them are counted in bulk when the stretch holds as many `[<rid>/` of this file's replica
-    id as the run has lines (else line by line, which gives the same result slower).
+    the changes. The second pass finds every manager line with one regex
+    (`logvocab.MANAGER_LINE`) and takes the rare markers in file order (manager lines other than
+    a well-formed committed step, quorum changes, process starts, launches, completions); the
+    runs of committed steps between two of them are counted in bulk when the stretch holds as
+    many `[<rid>/` of this file's replica id as the run has lines (else line by line, which
+    gives the same result slower).
     """
 
     def __init__(
@@ -292,7 +291,7 @@ class _FileScan:
         a = 0  # where the run's stretch of the chunk begins
         oi, n_others = 0, len(others)
         nxt = others[0][0] if others else end
-        for hit in [(m.start(), m.group(1)) for m in _MGR.finditer(self.buf, 0, end)]:
+        for hit in [(m.start(), m.group(1)) for m in MANAGER_LINE.finditer(self.buf, 0, end)]:
             p = hit[0]
             while p > nxt:  # another marker first
                 if run:
@@ -336,7 +335,7 @@ class _FileScan:
         if not count:
             return []
         self.matched += count
-        ids = _QIDS.findall(buf, 0, end)
+        ids = QUORUM_IDS.findall(buf, 0, end)
         exact = len(ids) == count  # else a line without its comma: look at each one
         if _BULK and exact and ids.count(self.last_qid) == count:  # the same quorum again
             self.round_p = buf.rfind(_Q_NEEDLE, 0, end)
@@ -344,7 +343,7 @@ class _FileScan:
             return []
         out: list[tuple[int, int, Event | None]] = []
         if exact:
-            hits = ((m.start(), m.group(1)) for m in _QIDS.finditer(buf, 0, end))
+            hits = ((m.start(), m.group(1)) for m in QUORUM_IDS.finditer(buf, 0, end))
         else:
             hits = self._quorum_hits()
         for p, qid in hits:
@@ -424,7 +423,7 @@ class _FileScan:
         line (parsed; heals and reconfigurations are changes)."""
         buf, stats = self.buf, self.stats
         self.matched += 1
-        if _LONG_STEP.match(buf, p + len(_STEP)):  # no shape takes it (logvocab.MAX_DIGITS)
+        if LONG_NUMBER.match(buf, p + len(_STEP)):  # no shape takes it (logvocab.MAX_DIGITS)
             stats.malformed += 1
             return None
         q = buf.find(b"] ", p + 8, p + 40)

@@ -10,7 +10,6 @@ replica logs know (see timeline.py). The global event log keeps only the run's j
 from __future__ import annotations
 
 import heapq
-import re
 import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -270,7 +269,6 @@ def _job_filter(events: Iterator[Event], job: str | None,
 
 
 DEVICE_HEAD = 256 << 10  # bytes of a replica log's start searched for its device
-_DEVICE = re.compile(rb"FTSLURM_DEVICE=([A-Za-z]+)|\] - root - INFO - ([A-Z]+) capacity: ")
 
 
 def device_of(replica_logs: Sequence[Path], files: int = 4) -> str | None:
@@ -284,7 +282,7 @@ def device_of(replica_logs: Sequence[Path], files: int = 4) -> str | None:
                 head = fh.read(DEVICE_HEAD)
         except (OSError, EOFError, zlib.error):
             continue
-        m = _DEVICE.search(head)
+        m = logvocab.DEVICE_LINE.search(head)
         if m:
             return (m.group(1) or m.group(2)).decode("ascii").lower()
     return None
