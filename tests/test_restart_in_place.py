@@ -12,7 +12,7 @@ import pytest
 
 from ftslurm import failure, failure_plan, knobs
 from ftslurm import logvocab as L
-from ftslurm.replica import job, preflight
+from ftslurm.replica import job, lifecycle, preflight
 from ftslurm.replica import plan as planlib
 from tests.test_failure import FakeArray, resolve
 
@@ -64,31 +64,44 @@ def test_the_knob_has_a_default_and_refuses_junk():
         knobs.get({"FT_MAX_RESTARTS": "-1"}, "FT_MAX_RESTARTS")
 
 
+def _conclude(monkeypatch, plan: planlib.Plan, env: dict[str, str]) -> tuple[int, list[str]]:
+    """The launcher's end of a crashed run (exit 137) through lifecycle.decide, the failure
+    history saying requeue ("why"): its exit code and the tasks it requeued."""
+    monkeypatch.setattr(preflight, "after_failure", lambda *a, **k: (True, "why", []))
+    requeued: list[str] = []
+    monkeypatch.setattr(preflight, "requeue", lambda e, target, avoid: requeued.append(target))
+    env = {"SLURM_ARRAY_TASK_ID": "1", **env}
+    return job._conclude(plan, env, lifecycle.Ended(137), 0.0), requeued
+
+
 def test_no_restart_in_place_once_used_up_or_stopped(monkeypatch, capsys):
     plan = _plan()
     seen: list[str] = []
     monkeypatch.setattr(preflight, "node_state", lambda env, node: seen.append(node) or "mixed")
     env = {"SLURMD_NODENAME": "worker-1", "FT_MAX_RESTARTS": "2"}
-    assert job._restart_in_place(plan, {**env, job.RESTART_ENV: "1"}, "why") is True
+    assert _conclude(monkeypatch, plan, {**env, job.RESTART_ENV: "1"}) == (
+        job.RESTART_IN_PLACE, [])
     assert "restarting in place on worker-1 (mixed): why (restart 2 of FT_MAX_RESTARTS=2, " \
         "attempt 2)" in capsys.readouterr().out
-    assert job._restart_in_place(plan, {**env, job.RESTART_ENV: "2"}, "why") is False
-    assert "restarts in place used up (2 of FT_MAX_RESTARTS=2)" in capsys.readouterr().out
-    assert job._restart_in_place(plan, {**env, "FT_MAX_RESTARTS": "0"}, "why") is False
+    assert _conclude(monkeypatch, plan, {**env, job.RESTART_ENV: "2"}) == (137, ["12_1"])
+    out = capsys.readouterr().out
+    assert "restarts in place used up (2 of FT_MAX_RESTARTS=2)" in out
+    assert "requeueing 12_1: why (attempt 2)" in out
+    assert _conclude(monkeypatch, plan, {**env, "FT_MAX_RESTARTS": "0"}) == (137, ["12_1"])
     job._STOP.append(15)  # Slurm is ending the allocation
     try:
-        assert job._restart_in_place(plan, env, "why") is False
+        assert _conclude(monkeypatch, plan, env) == (137, ["12_1"])
         assert job._run_attempt(plan, env) == 128 + 15  # nothing starts after the signal
     finally:
         job._STOP.clear()
-    assert seen == ["worker-1"]
+    assert seen == ["worker-1"]  # sinfo asked once: the only time it could restart in place
 
 
 def test_a_node_slurm_cannot_vouch_for_is_not_restarted_on(monkeypatch, capsys):
     plan, env = _plan(), {"SLURMD_NODENAME": "worker-1"}
     for state, said in (("drained", "is drained"), (None, "is unknown to sinfo")):
         monkeypatch.setattr(preflight, "node_state", lambda e, n, s=state: s)
-        assert job._restart_in_place(plan, env, "why") is False
+        assert _conclude(monkeypatch, plan, env) == (137, ["12_1"])
         assert f"not restarting in place: node worker-1 {said}" in capsys.readouterr().out
 
 
@@ -154,7 +167,8 @@ def test_a_time_limit_signal_before_the_attempt_is_kept_and_stops_restarts(monke
         os.kill(os.getpid(), signal.SIGUSR1)  # still alive: the handler took it
         assert job._TIME_LIMIT_EARLY == [signal.SIGUSR1]
         monkeypatch.setattr(preflight, "node_state", lambda env, node: "mixed")
-        assert job._restart_in_place(_plan(), {"SLURMD_NODENAME": "worker-1"}, "why") is False
+        assert _conclude(monkeypatch, _plan(), {"SLURMD_NODENAME": "worker-1"}) == (
+            137, ["12_1"])
         assert "time-limit signal came" in capsys.readouterr().out
     finally:
         signal.signal(signal.SIGUSR1, old)

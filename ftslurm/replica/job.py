@@ -38,6 +38,7 @@ from ftslurm.replica import (
     config_error,
     exits,
     ft_checkpoints,
+    lifecycle,
     peer_watch,
     slots,
     train,
@@ -166,7 +167,7 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
                              go=folder / "go")  # fmt: skip
 
     # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none;
-    # and a restart in place happens only inside a Slurm job array (_finish)
+    # and a restart in place happens only inside a Slurm job array (lifecycle.decide)
     torchtitan = planlib.PRESETS[plan.preset].worker != "tiny"
     in_array = planlib.requeue_target(plan, env) is not None
     on = (warm_restart.enabled(s, plan.device) and torchtitan and in_array
@@ -343,7 +344,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
     started = time.time()
     failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
     if failed is not None:
-        return _finish(plan, env, failed[0], False, None, started, preflight=failed[1])
+        return _conclude(plan, env, lifecycle.Ended(failed[0], preflight=failed[1]), started)
     s = knobs.load(env)
     warm = holder.take(s[RESTART_ENV]) if holder is not None else None
     if warm is not None and not warm.release():
@@ -488,22 +489,16 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {what} exited with code {code}")
-    if rc == 0 and not cancelled and time_limit.exists():
-        if ft_checkpoints.stopped_early_note(time_limit).exists():
-            return _requeue_at_time_limit(plan, env)
-        _say("training finished: Slurm's time-limit signal came during its last step, after "
-             "which there is nothing to resume (not requeueing)")  # fmt: skip
-    if fenced.exists() and not cancelled:
-        _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
-             "spare instead")  # fmt: skip
-        return FENCED_EXIT
     refused = config_error.read(note) if rc != 0 else None
     if refused:
         _say(f"torchtitan refused its options: {refused}; fix FTSLURM_EXTRA_ARGS (or the "
              "TOML) and submit again")  # fmt: skip
-    if plan.kind != "ft":
-        return CONFIG_ERROR_EXIT if refused else code
-    return _finish(plan, env, rc, cancelled, refused, started)
+    ended = lifecycle.Ended(
+        code, ft=plan.kind == "ft", cancelled=cancelled, time_limit=time_limit.exists(),
+        stopped_early=ft_checkpoints.stopped_early_note(time_limit).exists(),
+        fenced=fenced.exists(), refused=refused,
+    )  # fmt: skip
+    return _conclude(plan, env, ended, started)
 
 
 def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
@@ -520,52 +515,58 @@ def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     return TIME_LIMIT_EXIT
 
 
-def _restart_in_place(plan: planlib.Plan, env: Mapping[str, str], why: str) -> bool:
-    """Whether the failed training restarts in this allocation: restarts left
-    (FT_MAX_RESTARTS), no stop or time-limit signal, and the node usable as Slurm sees it (a
-    node that is down, draining or unknown requeues, so Slurm places the replica). Says which
-    and why."""
+def _in_place(env: Mapping[str, str]) -> lifecycle.InPlace:
+    """This allocation as a place for the next attempt (FT_MAX_RESTARTS, the signals that
+    came, the node as Slurm sees it: a node down, draining or unknown requeues, so Slurm
+    places the replica)."""
     s = knobs.load(env)
-    used, cap = s[RESTART_ENV], s.FT_MAX_RESTARTS
-    if _STOP or not cap:
-        return False
-    if _TIME_LIMIT_EARLY:  # Slurm ends the allocation soon: the requeue goes on from there
-        _say("not restarting in place: Slurm's time-limit signal came; requeueing")
-        return False
-    if used >= cap:
-        _say(f"restarts in place used up ({used} of FT_MAX_RESTARTS={cap}): requeueing "
-             "through Slurm")  # fmt: skip
-        return False
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    state = preflight_mod.node_state(env, node)
-    if state is None or not preflight_mod.state_usable(state):
-        _say(f"not restarting in place: node {node} is {state or 'unknown to sinfo'}")
-        return False
-    line = logvocab.restart_line(node, state, why, used + 1, cap, plan.attempt)
-    _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {line}")
-    return True
+
+    def state() -> tuple[str | None, bool]:
+        got = preflight_mod.node_state(env, node)
+        return got, got is not None and preflight_mod.state_usable(got)
+
+    return lifecycle.InPlace(bool(_STOP), bool(_TIME_LIMIT_EARLY), s[RESTART_ENV],
+                             s.FT_MAX_RESTARTS, node, state)  # fmt: skip
 
 
-def _finish(plan: planlib.Plan, env: Mapping[str, str], rc: int, cancelled: bool,
-            refused: str | None, started: float, preflight: str | None = None) -> int:
-    """Requeue a failed FT attempt or not (preflight.after_failure: the rate cap, the node
-    taken out); the launcher's exit code."""
-    code = rc if rc >= 0 else 128 - rc
-    requeue, why, avoid = preflight_mod.after_failure(plan, env, rc, cancelled, refused,
-                                                      started, _say, preflight)  # fmt: skip
-    if not requeue:
-        _say(f"not requeueing: {why}")
-        return CONFIG_ERROR_EXIT if refused else code
+def _conclude(plan: planlib.Plan, env: Mapping[str, str], ended: lifecycle.Ended,
+              started: float) -> int:  # fmt: skip
+    """Carry out lifecycle.decide's action for the run that ended (say it; requeue, restart
+    in place, wait as a spare); the launcher's exit code. The failure history
+    (preflight.after_failure: the rate cap, the node taken out) is asked only for a failure."""
     target = planlib.requeue_target(plan, env)
-    if target is None:
-        _say(f"not requeueing ({why}): not inside a Slurm job array")
-        return code
-    if preflight is None and not avoid and _restart_in_place(plan, env, why):
-        return RESTART_IN_PLACE
-    away = f"; it will not start on {', '.join(avoid)} (ExcNodeList)" if avoid else ""
-    _say(f"requeueing {target}: {why} (attempt {plan.attempt}){away}")
-    try:
-        preflight_mod.requeue(env, target, avoid)
-    except (runner.CommandError, UserError) as e:
-        _say(f"requeue failed: {e}")
-    return code
+
+    def verdict() -> lifecycle.Verdict:
+        requeue, why, avoid = preflight_mod.after_failure(
+            plan, env, ended.code, ended.cancelled, ended.refused, started, _say, ended.preflight)
+        return lifecycle.Verdict(requeue, why, tuple(avoid))
+
+    action = lifecycle.decide(ended, verdict, target is not None, lambda: _in_place(env))
+    if action.note:
+        _say(action.note)
+    act = action.act
+    if act is lifecycle.Act.REQUEUE_AT_TIME_LIMIT:
+        return _requeue_at_time_limit(plan, env)
+    if act is lifecycle.Act.BECOME_SPARE:
+        _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
+             "spare instead")  # fmt: skip
+    elif act in (lifecycle.Act.FINISH, lifecycle.Act.STOP) and ended.ft:
+        _say(f"not requeueing ({action.why}): not inside a Slurm job array"
+             if action.outside_array else f"not requeueing: {action.why}")  # fmt: skip
+    elif act is lifecycle.Act.RESTART_IN_PLACE:
+        where = action.where
+        assert where is not None and action.state is not None
+        line = logvocab.restart_line(where.node, action.state, action.why, where.used + 1,
+                                     where.cap, plan.attempt)  # fmt: skip
+        _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {line}")
+    elif act is lifecycle.Act.REQUEUE:
+        assert target is not None
+        away = (f"; it will not start on {', '.join(action.avoid)} (ExcNodeList)"
+                if action.avoid else "")  # fmt: skip
+        _say(f"requeueing {target}: {action.why} (attempt {plan.attempt}){away}")
+        try:
+            preflight_mod.requeue(env, target, action.avoid)
+        except (runner.CommandError, UserError) as e:
+            _say(f"requeue failed: {e}")
+    return action.exit_code
