@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, logfilter, logvocab, paths, procs, submission
+from ftslurm import failure_modes, knobs, logfilter, logvocab, paths, procs, submission
 from ftslurm.errors import UserError
 from ftslurm.event_log import InjectedEvent, append_event, now_iso
-from ftslurm.failure_plan import SILENT_MODES
 from ftslurm.run.cursor import LogCursor
 from ftslurm.run.model import Run
 from ftslurm.wait import WaitTimeout, free_port, wait_for, wait_while
@@ -169,7 +168,7 @@ def plan_lines(cfg: DemoConfig) -> list[str]:
     def fail(i: int) -> str:
         if b != "slurm":
             return f"SIGKILL replica 1's process tree, wait {cfg.down_for:g} s, start attempt+1"
-        timed = cfg.mode(i) == "node-down" or cfg.mode(i) in SILENT_MODES
+        timed = failure_modes.MODES[cfg.mode(i)].timed
         down = f" --down-for {cfg.down_for:g}" if timed else ""
         rank = f" --rank {cfg.ranks - 1}" if cfg.mode(i) == "kill" and cfg.ranks > 1 else ""
         return f"ftslurm simulate-failure --replica 1 --mode {cfg.mode(i)}{rank}{down}"
@@ -482,7 +481,7 @@ class SlurmBackend(Backend):
 
     def restore(self, replica: int, mode: str = "") -> None:
         what = "array task" if self.cfg.spares else "replica"
-        if mode in ("kill", "hang", "stall"):  # its launcher acts first (job.py)
+        if mode and failure_modes.MODES[mode].launcher_acts:  # restart in place (job.py)
             self.say(f"{what} {replica}'s launcher restarts its training in place (the node "
                      "is fine), or requeues it")  # fmt: skip
         elif mode == "requeue":
@@ -746,7 +745,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
         b.poll()
         if log.launches > launches_before:
             return log.launch_healed is not None
-        return cfg.mode(k) in SILENT_MODES and log.heals > heals_before
+        return failure_modes.MODES[cfg.mode(k)].silent and log.heals > heals_before
 
     wait_for(healed, cfg.timeout, interval=0.1, what=f"replica {target} to heal")
     how = ("started again" if log.launches > launches_before

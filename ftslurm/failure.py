@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftslurm import failure_plan, knobs, logvocab, procs
+from ftslurm import failure_modes, failure_plan, knobs, logvocab, procs
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import Action, ActionKind, FailurePlan, KillSelection, Target
 from ftslurm.replica import warm_restart
@@ -115,11 +115,12 @@ def freeze_selection(target: Target) -> KillSelection:
 
 def selection(mode: str, target: Target) -> KillSelection | None:
     """The processes a mode signals (kill, hang, stall: the workers; freeze-node: the node's)."""
-    if mode in ("kill", "hang"):
+    signals = failure_modes.MODES[mode].signals
+    if signals == "workers":
         return kill_selection(target)
-    if mode == "stall":
+    if signals == "main-threads":
         return stall_selection(target)
-    if mode == "freeze-node":
+    if signals == "node":
         return freeze_selection(target)
     return None
 
@@ -443,8 +444,8 @@ class _Execution:
         with atomic():
             self.stopped = a.pids  # before the signal: a Ctrl-C right after it still undoes it
             procs.kill_pids(list(a.pids), signal.SIGSTOP)
-            what = "every process of the node" if self.plan.mode == "freeze-node" else \
-                "training worker"
+            node = failure_modes.MODES[self.plan.mode].signals == "node"
+            what = "every process of the node" if node else "training worker"
             self.record(self.plan.mode, f"SIGSTOP to {what} pid(s) {list(a.pids)}")
             self.say(f"SIGSTOPped {what} pid(s) {list(a.pids)} ({self.target_text()})")
         self.phase(f"SIGSTOP pid(s) {' '.join(map(str, a.pids))}")
@@ -735,11 +736,7 @@ def run_chaos(
                     continue
                 outcome = execute(plan, say=_quiet, events_path=events_path)
                 summary.events.append(outcome)
-                extra = {"node-down": f", {plan.down_for:g} s down, resumed",
-                         "hang": f", {plan.down_for:g} s stopped, continued",
-                         "stall": f", {plan.down_for:g} s stalled (main threads), let go",
-                         "freeze-node": f", {plan.down_for:g} s frozen, continued",
-                         }.get(plan.mode, "")  # fmt: skip
+                extra = failure_modes.MODES[plan.mode].held.format(s=f"{plan.down_for:g}")
                 if waited >= 1:
                     extra += f" (waited {waited:.0f} s for 2 live replicas)"
                 say(f"[{stamp}] event {k + 1}/{count}: {plan.mode} {plan.target.describe()}{extra}")

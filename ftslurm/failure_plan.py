@@ -22,16 +22,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ftslurm import logvocab
+from ftslurm import failure_modes
 from ftslurm.errors import UserError
 from ftslurm.resources import FT_JOB_NAME
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm.parse import JobInfo, array_tasks
 
-MODES = logvocab.FAILURE_MODES
-# loud: the processes die and their sockets close; silent: they stop, nothing closes (a
-# stall stops only the training thread: the worker's other threads, its heartbeat's too, run on)
-SILENT_MODES = ("hang", "freeze-node", "stall")
+MODES = failure_modes.NAMES
+SILENT_MODES = failure_modes.SILENT
 ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-srun",
                      "stop-local", "cont-local", "stop-srun", "cont-srun", "stall-local",
                      "unstall-local", "stall-check-srun", "stall-srun", "unstall-srun"]  # fmt: skip
@@ -377,7 +375,7 @@ def make_plan(
         pkill = ["sh", "-c", PKILL_ON_NODE, "ftslurm-kill", TRAIN_CMD_RE]
         argv = tuple(slurm_args.srun_step_cmd(target.raw_job_id, target.node, pkill))
         acts = [Action("kill-srun", argv, note="SIGKILL the training worker(s) on the node")]
-    timed = mode == "node-down" or mode in SILENT_MODES
+    timed = failure_modes.MODES[mode].timed
     return FailurePlan(mode, target, tuple(acts), down_for if timed else 0, reason)
 
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from ftslurm import paths
+from ftslurm import failure_modes, paths
 
 # ---------------------------------------------------------------- files of a run
 
@@ -95,7 +95,7 @@ LAUNCH = "launch"  # launcher: `launching replica 1 (attempt 1) on worker-0`
 TITAN_STEP = "titan_step"  # torchtitan `step: N  loss: L` (ANSI colours stripped)
 INJECTED = "injected"  # one line of the simulate-failure event log (see event_log.py)
 # the failures simulate-failure injects (failure_plan.py), as its event log names them
-FAILURE_MODES = ("node-down", "kill", "requeue", "hang", "stall", "freeze-node")
+FAILURE_MODES = failure_modes.NAMES
 FINISHED = "finished"  # torchtitan `Training completed`: the replica ended normally
 
 

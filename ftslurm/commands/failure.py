@@ -277,8 +277,9 @@ def _chaos(
         raise UserError("--chaos needs --every SECONDS (> 0)")
     if job is None:
         job = failure_plan.ft_job(client.current().jobs(), getpass.getuser())
-    timed = {"node-down", *failure_plan.SILENT_MODES}
-    if timed & set(mode) and down_for >= every:
+    from ftslurm.failure_modes import MODES
+
+    if any(MODES[m].timed for m in mode) and down_for >= every:
         say(f"note: --down-for {down_for:g} >= --every {every:g}: events run back to back")
     made = [0]
 
