@@ -14,7 +14,7 @@ and the last kill is the failure measured.
         one reaches FT_NODE_MAX_FAILS on that node within FT_FAIL_WINDOW_MIN, the launcher
         drains the node and requeues, and Slurm starts the replica on the free node.
 The arms differ in that mark alone. A kill counted against its node models a node that keeps
-failing: the rule that takes it out (preflight.bad_node) is the one a real crash loop meets.
+failing: the rule that takes it out (failure_history.bad_node) is the one a real crash loop meets.
 A pre-flight check failed on purpose (FTSLURM_PREFLIGHT_FAIL) cannot model it here: the knob
 is fixed when the array is submitted, and the launcher re-runs the check with the same
 environment when it restarts in place, so the node would either fail before it ever trained

@@ -280,7 +280,7 @@ class _Execution:
         self.watch = wait_recovered and plan.target.replica is not None
         self.timeout, self.say, self.events_path, self.poll = timeout, say, events_path, poll
         self.owes_resume = False
-        self.count_as_bad = False  # events marked so: the launcher counts them (preflight.py)
+        self.count_as_bad = False  # events marked so: the launcher counts them (failure_history.py)
         self.stopped: tuple[int, ...] = ()  # pids this run SIGSTOPped: the guard SIGCONTs them
         self.owes_cont_srun: tuple[str, ...] = ()  # the srun that SIGCONTs them on a cluster
         self.stalls: list[procs.ThreadStop] = []  # threads this run holds: the guard lets go

@@ -457,7 +457,8 @@ def test_the_api_signal_is_the_cli_signal() -> None:
 # `knobs.get(` / `knobs.check(` in them. A module switched over is added here.
 CONVERTED = (
     "paths.py", "resources.py", "commands/params.py", "commands/lighthouse.py",
-    "commands/metrics.py", "replica/plan.py", "replica/preflight.py", "replica/fixes.py",
+    "commands/metrics.py", "replica/plan.py", "replica/preflight.py", "replica/failure_history.py",
+    "replica/fixes.py",
     "replica/train.py", "replica/tiny.py", "replica/checksum.py", "replica/transport.py",
     "replica/early_sync.py", "replica/startup.py", "replica/ft_checkpoints.py", "replica/cpu.py",
     "replica/job.py", "replica/warm_restart.py", "failure.py", "api.py", "submission.py",

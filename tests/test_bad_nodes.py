@@ -1,5 +1,5 @@
 """The requeue cap by rate (FT_MAX_FAILS within FT_FAIL_WINDOW_MIN) and the failure history that
-survives requeues (ftslurm/replica/preflight.py); no processes, no Slurm."""
+survives requeues (ftslurm/replica/failure_history.py); no processes, no Slurm."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm.replica import failure_history as fh
 from ftslurm.replica import plan as planlib
 from ftslurm.replica import preflight
 
@@ -34,11 +35,11 @@ def test_six_failures_spread_over_more_than_the_window_keep_coming_back(tmp_path
     t0 = 1_800_000_000.0
     for i in range(6):
         now = t0 + i * 10 * MIN
-        history = preflight.record_failure(run_dir, 1, preflight.Failure(now, "worker-1", 137))
+        history = fh.record_failure(run_dir, 1, fh.Failure(now, "worker-1", 137))
         plan = _plan(SLURM_RESTART_COUNT=str(i), FTSLURM_OUTPUTS=str(tmp_path))
-        ok, why = planlib.should_requeue(plan, -9, False, None, preflight.counted(history), now)
+        ok, why = planlib.should_requeue(plan, -9, False, None, fh.counted(history), now)
         assert ok, (i, why)
-    assert len(preflight.read_history(run_dir, 1)) == 6  # the history survived every "requeue"
+    assert len(fh.read_history(run_dir, 1)) == 6  # the history survived every "requeue"
     assert plan.attempt == 5 and not plan.lifetime_cap
 
 
@@ -48,9 +49,9 @@ def test_k_failures_within_the_window_stop_with_the_rule_named(tmp_path: Path) -
     t0 = 1_800_000_000.0
     decisions = []
     for i in range(3):
-        history = preflight.record_failure(run_dir, 1, preflight.Failure(t0 + i * MIN, "w", 1))
+        history = fh.record_failure(run_dir, 1, fh.Failure(t0 + i * MIN, "w", 1))
         decisions.append(
-            planlib.should_requeue(plan, 1, False, None, preflight.counted(history), t0 + i * MIN)
+            planlib.should_requeue(plan, 1, False, None, fh.counted(history), t0 + i * MIN)
         )
     assert [ok for ok, _ in decisions] == [True, True, False]
     why = decisions[-1][1]
@@ -68,24 +69,24 @@ def test_ft_max_requeues_caps_the_lifetime_only_when_set() -> None:
 
 
 def test_injected_failures_count_only_when_marked() -> None:
-    history = [preflight.Failure(float(t), "w", 137, injected=True) for t in range(10)]
-    assert preflight.counted(history) == []
+    history = [fh.Failure(float(t), "w", 137, injected=True) for t in range(10)]
+    assert fh.counted(history) == []
     plan = _plan(FT_MAX_FAILS="2")
-    assert planlib.should_requeue(plan, 1, False, None, preflight.counted(history), 9.0)[0]
+    assert planlib.should_requeue(plan, 1, False, None, fh.counted(history), 9.0)[0]
 
 
 def test_history_is_bounded_and_a_damaged_file_is_no_history(tmp_path: Path) -> None:
     _, run_dir = _run_dir(tmp_path)
-    for i in range(preflight.MAX_RECORDS + 10):
-        preflight.record_failure(run_dir, 0, preflight.Failure(float(i), "w", 1))
-    kept = preflight.read_history(run_dir, 0)
-    assert len(kept) == preflight.MAX_RECORDS and kept[0].t == 10.0
-    path = preflight.failures_dir(run_dir) / "task-0.json"
-    assert path.stat().st_size < preflight.MAX_FILE_BYTES
+    for i in range(fh.MAX_RECORDS + 10):
+        fh.record_failure(run_dir, 0, fh.Failure(float(i), "w", 1))
+    kept = fh.read_history(run_dir, 0)
+    assert len(kept) == fh.MAX_RECORDS and kept[0].t == 10.0
+    path = fh.failures_dir(run_dir) / "task-0.json"
+    assert path.stat().st_size < fh.MAX_FILE_BYTES
     path.write_text("{not json")
-    assert preflight.read_history(run_dir, 0) == []
+    assert fh.read_history(run_dir, 0) == []
     path.write_text(json.dumps({"failures": [{"t": "x"}, {"t": 5, "node": "a", "code": 1}]}))
-    assert [f.t for f in preflight.read_history(run_dir, 0)] == [5.0]
+    assert [f.t for f in fh.read_history(run_dir, 0)] == [5.0]
 
 
 @pytest.mark.parametrize("minutes", ["0", "1441"])
@@ -202,7 +203,7 @@ def test_an_injected_failure_counts_only_with_count_as_bad(tmp_path, monkeypatch
         assert any("injected by simulate-failure" in x for x in lines)
     drained = [c for c in fake.calls if c[:2] == ["scontrol", "update"]]
     assert bool(drained) is count_as_bad
-    assert [f.injected for f in preflight.read_history(run_dir, 1)] == [not count_as_bad] * 2
+    assert [f.injected for f in fh.read_history(run_dir, 1)] == [not count_as_bad] * 2
 
 
 def test_a_real_crash_long_after_an_injection_is_not_taken_for_it(tmp_path, monkeypatch) -> None:
@@ -215,7 +216,7 @@ def test_a_real_crash_long_after_an_injection_is_not_taken_for_it(tmp_path, monk
     _slurm(monkeypatch)
     append_event(InjectedEvent(now_iso(), "kill", 1, "worker-1", "42"), Path(env["FTSLURM_EVENTS"]))
     _after(monkeypatch, env, "worker-1", started=time.time() + 5)  # the next attempt's crash
-    assert [f.injected for f in preflight.read_history(run_dir, 1)] == [False]
+    assert [f.injected for f in fh.read_history(run_dir, 1)] == [False]
 
 
 def test_a_forced_preflight_failure_on_one_node(tmp_path, monkeypatch) -> None:
@@ -231,14 +232,14 @@ def test_a_forced_preflight_failure_on_one_node(tmp_path, monkeypatch) -> None:
     code, evidence = preflight.before_training(plan, env, lines.append)
     assert code == preflight.PREFLIGHT_EXIT == 76
     assert evidence.startswith("pre-flight check cpu failed: check 'cpu' failed on purpose")
-    assert preflight.read_history(run_dir, 1)[-1].kind == "preflight"
+    assert fh.read_history(run_dir, 1)[-1].kind == "preflight"
     fake = _slurm(monkeypatch)
     (ok, _, _), _ = _after(monkeypatch, env, "worker-0", rc=code, preflight_evidence=evidence)
     assert ok  # requeued, elsewhere: the node is drained at once, on one failure
     assert [c[2:4] for c in fake.calls if c[:2] == ["scontrol", "update"]] == [
         ["NodeName=worker-0", "State=DRAIN"]
     ]
-    assert len(preflight.read_history(run_dir, 1)) == 1  # recorded once, not twice
+    assert len(fh.read_history(run_dir, 1)) == 1  # recorded once, not twice
 
 
 def _completed(stdout: str, rc: int = 0):

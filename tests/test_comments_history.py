@@ -64,7 +64,8 @@ SWEPT = (
     "ftslurm/replica/slots.py", "ftslurm/replica/assets.py", "ftslurm/replica/watchdog.py",
     "ftslurm/replica/config_error.py", "ftslurm/replica/attempt_guard.py",
     "ftslurm/replica/early_sync.py", "ftslurm/replica/fixes.py", "ftslurm/replica/preflight.py",
-    "ftslurm/replica/lifecycle.py",
+    "ftslurm/replica/lifecycle.py", "ftslurm/replica/failure_history.py",
+    "ftslurm/failure_modes.py",
     "ftslurm/replica/train.py", "ftslurm/replica/warm_restart.py", "ftslurm/knobs.py",
     "ftslurm/wait.py",
 )  # fmt: skip

@@ -1,5 +1,5 @@
 """Damaged or planted failure histories (`<run folder>/failures/task-<N>.json`,
-ftslurm/replica/preflight.py) must not make the launcher, often root, act: a value that is not
+ftslurm/replica/failure_history.py) must not make the launcher, often root, act: a value that is not
 a finite number of a sane range drops its record (never raises), a record another user could
 have written does not count towards draining a node, and what is read at a failure is bounded
 (the array's task files, one at a time, each capped). No processes, no Slurm: the launcher's
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ftslurm.replica import failure_history as fh
 from ftslurm.replica import plan as planlib
 from ftslurm.replica import preflight
 
@@ -36,7 +37,7 @@ def _run_dir(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 def _plant(run_dir: Path, task: int, records: list[object], mode: int = 0o600) -> Path:
     """A history file written by someone else than the launcher (by hand, here)."""
-    folder = preflight.failures_dir(run_dir)
+    folder = fh.failures_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True, mode=0o755)
     path = folder / f"task-{task}.json"
     path.write_text(json.dumps({"version": 1, "task": task, "failures": records}))
@@ -87,7 +88,7 @@ def test_a_record_with_a_value_out_of_range_is_dropped_never_raised(
     bad = json.dumps({**GOOD, field: "@@"}).replace('"@@"', value)
     path = _plant(run_dir, 0, [])
     path.write_text('{"failures": [' + json.dumps(GOOD) + ", " + bad + "]}")
-    assert preflight.read_history(run_dir, 0) == [preflight.Failure(100.0, "worker-1", 137)]
+    assert fh.read_history(run_dir, 0) == [fh.Failure(100.0, "worker-1", 137)]
 
 
 def test_a_damaged_history_does_not_stop_the_requeue(tmp_path, monkeypatch) -> None:
@@ -95,14 +96,14 @@ def test_a_damaged_history_does_not_stop_the_requeue(tmp_path, monkeypatch) -> N
     failure handling: the replica was not requeued."""
     env, run_dir = _run_dir(tmp_path)
     _plant(run_dir, 1, [])
-    (preflight.failures_dir(run_dir) / "task-1.json").write_text(
+    (fh.failures_dir(run_dir) / "task-1.json").write_text(
         '{"failures": [{"t": 1, "node": "worker-1", "code": Infinity}]}')  # fmt: skip
     _slurm(monkeypatch)
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: "worker-1")
     plan = planlib.build_ft_plan(env, ROOT)
     ok, why, _ = preflight.after_failure(plan, env, -9, False, None, 0.0, lambda _: None)
     assert ok, why
-    assert [f.code for f in preflight.read_history(run_dir, 1)] == [137]
+    assert [f.code for f in fh.read_history(run_dir, 1)] == [137]
 
 
 # ---- 2. records another user could have written ---------------------------------------------
@@ -119,7 +120,7 @@ def test_records_of_another_user_drain_no_node(tmp_path, monkeypatch) -> None:
     env, run_dir = _run_dir(tmp_path)
     path = _plant(run_dir, 0, _three_for("worker-1", time.time()))
     os.chown(path, 65534, 65534)
-    monkeypatch.setattr(preflight, "_SAID", set())
+    monkeypatch.setattr(fh, "_SAID", set())
     fake = _slurm(monkeypatch)
     lines = _first_real_failure(monkeypatch, env)
     assert _drains(fake) == [], lines
@@ -136,7 +137,7 @@ def test_records_others_can_write_drain_no_node_and_are_named_once(tmp_path, mon
     env["FT_NODE_MAX_FAILS"] = "3"  # the two real failures alone are not enough
     path = _plant(run_dir, 0, _three_for("worker-1", time.time()))
     (path if where == "file" else path.parent).chmod(0o666 if where == "file" else 0o777)
-    monkeypatch.setattr(preflight, "_SAID", set())
+    monkeypatch.setattr(fh, "_SAID", set())
     fake = _slurm(monkeypatch)
     lines = _first_real_failure(monkeypatch, env)
     lines += _first_real_failure(monkeypatch, env)  # a second failure of this process
@@ -153,7 +154,7 @@ def test_the_launchers_own_records_still_drain_a_bad_node(tmp_path, monkeypatch)
     _first_real_failure(monkeypatch, env)
     lines = _first_real_failure(monkeypatch, env)
     assert [c[2:4] for c in _drains(fake)] == [["NodeName=worker-1", "State=DRAIN"]], lines
-    folder = preflight.failures_dir(planlib.run_folder(env, ROOT))
+    folder = fh.failures_dir(planlib.run_folder(env, ROOT))
     assert oct(folder.stat().st_mode & 0o777) == oct(0o755 & ~_umask())
 
 
@@ -180,25 +181,25 @@ def test_only_the_arrays_task_files_are_read(tmp_path, monkeypatch) -> None:
 
 def test_without_the_arrays_size_the_files_read_are_capped(tmp_path, monkeypatch) -> None:
     _, run_dir = _run_dir(tmp_path)
-    monkeypatch.setattr(preflight, "MAX_TASK_FILES", 5)
+    monkeypatch.setattr(fh, "MAX_TASK_FILES", 5)
     for task in range(12):
         _plant(run_dir, task, [GOOD])
-    assert len(preflight.all_failures(run_dir)) == 5
-    assert preflight.node_failures(run_dir, 100.0, 60.0)["worker-1"] == 5
+    assert len(fh.all_failures(run_dir)) == 5
+    assert fh.node_failures(run_dir, 100.0, 60.0)["worker-1"] == 5
 
 
 def test_histories_are_read_one_file_at_a_time(tmp_path: Path) -> None:
     """Each failure counts the array's records: a file's records are dropped once counted
     (the old reader held every file's at once: 539 MB for 10,000 planted files)."""
     _, run_dir = _run_dir(tmp_path)
-    records = [{**GOOD, "detail": "x" * 500} for _ in range(preflight.MAX_RECORDS)]
+    records = [{**GOOD, "detail": "x" * 500} for _ in range(fh.MAX_RECORDS)]
     for task in range(150):
         _plant(run_dir, task, records)
     tracemalloc.start()
     try:
-        counts = preflight.node_failures(run_dir, 100.0, 60.0)
+        counts = fh.node_failures(run_dir, 100.0, 60.0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert counts["worker-1"] == 150 * preflight.MAX_RECORDS
+    assert counts["worker-1"] == 150 * fh.MAX_RECORDS
     assert peak < 4 << 20, f"{peak / 2**20:.1f} MiB at the peak"
