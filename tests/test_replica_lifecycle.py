@@ -131,3 +131,27 @@ def test_a_requeue_carries_the_nodes_to_avoid() -> None:
     assert action.act is Act.REQUEUE and action.avoid == ("worker-1",)
     outside = decide(Ended(1), lambda: CRASH, False, lambda: place())
     assert outside.outside_array and outside.why == CRASH.why
+
+
+def test_the_notes_of_a_run_say_how_it_ended(tmp_path) -> None:
+    """The files a run leaves (the launcher's time-limit file, the worker's note beside it,
+    the fenced note) are read in one place into what decide weighs."""
+    from ftslurm.replica import ft_checkpoints
+    from ftslurm.replica.lifecycle import Notes, Signals
+
+    notes = Notes(tmp_path)
+    assert notes.ended(0, True, False, None) == Ended(0)
+    notes.time_limit.touch()
+    assert notes.ended(0, True, False, None) == Ended(0, time_limit=True)
+    ft_checkpoints.stopped_early_note(notes.time_limit).touch()
+    notes.fenced.touch()
+    got = notes.ended(1, False, True, "bad flag")
+    assert got == Ended(1, ft=False, cancelled=True, time_limit=True, stopped_early=True,
+                        fenced=True, refused="bad flag")  # fmt: skip
+    signals = Signals()
+    assert signals.stopped is None
+    signals.stops += [15, 2]
+    signals.time_limit = True
+    assert signals.stopped == 15
+    signals.clear()
+    assert (signals.stopped, signals.time_limit) == (None, False)

@@ -106,8 +106,7 @@ def _ensure_cpu_assets(root: Path) -> None:
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run one attempt. argv[0] is `job` (fault-tolerant replica) or `classic`."""
     env = launcher_env(os.environ if env is None else env)
-    _STOP.clear()
-    _TIME_LIMIT_EARLY.clear()
+    SIGNALS.clear()
     what = argv[0] if argv else "job"
     if what == "job":
         catch_early_time_limit()
@@ -163,8 +162,8 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
     def spawn(folder: Path, restart: int) -> runner.Child:
         if s.FTSLURM_ATTEMPT_GUARD:
             _guard_attempt_dir(folder)
-        return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, folder / "config-error",
-                             go=folder / "go")  # fmt: skip
+        notes = lifecycle.Notes(folder)
+        return _spawn_worker(plan, {**env, RESTART_ENV: str(restart)}, notes, go=notes.go)
 
     # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none;
     # and a restart in place happens only inside a Slurm job array (lifecycle.decide)
@@ -181,7 +180,10 @@ def catch_early_time_limit() -> None:
     """Note Slurm's time-limit signal (USR1) from the launcher's start: its default action
     would end the launcher during the pre-flight check or the asset build, before the
     attempt's own handler is installed (_run_torchrun)."""
-    signal.signal(signal.SIGUSR1, lambda signum, _frame: _TIME_LIMIT_EARLY.append(signum))
+    def noted(_signum: int, _frame: object) -> None:
+        SIGNALS.time_limit = True
+
+    signal.signal(signal.SIGUSR1, noted)
 
 
 def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
@@ -294,12 +296,8 @@ RESTART_ENV = "FTSLURM_RESTART"
 TICK_S = 1.0
 # how long an ended worker's last output may take to come through the log filter
 OUTPUT_DRAIN_S = 3.0
-# a SIGTERM / SIGINT / SIGHUP the launcher got: Slurm is ending the allocation, so nothing
-# restarts in it, also when the signal comes between two runs of the training
-_STOP: list[int] = []
-# Slurm's time-limit signal (USR1) when it came before the attempt's own handler (during the
-# pre-flight check, the asset build or between two runs): the next training saves and stops
-_TIME_LIMIT_EARLY: list[int] = []
+# the signals this launcher process got (its handlers set them; a run's end reads them)
+SIGNALS = lifecycle.Signals()
 
 
 ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
@@ -339,8 +337,8 @@ def remove_stale_attempt_dirs(tmp: Path, host: str) -> list[Path]:
 
 def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
                  holder: warm_restart.Holder | None = None) -> int:  # fmt: skip
-    if _STOP:  # stopped between a failed run and its restart in place
-        return 128 + _STOP[0]
+    if SIGNALS.stopped is not None:  # stopped between a failed run and its restart in place
+        return 128 + SIGNALS.stopped
     started = time.time()
     failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
     if failed is not None:
@@ -356,7 +354,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
         _say(f"warm restart: this run was started {time.time() - warm.started:.0f} s ago and "
              "waits before torchft's Manager; told to train")  # fmt: skip
         try:
-            return _run_torchrun(plan, env, warm.folder / "config-error", started, holder, warm)
+            return _run_torchrun(plan, env, lifecycle.Notes(warm.folder), started, holder, warm)
         finally:
             shutil.rmtree(warm.folder, ignore_errors=True)
     host, tmp_root = socket.gethostname(), Path(tempfile.gettempdir())
@@ -366,8 +364,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
     with tempfile.TemporaryDirectory(prefix=prefix, dir=tmp_root) as tmp:
         if s.FTSLURM_ATTEMPT_GUARD:
             _guard_attempt_dir(Path(tmp))
-        note = Path(tmp) / "config-error"
-        return _run_torchrun(plan, env, note, started, holder)
+        return _run_torchrun(plan, env, lifecycle.Notes(Path(tmp)), started, holder)
 
 
 def _guard_attempt_dir(folder: Path) -> None:
@@ -419,18 +416,17 @@ def _wait_watched(child: runner.Child, dog: watchdog.Watchdog | None,
             return child.wait()
 
 
-def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], note: Path,
+def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.Notes,
                   go: Path | None = None) -> runner.Child:  # fmt: skip
     """Start the run's torchrun (or its one worker). Its notes to and from the launcher are
-    files beside `note` (the config error); `go`: a warm next run that waits for it."""
-    extra = {**plan.env, config_error.ENV: str(note),
-             "FTSLURM_FENCED_FILE": str(note.with_name("fenced")),
-             "FTSLURM_SLOT_FILE": str(note.with_name("slot")),
-             peer_watch.PROGRESS_ENV: str(note.with_name("progress"))}  # fmt: skip
+    the files of `notes`; `go`: a warm next run that waits for it."""
+    extra = {**plan.env, config_error.ENV: str(notes.config_error),
+             "FTSLURM_FENCED_FILE": str(notes.fenced), "FTSLURM_SLOT_FILE": str(notes.slot),
+             peer_watch.PROGRESS_ENV: str(notes.progress)}  # fmt: skip
     if plan.torchrun_is_child:
         extra[train.LAUNCHER_ENV] = str(os.getpid())
     if plan.kind == "ft":
-        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(note.with_name("time-limit"))
+        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(notes.time_limit)
     if go is not None:
         extra[warm_restart.GO_ENV] = str(go)
     shorten = logfilter.ReplicaLogFilter() if knobs.load(env).FTSLURM_LOG_FILTER else None
@@ -438,27 +434,26 @@ def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], note: Path,
                         output_filter=shorten)  # fmt: skip
 
 
-def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, started: float,
+def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.Notes,
+                  started: float,
                   holder: warm_restart.Holder | None = None,
                   warm: warm_restart.Standby | None = None) -> int:  # fmt: skip
     cancelled = False
-    fenced = note.with_name("fenced")  # standby.py: a newer claim took this replica's slot
-    time_limit = note.with_name("time-limit")
     if warm is not None:  # released by _run_attempt
         child = warm.child
     else:
-        child = _spawn_worker(plan, env, note)
-    dog = _watchdog(plan, env, note.with_name("progress"), child)
+        child = _spawn_worker(plan, env, notes)
+    dog = _watchdog(plan, env, notes.progress, child)
     restart = knobs.load(env)[RESTART_ENV]
 
     def tick() -> None:
         assert holder is not None
-        holder.maybe_start(note.with_name("progress"), restart, bool(_STOP or _TIME_LIMIT_EARLY))
+        holder.maybe_start(notes.progress, restart, bool(SIGNALS.stops or SIGNALS.time_limit))
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
         cancelled = True
-        _STOP.append(signum)
+        SIGNALS.stops.append(signum)
         if child.poll() is None:
             child.send_signal(signum)
         if holder is not None and holder.ready is not None and holder.ready.alive():
@@ -468,19 +463,19 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
         # Slurm's `--signal=B:USR1@<s>` before the time limit: the worker sees the file after
         # its step, saves a final checkpoint and ends training (not forwarded: torchrun dies
         # of an unhandled SIGUSR1)
-        _TIME_LIMIT_EARLY.append(signal.SIGUSR1)  # a restart in place saves at once too
-        time_limit.touch()
+        SIGNALS.time_limit = True  # a restart in place saves at once too
+        notes.time_limit.touch()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     if plan.kind == "ft":
         signal.signal(signal.SIGUSR1, at_time_limit)
-        if _TIME_LIMIT_EARLY:
-            time_limit.touch()
+        if SIGNALS.time_limit:
+            notes.time_limit.touch()
         if line := ft_checkpoints.signal_margin_line(env):
             _say(line)
-    if _STOP:  # a signal that came before the handlers above: forwarded now
-        forward(_STOP[0], None)
+    if SIGNALS.stopped is not None:  # a signal that came before the handlers above: forwarded
+        forward(SIGNALS.stopped, None)
     rc = _wait_watched(child, dog, tick if holder is not None and holder.enabled else None)
     # the worker's last lines (a traceback) before the launcher's verdict; a process that
     # inherited its output and lives on does not hold the attempt up for longer than this
@@ -489,16 +484,11 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], note: Path, starte
     # without torchrun (FTSLURM_SKIP_TORCHRUN) the code is the worker's own: 137 for SIGKILL
     what = "training worker" if plan.env.get(planlib.WORKER_STORE_ENV) else "torchrun"
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {what} exited with code {code}")
-    refused = config_error.read(note) if rc != 0 else None
+    refused = config_error.read(notes.config_error) if rc != 0 else None
     if refused:
         _say(f"torchtitan refused its options: {refused}; fix FTSLURM_EXTRA_ARGS (or the "
              "TOML) and submit again")  # fmt: skip
-    ended = lifecycle.Ended(
-        code, ft=plan.kind == "ft", cancelled=cancelled, time_limit=time_limit.exists(),
-        stopped_early=ft_checkpoints.stopped_early_note(time_limit).exists(),
-        fenced=fenced.exists(), refused=refused,
-    )  # fmt: skip
-    return _conclude(plan, env, ended, started)
+    return _conclude(plan, env, notes.ended(code, plan.kind == "ft", cancelled, refused), started)
 
 
 def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
@@ -526,7 +516,7 @@ def _in_place(env: Mapping[str, str]) -> lifecycle.InPlace:
         got = preflight_mod.node_state(env, node)
         return got, got is not None and preflight_mod.state_usable(got)
 
-    return lifecycle.InPlace(bool(_STOP), bool(_TIME_LIMIT_EARLY), s[RESTART_ENV],
+    return lifecycle.InPlace(bool(SIGNALS.stops), SIGNALS.time_limit, s[RESTART_ENV],
                              s.FT_MAX_RESTARTS, node, state)  # fmt: skip
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from ftslurm.replica import exits
+from ftslurm.replica import exits, ft_checkpoints
 
 
 class Act(enum.Enum):
@@ -54,6 +55,71 @@ class Ended:
     fenced: bool = False  # a newer claim took this replica's slot (standby.py)
     refused: str | None = None  # torchtitan refused its options (config_error.py)
     preflight: str | None = None  # the evidence of a failed pre-flight check
+
+
+@dataclass
+class Signals:
+    """The signals that reached this launcher in its life (every run of it, restarts in place
+    included), set by its handlers and read when a run ends: one object for what were flags in
+    module-level lists of job.py."""
+
+    # SIGTERM / SIGINT / SIGHUP, in order: Slurm is ending the allocation (or a user is), so
+    # nothing restarts in it, also when one comes between two runs of the training
+    stops: list[int] = field(default_factory=list)
+    # Slurm's time-limit signal (SIGUSR1) came before a run's own handler (during the pre-flight
+    # check, the asset build or between two runs), or during a run: the next run saves and stops
+    time_limit: bool = False
+
+    @property
+    def stopped(self) -> int | None:
+        """The first stop signal's number, None when none came."""
+        return self.stops[0] if self.stops else None
+
+    def clear(self) -> None:
+        self.stops.clear()
+        self.time_limit = False
+
+
+@dataclass(frozen=True)
+class Notes:
+    """The files a training run and its launcher leave each other, in the run's own folder
+    (the attempt's temporary folder, or a warm next run's): torchtitan's refusal of its
+    options (config_error.py), a newer claim that fenced the run (standby.py), the slot it
+    holds, its progress (the watchdog reads it), and Slurm's time-limit signal (the launcher
+    touches it; the worker says beside it that it stopped before STEPS, ft_checkpoints.py)."""
+
+    folder: Path
+
+    @property
+    def config_error(self) -> Path:
+        return self.folder / "config-error"
+
+    @property
+    def fenced(self) -> Path:
+        return self.folder / "fenced"
+
+    @property
+    def slot(self) -> Path:
+        return self.folder / "slot"
+
+    @property
+    def progress(self) -> Path:
+        return self.folder / "progress"
+
+    @property
+    def time_limit(self) -> Path:
+        return self.folder / "time-limit"
+
+    @property
+    def go(self) -> Path:
+        """A warm next run waits for this file before torchft's Manager (warm_restart.py)."""
+        return self.folder / "go"
+
+    def ended(self, code: int, ft: bool, cancelled: bool, refused: str | None) -> Ended:
+        """How the run ended, from its exit `code`, the signals and these files."""
+        return Ended(code, ft=ft, cancelled=cancelled, time_limit=self.time_limit.exists(),
+                     stopped_early=ft_checkpoints.stopped_early_note(self.time_limit).exists(),
+                     fenced=self.fenced.exists(), refused=refused)  # fmt: skip
 
 
 @dataclass(frozen=True)
