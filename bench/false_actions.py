@@ -134,7 +134,7 @@ _BENIGN = ("training finished", "stopped by a signal")  # the two whys of a run 
 _DRAIN = re.compile(r"^(?:drained \S+: |bad node \S+: |could not drain \S+ \(|!!! WARNING: \S+ "
                     r"is bad )")  # fmt: skip
 _PREFLIGHT = re.compile(r"^pre-flight: .*; not training on \S+")
-_FENCED = re.compile(r"^fenced: slot \d+ has a newer claim")  # job.py _run_torchrun
+_FENCED = re.compile(r"^fenced: slot \d+ has a newer claim")  # job.py _conclude
 # torchtitan's checkpoint save (components/checkpoint.py): the saving replica, the other one
 SAVE_MARKS = (b"Saving the checkpoint (or staging if async is enabled)",
               b"doesn't save checkpoint")  # fmt: skip

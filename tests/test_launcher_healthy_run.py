@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import ft_checkpoints, job, preflight, warm_restart
+from ftslurm.replica import ft_checkpoints, job, lifecycle, preflight, warm_restart
 from ftslurm.replica import plan as planlib
 from tests.test_warm_restart import FakeChild
 
@@ -98,15 +98,15 @@ def test_the_time_limit_at_the_last_step_leaves_a_finished_run_finished(
                         lambda *a, **k: (False, "training finished", []))  # fmt: skip
     env = {"DEVICE": "cpu", "FTSLURM_HANG_TIMEOUT_S": "0", "SLURM_ARRAY_JOB_ID": "12",
            "SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"}  # fmt: skip
-    note = tmp_path / "config-error"
-    code_ = job._run_torchrun(_plan(code), env, note, 0.0)
+    notes = lifecycle.Notes(tmp_path)
+    code_ = job._run_torchrun(_plan(code), env, notes, 0.0)
     out = capsys.readouterr().out
     if requeued:
         assert code_ == job.TIME_LIMIT_EXIT and len(calls) == 1
     else:
         assert code_ == 0 and calls == []
         assert "training finished: Slurm's time-limit signal came during its last step" in out
-    assert ft_checkpoints.stopped_early_note(note.with_name("time-limit")).exists() is requeued
+    assert ft_checkpoints.stopped_early_note(notes.time_limit).exists() is requeued
 
 
 def test_a_leaked_go_file_does_not_reach_the_first_runs_worker(tmp_path: Path) -> None:
@@ -115,6 +115,6 @@ def test_a_leaked_go_file_does_not_reach_the_first_runs_worker(tmp_path: Path) -
     code = (f"import os, pathlib; pathlib.Path({str(out)!r})"
             f".write_text(os.environ.get({warm_restart.GO_ENV!r}, 'unset'))")
     env = job.launcher_env({warm_restart.GO_ENV: str(tmp_path / "go"), "PATH": "/usr/bin:/bin"})
-    child = job._spawn_worker(_plan(code), env, tmp_path / "config-error")
+    child = job._spawn_worker(_plan(code), env, lifecycle.Notes(tmp_path))
     assert child.wait(timeout=30) == 0
     assert out.read_text() == "unset"

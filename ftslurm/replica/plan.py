@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs
+from ftslurm import knobs, logvocab
 from ftslurm.errors import UserError
 from ftslurm.knobs import Settings
 
@@ -288,7 +288,7 @@ def run_folder(env: Env, root: Path) -> Path:
     """`<outputs>/torchft/tft-<job>`: the run's folder (logs, slot claims), as the script
     names it."""
     s = knobs.load(env)
-    return _outputs(s, root) / "torchft" / f"tft-{_run_id(s, 'SLURM_ARRAY_JOB_ID')}"
+    return logvocab.run_dir(_run_id(s, "SLURM_ARRAY_JOB_ID"), _outputs(s, root))
 
 
 def _run_id(s: Settings, slurm: str) -> str:
@@ -370,7 +370,7 @@ def build_ft_plan(
     attempt = _first_int(s, ["FTSLURM_ATTEMPT", "SLURM_RESTART_COUNT"], 0, "attempt")
     gpus = _gpus(s, device)
     run_id = _run_id(s, "SLURM_ARRAY_JOB_ID")
-    dump = _dump(s, _outputs(s, root) / "torchft" / f"tft-{run_id}")
+    dump = _dump(s, logvocab.run_dir(run_id, _outputs(s, root)))
     ft_mode = s.FT_MODE or preset.ft_mode or "per-step"
     pg = s.get("PROCESS_GROUP", device)
 
