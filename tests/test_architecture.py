@@ -180,6 +180,52 @@ def test_the_node_processes_load_no_login_node_tool(process: str) -> None:
     assert bad == [], f"{process} imports {bad}"
 
 
+# a worker-side module may read these of the launcher's side: the notes they pass each other
+WORKER_READS_OF_THE_LAUNCHER = {
+    ("standby", "warm_restart"): "the warm next run's `go` / `stop` words and its file's name",
+}
+
+
+def test_each_replica_module_names_its_process() -> None:
+    from ftslurm import replica
+
+    found = {p.stem for p in (ROOT / "ftslurm" / "replica").glob("*.py")} - {"__init__"}
+    sides = [*replica.LAUNCHER_SIDE, *replica.WORKER_SIDE, *replica.BOTH_SIDES]
+    assert sorted(sides) == sorted(found), "list a new module of replica/ in its __init__.py"
+    assert len(sides) == len(set(sides))
+
+
+def test_the_worker_side_imports_nothing_of_the_launchers_but_their_notes() -> None:
+    from ftslurm import replica
+
+    g = import_graph()
+    bad = sorted(
+        (w, dep.rsplit(".", 1)[1]) for w in replica.WORKER_SIDE
+        for dep in g.get(f"ftslurm.replica.{w}", ())
+        if dep.startswith("ftslurm.replica.") and dep.rsplit(".", 1)[1] in replica.LAUNCHER_SIDE
+        and (w, dep.rsplit(".", 1)[1]) not in WORKER_READS_OF_THE_LAUNCHER
+    )  # fmt: skip
+    assert bad == [], "a training worker must not run the launcher's decisions"
+
+
+@pytest.mark.process
+def test_the_launcher_side_loads_no_torch() -> None:
+    """The launcher runs on every node before torch is needed: its start stays fast, and a
+    torch that cannot load fails in the worker, where the launcher sees and judges it."""
+    import subprocess
+    import sys
+
+    from ftslurm import replica
+
+    mods = ", ".join(f"ftslurm.replica.{m}" for m in replica.LAUNCHER_SIDE if m != "__main__")
+    code = (f"import sys, {mods}; "
+            "bad = [m for m in ('torch', 'torchtitan', 'torchft') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_the_layer_checks_find_a_package_cycle_and_a_reach() -> None:
     g = {"ftslurm.a.x": {"ftslurm.b.y"}, "ftslurm.b.z": {"ftslurm.a.w"}, "ftslurm.c": set()}
     assert find_cycles(package_graph(g)) == [["ftslurm.a", "ftslurm.b"]]
