@@ -11,7 +11,6 @@ import pytest
 
 from ftslurm import logvocab
 from ftslurm.report import build_report
-from ftslurm.report.restarts import restarts
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -39,7 +38,7 @@ def test_lost_steps_for_a_failure_of_all_the_time_limit_and_a_heal(tmp_path: Pat
     r1 = [logvocab.resume_line(1, -1, None), *map(_step, range(1, 5)),
           logvocab.resume_line(1, 0, None), _step(7)]  # fmt: skip
     files = [_log(tmp_path, 0, r0), _log(tmp_path, 1, r1)]
-    rows = restarts(files)
+    rows = build_report([str(f) for f in files]).restarts
     assert rows == [
         {"replica": 0, "kind": "restart", "last_step": 8, "resumed_from": 5, "lost_steps": 3},
         {"replica": 0, "kind": "time limit", "last_step": 9, "resumed_from": 9, "lost_steps": 0},

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.commands.report import report
 from ftslurm.errors import UserError
 from tests.clirun import ftslurm, invoke
 
@@ -19,7 +18,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_user_state")]
 
 
 def test_text_on_guide_excerpt():
-    res = invoke(str(FIX / "guide"), command=report)
+    res = invoke("report", str(FIX / "guide"))
     assert res.exit_code == 0, res.output
     out = res.output
     assert "13:49:41.512  quorum 3 changed at step 21: 1/2 replicas [0]; left: 1" in out
@@ -30,7 +29,7 @@ def test_text_on_guide_excerpt():
 
 
 def test_json_is_the_documented_structure():
-    res = invoke(str(FIX / "cpu-run1"), "--json", command=report)
+    res = invoke("report", str(FIX / "cpu-run1"), "--json")
     assert res.exit_code == 0, res.output
     j = json.loads(res.output)
     for key in ("quorums", "failures", "recoveries", "degraded", "summary"):
@@ -51,24 +50,24 @@ def test_json_is_the_documented_structure():
 def test_plot_option(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    res = invoke(str(FIX / "cpu-run1"), "--plot", str(png), command=report)
+    res = invoke("report", str(FIX / "cpu-run1"), "--plot", str(png))
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:4] == b"\x89PNG"
     # a folder that is not there is a typo to report, not a path to create
-    typo = invoke(str(FIX / "cpu-run1"), "--plot", str(tmp_path / "x/r.png"), command=report)
+    typo = invoke("report", str(FIX / "cpu-run1"), "--plot", str(tmp_path / "x/r.png"))
     assert isinstance(typo.exception, UserError) and "not a folder" in str(typo.exception)
     assert typo.output == "" and not (tmp_path / "x").exists()
 
 
 def test_help_has_an_example():
-    res = invoke("--help", command=report)
+    res = invoke("report", "--help")
     assert res.exit_code == 0
     assert "ftslurm report outputs/torchft/tft-12" in res.output
 
 
 @pytest.mark.process
 def test_user_error_not_traceback(tmp_path):
-    res = invoke(str(tmp_path / "missing"), command=report)
+    res = invoke("report", str(tmp_path / "missing"))
     assert isinstance(res.exception, UserError)
     assert str(res.exception) == f"no such file or directory: {tmp_path / 'missing'}"
     proc = ftslurm("report", str(tmp_path))
@@ -90,7 +89,7 @@ def test_user_mistakes_are_errors_not_silent(tmp_path):
         ([guide, "--lighthouse", str(tmp_path)], "a directory; give the log file"),
     ]
     for argv, message in cases:
-        res = invoke(*argv, command=report)
+        res = invoke("report", *argv)
         assert isinstance(res.exception, UserError) and message in str(res.exception), argv
         assert res.output == "", argv  # nothing printed before the error
 
@@ -100,7 +99,7 @@ def test_a_folder_of_unrelated_logs_is_named_in_one_short_line(tmp_path):
     files read and counts the rest, instead of listing every one."""
     for i in range(40):
         (tmp_path / f"other-{i:02d}.log").write_text("nothing of torchft here\n")
-    res = invoke(str(tmp_path), command=report)
+    res = invoke("report", str(tmp_path))
     assert isinstance(res.exception, UserError)
     message = str(res.exception)
     assert message.count(".log") == 3 and " and 37 more (" in message, message

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.commands.report import report as report_cmd
 from ftslurm.errors import UserError
 from ftslurm.logvocab import parse_time
 from ftslurm.report import build_report
@@ -169,11 +168,10 @@ def test_baseline_control_run(tmp_path):
     assert sm["goodput"] == pytest.approx(min(1.0, 14 / ideal), abs=2e-3)
     assert f"    failure-free rate from the control run {ctrl} (1 full-strength" in rep.to_text()
     # the CLI: --baseline; a control with failures is refused in one line
-    res = invoke(str(FIX / "slurm-tft-11"), "--baseline", str(ctrl), "--json", command=report_cmd)
+    res = invoke("report", str(FIX / "slurm-tft-11"), "--baseline", str(ctrl), "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["summary"]["goodput_baseline"]["source"] == "control"
-    res = invoke(str(FIX / "cpu-run1"), "--baseline", str(FIX / "slurm-tft-11"),
-                 command=report_cmd)
+    res = invoke("report", str(FIX / "cpu-run1"), "--baseline", str(FIX / "slurm-tft-11"))
     assert isinstance(res.exception, UserError)
     assert "not a failure-free run (2 failure(s) in its logs)" in str(res.exception)
 

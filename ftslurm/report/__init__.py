@@ -46,7 +46,7 @@ def build_report(
                     baseline=base)
     )
     rep.bad_nodes = bad_nodes(rep.stats.files)
-    rep.restarts = restarts.restarts(rep.stats.files)
+    rep.restarts = restarts.restarts(rep.stats.files, rep.stats.resumes)
     return rep
 
 

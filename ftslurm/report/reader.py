@@ -24,6 +24,7 @@ from ftslurm.logvocab import (
     LONG_NUMBER,
     MANAGER_LINE,
     QUORUM_IDS,
+    RESUME_PREFIX,
     Event,
     has_time,
     parse_line,
@@ -58,6 +59,9 @@ class ParseStats:
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
     active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
+    # per replica log: how many launcher resume lines it has (report/restarts.py reads again
+    # only a log with two: a restart after the first attempt)
+    resumes: dict[str, int] = field(default_factory=dict)
 
     def cannot_open(self, path: Path, e: OSError) -> None:
         """A log that could not be opened: missing if it is not there, else unreadable with
@@ -148,6 +152,7 @@ _NEEDLES = (
     (b"Training completed", _OTHER),
 )
 _LIGHTHOUSE_NEEDLES = ((b"Lighthouse listening on", _OTHER),)
+_RESUME = RESUME_PREFIX.encode()
 _HEAD = 48  # bytes of a line that hold its timestamp
 _BULK = True  # False: every marker line by line (the tests check both give the same result)
 def _eol(buf: bytearray, p: int, end: int) -> int:
@@ -217,6 +222,7 @@ class _FileScan:
         self.file_lines = 0
         self.first_t: float | None = None  # time of the file's first timestamped line
         self.changes = 0  # quorum changes / reconfigurations / heals: re-arm commit emission
+        self.resumes = 0  # launcher resume lines (`[ftslurm] resume:`), counted in bulk
         self.buf = bytearray()
         self.end = 0
 
@@ -255,6 +261,8 @@ class _FileScan:
         self.buf, self.end = buf, end
         n = buf.count(b"\n", 0, end) + (0 if buf[end - 1 : end] == b"\n" else 1)
         self.file_lines += n
+        if not self.lighthouse:
+            self.resumes += buf.count(_RESUME, 0, end)
         self.stats.lines += n
         others: list[tuple[int, int, Event | None]] = []
         if self.quorums:
@@ -520,6 +528,8 @@ def iter_file_events(
             yield from scan.chunk(buf, end)
     last = parse_time(scan.prev_ts, utc_offset) if scan.prev_ts else None
     stats.spans[str(path)] = (scan.first_t, last, lighthouse)
+    if scan.resumes:
+        stats.resumes[str(path)] = scan.resumes
     stats.skipped += max(0, scan.file_lines - scan.matched)
     stats.matched += scan.matched
 

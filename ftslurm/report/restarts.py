@@ -10,7 +10,7 @@ from a live peer instead (its first step is a peer's) lost nothing and is not li
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,16 @@ from ftslurm.logfile import open_log
 from ftslurm.report import reader as R
 
 
-def restarts(files: Sequence[str | Path]) -> list[dict[str, Any]]:
+def restarts(files: Sequence[str | Path], resumes: Mapping[str, int]) -> list[dict[str, Any]]:
     """One row per replica restart from a checkpoint, in log order per file: replica, kind
     (`time limit` or `restart`), last step before, the checkpoint step resumed from, and the
-    steps lost (trained past the checkpoint, so trained again)."""
+    steps lost (trained past the checkpoint, so trained again). `resumes`: the report's one
+    pass counted each log's resume lines (ParseStats.resumes); a row needs an attempt after
+    the first, so only a log with two is read again, line by line."""
     out: list[dict[str, Any]] = []
     for path in files:
         name = logvocab.parse_log_name(Path(path).name)
-        if name is None or not _resumed_twice(Path(path)):
+        if name is None or resumes.get(str(path), 0) < 2:
             continue
         try:
             with open_log(Path(path)) as fh:
@@ -34,28 +36,6 @@ def restarts(files: Sequence[str | Path]) -> list[dict[str, Any]]:
         except (OSError, EOFError, zlib.error):
             continue
     return out
-
-
-_MARKER = logvocab.RESUME_PREFIX.encode()
-_CHUNK = 4 << 20
-
-
-def _resumed_twice(path: Path) -> bool:
-    """A row needs an attempt after the first, so two resume lines: found by a bytes search
-    of large chunks (the line-by-line scan below runs only then; most logs have no second
-    attempt, and the report's one pass already read them)."""
-    seen, tail = 0, b""
-    try:
-        with open_log(path) as fh:
-            while chunk := fh.read(_CHUNK):
-                buf = tail + chunk
-                seen += buf.count(_MARKER)  # the tail is shorter than the marker
-                if seen >= 2:
-                    return True
-                tail = buf[-len(_MARKER) + 1:]
-    except (OSError, EOFError, zlib.error):
-        return False
-    return False
 
 
 def _scan(lines: Any, replica: int) -> list[dict[str, Any]]:
