@@ -48,3 +48,28 @@ def test_lost_steps_for_a_failure_of_all_the_time_limit_and_a_heal(tmp_path: Pat
     assert "steps lost 3" in text
     assert "replica 0: time limit -> checkpoint -> requeue, resumed at step 10" in text
     assert "steps lost 0" in text
+
+
+def test_the_report_reads_a_replica_log_once_unless_it_restarted_from_a_checkpoint(
+        monkeypatch) -> None:  # fmt: skip
+    """The report's one pass counts the resume lines: restarts.py opens again only a log with
+    two (recorded runs: slurm-tft-11 has none; slurm-restart-in-place's replica 1 restarted)."""
+    from collections import Counter
+
+    from ftslurm import logfile
+    from ftslurm.report import reader, restarts
+
+    fixtures = Path(__file__).parent / "fixtures" / "report"
+    opened: Counter[str] = Counter()
+
+    def counting(path: Path):
+        opened[Path(path).name] += 1
+        return logfile.open_log(path)
+
+    for mod in (reader, restarts):
+        monkeypatch.setattr(mod, "open_log", counting)
+    for run, want in (("slurm-tft-11", {"tft-11_0.out.gz": 1, "tft-11_1.out.gz": 1}),
+                      ("slurm-restart-in-place", {"tft-1_0.out.gz": 1, "tft-1_1.out.gz": 2})):
+        opened.clear()
+        build_report(str(fixtures / run))
+        assert {n: k for n, k in opened.items() if logvocab.parse_log_name(n)} == want, run
