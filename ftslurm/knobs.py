@@ -541,16 +541,13 @@ def load(env: Mapping[str, str] | Settings | None = None, device: str | None = N
 # all of the registry again before.
 _KEEP_LOADED = 8
 _LOADED: list[Settings] = []
-_PROCESS: list[Settings] = []  # this process's, from os.environ: see environ()
 
 
 def environ() -> Settings:
     """This process's settings, loaded from os.environ once and again only when it changed (a
     test's monkeypatch, click's CliRunner(env=...), a worker setting MASTER_PORT): the values
-    are never stale, and parsed once per environment."""
-    if not _PROCESS or _PROCESS[0].env != os.environ:
-        _PROCESS[:] = [load(os.environ)]
-    return _PROCESS[0]
+    are never stale, and parsed once per environment (`load`'s cache)."""
+    return load(os.environ)
 
 
 # --------------------------------------------------------------------------------------------
