@@ -150,7 +150,8 @@ def test_the_notes_of_a_run_say_how_it_ended(tmp_path) -> None:
                         fenced=True, refused="bad flag")  # fmt: skip
     signals = Signals()
     assert signals.stopped is None
-    signals.stops += [15, 2]
+    signals.stop(15)
+    signals.stop(2)
     signals.time_limit = True
     assert signals.stopped == 15
     signals.clear()

@@ -88,7 +88,7 @@ def test_no_restart_in_place_once_used_up_or_stopped(monkeypatch, capsys):
     assert "restarts in place used up (2 of FT_MAX_RESTARTS=2)" in out
     assert "requeueing 12_1: why (attempt 2)" in out
     assert _conclude(monkeypatch, plan, {**env, "FT_MAX_RESTARTS": "0"}) == (137, ["12_1"])
-    job.SIGNALS.stops.append(15)  # Slurm is ending the allocation
+    job.SIGNALS.stop(15)  # Slurm is ending the allocation
     try:
         assert _conclude(monkeypatch, plan, env) == (137, ["12_1"])
         assert job._run_attempt(plan, env) == 128 + 15  # nothing starts after the signal
@@ -165,7 +165,7 @@ def test_a_time_limit_signal_before_the_attempt_is_kept_and_stops_restarts(monke
     try:
         job.catch_early_time_limit()
         os.kill(os.getpid(), signal.SIGUSR1)  # still alive: the handler took it
-        assert job.SIGNALS.time_limit and not job.SIGNALS.stops
+        assert job.SIGNALS.time_limit and job.SIGNALS.stopped is None
         monkeypatch.setattr(preflight, "node_state", lambda env, node: "mixed")
         assert _conclude(monkeypatch, _plan(), {"SLURMD_NODENAME": "worker-1"}) == (
             137, ["12_1"])

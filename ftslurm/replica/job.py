@@ -448,12 +448,13 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
 
     def tick() -> None:
         assert holder is not None
-        holder.maybe_start(notes.progress, restart, bool(SIGNALS.stops or SIGNALS.time_limit))
+        ending = SIGNALS.stopped is not None or SIGNALS.time_limit
+        holder.maybe_start(notes.progress, restart, ending)
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal cancelled
         cancelled = True
-        SIGNALS.stops.append(signum)
+        SIGNALS.stop(signum)
         if child.poll() is None:
             child.send_signal(signum)
         if holder is not None and holder.ready is not None and holder.ready.alive():
@@ -516,7 +517,7 @@ def _in_place(env: Mapping[str, str]) -> lifecycle.InPlace:
         got = preflight_mod.node_state(env, node)
         return got, got is not None and preflight_mod.state_usable(got)
 
-    return lifecycle.InPlace(bool(SIGNALS.stops), SIGNALS.time_limit, s[RESTART_ENV],
+    return lifecycle.InPlace(SIGNALS.stopped is not None, SIGNALS.time_limit, s[RESTART_ENV],
                              s.FT_MAX_RESTARTS, node, state)  # fmt: skip
 
 

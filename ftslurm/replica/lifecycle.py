@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ftslurm.replica import exits, ft_checkpoints
@@ -63,21 +63,20 @@ class Signals:
     included), set by its handlers and read when a run ends: one object for what were flags in
     module-level lists of job.py."""
 
-    # SIGTERM / SIGINT / SIGHUP, in order: Slurm is ending the allocation (or a user is), so
-    # nothing restarts in it, also when one comes between two runs of the training
-    stops: list[int] = field(default_factory=list)
+    # the first SIGTERM / SIGINT / SIGHUP's number (None: none came): Slurm is ending the
+    # allocation (or a user is), so nothing restarts in it, also when it comes between two runs
+    stopped: int | None = None
     # Slurm's time-limit signal (SIGUSR1) came before a run's own handler (during the pre-flight
     # check, the asset build or between two runs), or during a run: the next run saves and stops
     time_limit: bool = False
 
-    @property
-    def stopped(self) -> int | None:
-        """The first stop signal's number, None when none came."""
-        return self.stops[0] if self.stops else None
+    def stop(self, signum: int) -> None:
+        """A stop signal came; the first one's number is kept."""
+        if self.stopped is None:
+            self.stopped = signum
 
     def clear(self) -> None:
-        self.stops.clear()
-        self.time_limit = False
+        self.stopped, self.time_limit = None, False
 
 
 @dataclass(frozen=True)
