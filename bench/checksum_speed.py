@@ -1,4 +1,4 @@
-"""Rate of the launcher's parameter checksum (ftslurm/replica/checksum.py), in GB/s of
+"""Rate of the launcher's parameter checksum (ftslurm/replica/worker/checksum.py), in GB/s of
 parameters hashed, and what the training thread waits for, on CPU or one GPU.
 
 Why it matters: on CUDA every rank hashes its local shard every FTSLURM_CHECKSUM_EVERY (50)
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 
 
 def median_seconds(fn, runs: int) -> float:

@@ -1,9 +1,10 @@
 """False-action soak: healthy training under disturbances that are not failures, counting every
 action the fault-tolerance machinery took. Every count must be 0.
 
-Why: the watchdog (replica/watchdog.py), the peer watch (replica/peer_watch.py), the
-pre-flight and drain rules (replica/preflight.py), the restart in place and the requeue
-(replica/job.py) and the warm spares (replica/standby.py) exist to stop and bring back a
+Why: the watchdog (replica/launcher/watchdog.py), the peer watch (replica/worker/peer_watch.py), the
+pre-flight and drain rules (replica/launcher/preflight.py), the restart in place and the requeue
+(replica/launcher/job.py) and the warm spares (replica/worker/standby.py) exist to stop and
+bring back a
 replica that failed; one that stops a healthy replica costs the run what a failure costs. A
 failure soak (bench/soak.py) shows they act; this one shows they keep still when they must.
 

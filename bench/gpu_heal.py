@@ -1,6 +1,6 @@
 """Healing on one device: checkpoint transfer bandwidth, and the two healing bugs on and off.
 
-The bugs are those ftslurm/replica/fixes.py numbers 1 (the survivor crashes while it serves
+The bugs are those ftslurm/replica/worker/fixes.py numbers 1 (the survivor crashes while it serves
 a heal) and 2 (a heal sends a stale optimizer state). Two fault-tolerant replicas (per-step
 mode, FSDP) of the launcher the sbatch scripts exec (`python -m ftslurm.replica job`) share
 this machine's one device, with the real torchft Lighthouse on a free port. Once both have
@@ -63,7 +63,7 @@ from gpu_overhead import (  # noqa: E402
 )
 
 from ftslurm import lighthouse  # noqa: E402
-from ftslurm.replica import checksum  # noqa: E402
+from ftslurm.replica.worker import checksum  # noqa: E402
 
 SCENARIOS = {
     "fixes-on": {},

@@ -52,8 +52,8 @@ if str(ROOT) not in sys.path:
 
 from ftslurm import lighthouse, logvocab, procs, runner  # noqa: E402
 from ftslurm.failure_plan import is_training_worker  # noqa: E402
-from ftslurm.replica import checksum  # noqa: E402
 from ftslurm.replica import plan as planlib  # noqa: E402
+from ftslurm.replica.worker import checksum  # noqa: E402
 from ftslurm.run.progress import steps_in  # noqa: E402
 
 ANSI = logvocab.ANSI_TEXT  # bench/gpu_heal.py strips its log's colours with it too

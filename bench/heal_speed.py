@@ -1,5 +1,5 @@
 """How fast a healing replica gets the survivor's state, per checkpoint transport option
-(ftslurm/replica/transport.py), against the TCP loopback moving the same bytes.
+(ftslurm/replica/worker/transport.py), against the TCP loopback moving the same bytes.
 
 Why: a heal pauses the job, and torchft's default (one HTTP stream) moves an 8B heal at
 0.63-0.73 GB/s on an H100 (docs/benchmarks.md). Here two processes stand for the two replicas
@@ -70,7 +70,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ftslurm import knobs
-from ftslurm.replica import transport
+from ftslurm.replica.worker import transport
 
 DIM, KV_DIM, HIDDEN = 4096, 1024, 14336  # Llama 3 8B: model dim, 8 KV heads x 128, FFN
 TIMEOUT = timedelta(seconds=600)

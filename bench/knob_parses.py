@@ -47,7 +47,7 @@ LAUNCH = COUNTER + """
 import os
 from ftslurm import lighthouse
 from ftslurm.lighthouse.config import LighthouseConfig
-from ftslurm.replica import job
+from ftslurm.replica.launcher import job
 state = sys.argv[1]
 info = lighthouse.start(LighthouseConfig(bind="127.0.0.1:0", state_dir=state))
 try:

@@ -8,7 +8,7 @@ appended to a log file that is polled every 10 ms: a line's time is when it firs
 there (the launcher flushes each line; the worker runs with -u). Group of 1: a restart in a
 real group also fetches a checkpoint from a peer, which this does not measure.
 
-Modes (a mode sets the cheaper-start switches of ftslurm/replica/startup.py):
+Modes (a mode sets the cheaper-start switches of ftslurm/replica/worker/startup.py):
   old            FTSLURM_SKIP_TORCHRUN=0 FTSLURM_LAZY_COMPILE=0 (upstream's start)
   new            both on (the defaults)
   skip_torchrun  only FTSLURM_SKIP_TORCHRUN on;  lazy_compile  only FTSLURM_LAZY_COMPILE on

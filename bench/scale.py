@@ -4,7 +4,7 @@ What it does, all with the tools users run (root; slurm-wlm + munge installed):
 1. `ftslurm cluster up --nodes N` (local.up) in its own state folder, the real Lighthouse
    (`ftslurm lighthouse start`'s lifecycle.start) on a free port, and
    `FTSLURM_PRESET=tiny ftslurm submit --array=0-(N-1) llama3.1-8b-pretraining-torchft.sh`
-   (ftslurm/replica/tiny.py: a real torchft Manager + gloo, a tiny model);
+   (ftslurm/replica/worker/tiny.py: a real torchft Manager + gloo, a tiny model);
 2. waits for a full quorum (a `Quorum!` line of the Lighthouse with all N replicas) and
    measures each replica's memory (RSS, PSS, private) from /proc;
 3. chaos: `ftslurm simulate-failure --chaos --every G --count K-2` (node-down, random
@@ -164,7 +164,7 @@ def replica_memory(state: Path) -> dict[str, Any]:
                 continue
         except OSError:
             continue
-        kind = "worker" if b"ftslurm.replica.tiny" in cmd else "launcher"
+        kind = "worker" if b"ftslurm.replica.worker.tiny" in cmd else "launcher"
         if r := _rollup(int(proc.name)):
             groups[kind].append(r)
     out: dict[str, Any] = {}

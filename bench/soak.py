@@ -55,7 +55,7 @@ from pathlib import Path
 from ftslurm import logvocab
 from ftslurm.demo import DemoConfig, LocalBackend, run_demo
 from ftslurm.errors import UserError
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.report import build_report
 from ftslurm.run.model import Run
 from ftslurm.run.progress import split_attempts, steps_in

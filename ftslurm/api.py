@@ -13,7 +13,8 @@ What runs where. submitit pickles a callable (`ReplicaTask`) into `outputs/submi
 writes one sbatch array file (one node and one task per array task), which ftslurm's submit
 service (`ftslurm.submission`, as `ftslurm submit`) hands to sbatch. On the node, submitit
 unpickles it with the submitting interpreter's path (`sys.executable`: a venv on the shared
-filesystem), and it runs the sbatch script's launcher, `ftslurm.replica.job.main`, appending
+filesystem), and it runs the sbatch script's launcher, `ftslurm.replica.launcher.job.main`,
+appending
 to the file the script writes (`outputs/torchft/tft-<job>/tft-<job>_<i>.out`), so the
 launcher's banner starts every attempt and `ftslurm report` / `status` / `logs` read an API
 run like a script run. submitit's own logs stay in `outputs/submitit/`, where the report does
@@ -100,7 +101,7 @@ class ReplicaTask:
         return _log_path(self.kind, Path(self.outputs), env)
 
     def __call__(self, replica: int = 0) -> int:
-        from ftslurm.replica import job as launcher
+        from ftslurm.replica.launcher import job as launcher
         from ftslurm.runner import CommandError
 
         with contextlib.suppress(ValueError, AttributeError):  # not in the main thread
@@ -558,7 +559,7 @@ def submit_classic(
     **slurm_options: Any,
 ) -> ReplicaHandle:
     """Submit the classic (non-FT) job on `nodes` nodes through submitit: the same launcher
-    as `llama3.1-8b-pretraining.sh` (`ftslurm.replica.job.main(["classic"], env)`), which
+    as `llama3.1-8b-pretraining.sh` (`ftslurm.replica.launcher.job.main(["classic"], env)`), which
     `srun`s one torchrun per node; its output goes to `<outputs>/classic-<job>.out`.
 
     No `--requeue` (as in the script): any node failure ends the torchrun group; that is the

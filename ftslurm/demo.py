@@ -770,7 +770,7 @@ def _one_failure(b: Backend, cfg: DemoConfig, k: int, say: Say) -> None:
 def _checkpoints(b: Backend) -> list[int]:
     """The complete model checkpoints' steps in the run's checkpoint folder (the dump folder's
     `checkpoint`, or CHECKPOINT_FOLDER), a seed checkpoint (step 0) left out."""
-    from ftslurm.replica import ft_checkpoints
+    from ftslurm.replica.worker import ft_checkpoints
 
     given = knobs.environ().CHECKPOINT_FOLDER
     folder = Path(given) if given else b.run_dir / "checkpoint"

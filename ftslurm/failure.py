@@ -32,7 +32,7 @@ from typing import Any
 from ftslurm import failure_modes, failure_plan, knobs, logvocab, procs
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import Action, ActionKind, FailurePlan, KillSelection, Target
-from ftslurm.replica import warm_restart
+from ftslurm.replica.launcher import warm_restart
 from ftslurm.runner import CommandError
 from ftslurm.slurm import args as slurm_args
 from ftslurm.slurm import client

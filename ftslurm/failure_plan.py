@@ -35,10 +35,10 @@ ActionKind = Literal["down", "wait", "resume", "requeue", "kill-local", "kill-sr
                      "unstall-local", "stall-check-srun", "stall-srun", "unstall-srun"]  # fmt: skip
 # The training worker, as torchrun starts it (`python -u -m <module> ...`), or the tiny
 # preset's worker. Anchored on the interpreter followed only by options, so torchrun's own
-# command line (`python .../torchrun ... -m ftslurm.replica.train`) does not match. POSIX
+# command line (`python .../torchrun ... -m ftslurm.replica.worker.train`) does not match. POSIX
 # ERE: also valid for pkill -f.
 TRAIN_CMD_RE = (r"(^|/)python[0-9.]*( -[^ ]+)* -m "
-                r"(ftslurm\.replica\.train|ftslurm\.replica\.tiny|torchtitan\.train)( |$)")
+                r"(ftslurm\.replica\.worker\.(train|tiny)|torchtitan\.train)( |$)")
 NEVER_KILL = ("slurmd", "slurmstepd", "slurmctld", "munged")
 
 

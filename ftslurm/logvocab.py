@@ -678,7 +678,8 @@ QUORUM_IDS = re.compile(rb"Quorum \{ quorum_id: ([^,]{0,23}),")
 MANAGER_LINE = re.compile(rb" - step (?:(-?\d{1,18})\] should_commit=True)?")
 LONG_NUMBER = re.compile(rb"-?\d{%d}" % (MAX_DIGITS + 1))
 
-# the training worker's parameter checksum after a step (replica/checksum.py writes and reads it)
+# the training worker's parameter checksum after a step (replica/worker/checksum.py writes and
+# reads it)
 CHECKSUM_PREFIX = "ftslurm-checksum"
 CHECKSUM_LINE = re.compile(
     CHECKSUM_PREFIX + r" replica=(?P<replica>\d+) rank=(?P<rank>\d+) step=(?P<step>\d+) "

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ftslurm import procs
-from ftslurm.replica import warm_restart
+from ftslurm.replica.launcher import warm_restart
 from ftslurm.wait import WaitTimeout, wait_for
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -3,7 +3,7 @@ ftslurm's `cpu` extra), installed versions read from package metadata (nothing i
 takes seconds), and the one-line verdict on an unsupported build.
 
 Why a module of its own: the launcher checks the stack before every attempt
-(`replica/startup.check_versions`) and `ftslurm doctor` checks it on the login node; the launcher
+(`check_stack`) and `ftslurm doctor` checks it on the login node; the launcher
 must not import the doctor (which imports Slurm's client, the Lighthouse and the submit path).
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftslurm import paths
+from ftslurm.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -165,3 +166,16 @@ def installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             out[normalize(r.name)] = None
     return out
+
+
+def check_stack(worker: str = "torchtitan") -> None:
+    """The launcher's start-up check of the training stack, before anything starts: an
+    unsupported torchtitan (0.3.x: the FT trainer and the TOML configs moved), torch or
+    torchft build is one line naming the supported pins (UserError: exit code 2, and no
+    requeue: every attempt would fail the same way, deep in training). Read from the package
+    metadata, nothing imported. The tiny worker (`worker="tiny"`) needs no torchtitan."""
+    names = [n for n in CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
+    pins = {n: spec for n, spec in supported_pins().items() if n in names}
+    problem = version_problem(installed_versions(names), pins)
+    if problem:
+        raise UserError(problem)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ftslurm import knobs, lighthouse, logvocab
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.run.model import Run
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for

@@ -166,46 +166,63 @@ def test_no_cycle_between_packages() -> None:
     assert find_cycles(package_graph(import_graph())) == []
 
 
-# what the processes on a node (the launcher, `replica.job`; the training worker,
-# `replica.train`) may never load: login-node tools, each heavier and each a way back up
+# what the processes on a node (the launcher, `replica.launcher.job`; the training worker,
+# `replica.worker.train`) may never load: login-node tools, each heavier and each a way back up
 NODE_NEVER = ("ftslurm.report", "ftslurm.doctor", "ftslurm.submission", "ftslurm.commands",
               "ftslurm.cli", "ftslurm.demo", "ftslurm.daemon", "ftslurm.metrics",
               "ftslurm.status", "ftslurm.lighthouse.lifecycle")  # fmt: skip
 
 
-@pytest.mark.parametrize("process", ["ftslurm.replica.job", "ftslurm.replica.train"])
+@pytest.mark.parametrize("process", ["ftslurm.replica.launcher.job",
+                                     "ftslurm.replica.worker.train"])
 def test_the_node_processes_load_no_login_node_tool(process: str) -> None:
     loaded = reachable(import_graph(), process)
     bad = sorted(m for m in loaded if m.startswith(NODE_NEVER))
     assert bad == [], f"{process} imports {bad}"
 
 
-# a worker-side module may read these of the launcher's side: the notes they pass each other
-WORKER_READS_OF_THE_LAUNCHER = {
-    ("standby", "warm_restart"): "the warm next run's `go` / `stop` words and its file's name",
-}
+REPLICA = "ftslurm.replica."
+LAUNCHER, WORKER = REPLICA + "launcher", REPLICA + "worker"
 
 
-def test_each_replica_module_names_its_process() -> None:
-    from ftslurm import replica
-
-    found = {p.stem for p in (ROOT / "ftslurm" / "replica").glob("*.py")} - {"__init__"}
-    sides = [*replica.LAUNCHER_SIDE, *replica.WORKER_SIDE, *replica.BOTH_SIDES]
-    assert sorted(sides) == sorted(found), "list a new module of replica/ in its __init__.py"
-    assert len(sides) == len(set(sides))
+def _replica_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, what it imports) of replica/'s modules, among replica/'s modules."""
+    return [(m, dep) for m, deps in graph.items() if m.startswith(REPLICA)
+            for dep in deps if dep.startswith(REPLICA)]  # fmt: skip
 
 
-def test_the_worker_side_imports_nothing_of_the_launchers_but_their_notes() -> None:
-    from ftslurm import replica
+def crossings(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports from one process's folder of replica/ into the other's."""
+    return [(m, dep) for m, dep in _replica_imports(graph)
+            if (m.startswith(LAUNCHER) and dep.startswith(WORKER))
+            or (m.startswith(WORKER) and dep.startswith(LAUNCHER))]  # fmt: skip
 
-    g = import_graph()
-    bad = sorted(
-        (w, dep.rsplit(".", 1)[1]) for w in replica.WORKER_SIDE
-        for dep in g.get(f"ftslurm.replica.{w}", ())
-        if dep.startswith("ftslurm.replica.") and dep.rsplit(".", 1)[1] in replica.LAUNCHER_SIDE
-        and (w, dep.rsplit(".", 1)[1]) not in WORKER_READS_OF_THE_LAUNCHER
-    )  # fmt: skip
-    assert bad == [], "a training worker must not run the launcher's decisions"
+
+def test_neither_process_of_a_replica_imports_the_others_modules() -> None:
+    """The launcher and the training worker are two processes, one folder each: a worker
+    module that imported the launcher's would run its decisions in every rank; a launcher
+    module that imported the worker's would be one step from loading torch. What they share
+    (variables, words, notes) is in replica/handoff.py."""
+    assert crossings(import_graph()) == [], \
+        "put what both sides need in replica/handoff.py (or another shared module)"
+
+
+def test_the_shared_modules_of_a_replica_import_neither_process() -> None:
+    """replica/'s own modules are the floor both processes stand on (the plan, the patch
+    records, the exit codes, the notes): they import neither side, but `__main__`, the
+    launcher's entry."""
+    bad = [(m, dep) for m, dep in _replica_imports(import_graph())
+           if m.count(".") == 2 and m != REPLICA + "__main__"
+           and dep.startswith((LAUNCHER, WORKER))]  # fmt: skip
+    assert bad == []
+
+
+def test_the_floor_check_sees_a_worker_that_imports_the_launcher() -> None:
+    g = {WORKER + ".train": {LAUNCHER + ".job", REPLICA + "plan"},
+         LAUNCHER + ".job": {REPLICA + "handoff"}}  # fmt: skip
+    assert crossings(g) == [(WORKER + ".train", LAUNCHER + ".job")]
+    assert crossings({LAUNCHER + ".job": {WORKER + ".fixes"}}) == [
+        (LAUNCHER + ".job", WORKER + ".fixes")]
 
 
 @pytest.mark.process
@@ -215,10 +232,10 @@ def test_the_launcher_side_loads_no_torch() -> None:
     import subprocess
     import sys
 
-    from ftslurm import replica
-
-    mods = ", ".join(f"ftslurm.replica.{m}" for m in replica.LAUNCHER_SIDE if m != "__main__")
-    code = (f"import sys, {mods}; "
+    folder = ROOT / "ftslurm" / "replica" / "launcher"
+    mods = ", ".join(f"{LAUNCHER}.{p.stem}" for p in sorted(folder.glob("*.py"))
+                     if p.stem != "__init__")  # fmt: skip
+    code = (f"import sys, ftslurm.replica.__main__, {mods}; "
             "bad = [m for m in ('torch', 'torchtitan', 'torchft') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -344,7 +361,8 @@ def test_a_step_pattern_added_to_status_is_caught() -> None:
 # copied into its state folder where ftslurm may not be importable (standard library only).
 
 LOG_READERS = ("ftslurm/report/", "ftslurm/run/", "ftslurm/logtail.py", "ftslurm/status.py",
-               "ftslurm/demo.py", "ftslurm/lighthouse/lifecycle.py", "ftslurm/replica/checksum.py",
+               "ftslurm/demo.py", "ftslurm/lighthouse/lifecycle.py",
+               "ftslurm/replica/worker/checksum.py",
                "ftslurm/metrics/collector.py")  # fmt: skip
 
 
@@ -503,11 +521,15 @@ def test_the_api_signal_is_the_cli_signal() -> None:
 # `knobs.get(` / `knobs.check(` in them. A module switched over is added here.
 CONVERTED = (
     "paths.py", "resources.py", "commands/params.py", "commands/lighthouse.py",
-    "commands/metrics.py", "replica/plan.py", "replica/preflight.py", "replica/failure_history.py",
-    "replica/fixes.py",
-    "replica/train.py", "replica/tiny.py", "replica/checksum.py", "replica/transport.py",
-    "replica/early_sync.py", "replica/startup.py", "replica/ft_checkpoints.py", "replica/cpu.py",
-    "replica/job.py", "replica/warm_restart.py", "failure.py", "api.py", "submission.py",
+    "commands/metrics.py", "replica/plan.py", "replica/launcher/preflight.py",
+    "replica/launcher/failure_history.py",
+    "replica/worker/fixes.py",
+    "replica/worker/train.py", "replica/worker/tiny.py", "replica/worker/checksum.py",
+    "replica/worker/transport.py",
+    "replica/worker/early_sync.py", "replica/worker/startup.py", "replica/worker/ft_checkpoints.py",
+    "replica/worker/cpu.py",
+    "replica/launcher/job.py", "replica/launcher/warm_restart.py", "failure.py", "api.py",
+    "submission.py",
     "commands/submit.py", "commands/demo.py", "demo.py", "doctor.py",
 )  # fmt: skip
 
@@ -527,7 +549,7 @@ NOT_YET_DIRECT = {
                                "FTSLURM_LOG_FILTER", "FTSLURM_LIGHTHOUSE_SNAPSHOT_S",
                                "FTSLURM_LIGHTHOUSE_LOG_MAX_BYTES"},
     # not reads: a claimed slot is written into the worker's environment (standby._become)
-    "replica/standby.py": {"FTSLURM_REPLICA_ID", "FTSLURM_SLOT_EPOCH"},
+    "replica/worker/standby.py": {"FTSLURM_REPLICA_ID", "FTSLURM_SLOT_EPOCH"},
 }  # fmt: skip
 
 
@@ -668,7 +690,7 @@ TOOLKIT = (
     "ftslurm/wait.py", "ftslurm/procs.py", "ftslurm/daemon.py", "ftslurm/runner.py",
     "ftslurm/lighthouse/lifecycle.py", "ftslurm/lighthouse/launcher.py", "ftslurm/failure.py",
     "ftslurm/commands/failure.py", "ftslurm/cluster/local.py", "ftslurm/commands/cluster.py",
-    "ftslurm/replica/attempt_guard.py", "ftslurm/replica/peer_watch.py",
+    "ftslurm/replica/launcher/attempt_guard.py", "ftslurm/replica/worker/peer_watch.py",
 )  # fmt: skip
 
 SIGNAL_CALLS = {("os", "kill"), ("os", "killpg"), ("os", "pidfd_send_signal"),

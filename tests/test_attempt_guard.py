@@ -1,4 +1,4 @@
-"""The attempt guard (ftslurm/replica/attempt_guard.py) removes an attempt's temporary folder
+"""The attempt guard (replica/launcher/attempt_guard.py) removes an attempt's temporary folder
 when its launcher is gone: at once after a SIGKILL of the launcher's process tree (the local
 demo's failures and teardown), and a finished attempt leaves neither folder nor guard; it
 removes only an attempt folder of this user, never a link or another folder. Real launchers
@@ -53,7 +53,7 @@ def test_a_finished_attempt_leaves_no_folder_and_no_guard(tmp_path: Path) -> Non
 
 
 def test_the_guard_removes_only_an_attempt_folder_of_this_user(tmp_path: Path) -> None:
-    from ftslurm.replica import attempt_guard
+    from ftslurm.replica.launcher import attempt_guard
 
     other = tmp_path / "not-an-attempt"
     other.mkdir()

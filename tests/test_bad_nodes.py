@@ -1,5 +1,5 @@
 """The requeue cap by rate (FT_MAX_FAILS within FT_FAIL_WINDOW_MIN) and the failure history that
-survives requeues (ftslurm/replica/failure_history.py); no processes, no Slurm."""
+survives requeues (ftslurm/replica/launcher/failure_history.py); no processes, no Slurm."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import failure_history as fh
 from ftslurm.replica import plan as planlib
-from ftslurm.replica import preflight
+from ftslurm.replica.launcher import failure_history as fh
+from ftslurm.replica.launcher import preflight
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ftslurm import runner
 from ftslurm.metrics.snapshot import MAX_NODES, UNKNOWN, nodes_taken_out
-from ftslurm.replica import preflight
+from ftslurm.replica.launcher import preflight
 from ftslurm.report import build_report
 from ftslurm.wait import free_port
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from ftslurm import lighthouse
-from ftslurm.replica import job
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.launcher import job
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

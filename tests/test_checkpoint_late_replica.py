@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica.ft_checkpoints import (
+from ftslurm.replica.worker.ft_checkpoints import (
     heal_data_step,
     mark_trained_on,
     peer_restarted_since,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import logvocab
-from ftslurm.replica.ft_checkpoints import heal_data_step, plan_resume, purge, stale_steps
+from ftslurm.replica.worker.ft_checkpoints import heal_data_step, plan_resume, purge, stale_steps
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -82,7 +82,7 @@ def test_lines_round_trip() -> None:
 def test_replicas_that_see_the_time_limit_a_step_apart_stop_after_the_same_step(
     tmp_path: Path,
 ) -> None:
-    from ftslurm.replica.ft_checkpoints import agree_stop_step
+    from ftslurm.replica.worker.ft_checkpoints import agree_stop_step
 
     assert agree_stop_step(tmp_path, 5) == 6  # the first to see it: one more step, marked
     assert agree_stop_step(tmp_path, 5) == 6  # its peer, the same step

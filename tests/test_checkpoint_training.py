@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from ftslurm import logvocab
-from ftslurm.replica import ft_checkpoints
-from ftslurm.replica.job import TIME_LIMIT_EXIT
+from ftslurm.replica.launcher.job import TIME_LIMIT_EXIT
+from ftslurm.replica.worker import ft_checkpoints
 from ftslurm.wait import wait_for
 from tests.test_replica_training import Replica, Run, _kill
 from tests.test_replica_training import make_run as make_run  # the fixture

@@ -134,10 +134,10 @@ def test_requeue_and_kill_plans():
 
 
 # Real command lines (from /proc of a CPU run on the local cluster)
-WORKER = ["/root/.pyenv/versions/3.11.7/bin/python3", "-u", "-m", "ftslurm.replica.train",
+WORKER = ["/root/.pyenv/versions/3.11.7/bin/python3", "-u", "-m", "ftslurm.replica.worker.train",
           "--job.config_file=/work/main/slurm/configs/debug_cpu.toml"]  # fmt: skip
 TORCHRUN = ["/root/.pyenv/versions/3.11.7/bin/python3", "/root/.pyenv/versions/3.11.7/bin/torchrun",
-            "--nnodes=1", "--nproc_per_node=1", "-m", "ftslurm.replica.train"]  # fmt: skip
+            "--nnodes=1", "--nproc_per_node=1", "-m", "ftslurm.replica.worker.train"]  # fmt: skip
 LAUNCHER = ["python3", "-m", "ftslurm.replica", "job"]
 
 
@@ -147,7 +147,8 @@ def test_worker_matcher_takes_workers_only():
     assert not failure_plan.is_training_worker(TORCHRUN)
     assert not failure_plan.is_training_worker(LAUNCHER)
     assert not failure_plan.is_training_worker(["slurmstepd: [12.batch]"], comm="slurmstepd")
-    assert not failure_plan.is_training_worker(["/usr/sbin/slurmd", "-m", "ftslurm.replica.train"])
+    assert not failure_plan.is_training_worker(["/usr/sbin/slurmd", "-m",
+                                                "ftslurm.replica.worker.train"])
     assert not failure_plan.is_training_worker(["python3", "-m", "ftslurm.replica.trainer"])
     assert not failure_plan.is_training_worker([])
 

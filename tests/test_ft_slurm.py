@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ftslurm import lighthouse
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.slurm import client
 from ftslurm.wait import wait_for
 from tests.ftjob import FTRun, cancel, resume_all_nodes, start_lighthouse, submit_ft

@@ -13,9 +13,9 @@ import pytest
 from ftslurm import api, knobs
 from ftslurm.commands.submit import LAUNCHER_KNOBS, export_names
 from ftslurm.errors import UserError
-from ftslurm.replica import checksum, early_sync, fixes
-from ftslurm.replica import job as launcher
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.launcher import job as launcher
+from ftslurm.replica.worker import checksum, early_sync, fixes
 from tests.ftjob import KNOB_ENV_RE
 
 pytestmark = pytest.mark.unit

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import ft_checkpoints, job, lifecycle, preflight, warm_restart
+from ftslurm.replica import handoff
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.launcher import job, lifecycle, preflight, warm_restart
 from tests.test_warm_restart import FakeChild
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -53,7 +54,7 @@ def test_a_go_that_cannot_be_written_is_no_release(tmp_path: Path, monkeypatch) 
 
 @pytest.mark.unit
 def test_launcher_notes_from_the_submitter_are_dropped() -> None:
-    leaked = {warm_restart.GO_ENV: "/tmp/go", "FTSLURM_PROGRESS_FILE": "/tmp/p",
+    leaked = {handoff.GO_ENV: "/tmp/go", "FTSLURM_PROGRESS_FILE": "/tmp/p",
               "FTSLURM_TIME_LIMIT_FILE": "/tmp/t", "FTSLURM_LAUNCHER_PID": "1",
               "DEVICE": "cpu", "PATH": "/bin"}  # fmt: skip
     assert job.launcher_env(leaked) == {"DEVICE": "cpu", "PATH": "/bin"}
@@ -106,15 +107,15 @@ def test_the_time_limit_at_the_last_step_leaves_a_finished_run_finished(
     else:
         assert code_ == 0 and calls == []
         assert "training finished: Slurm's time-limit signal came during its last step" in out
-    assert ft_checkpoints.stopped_early_note(notes.time_limit).exists() is requeued
+    assert handoff.stopped_early_note(notes.time_limit).exists() is requeued
 
 
 def test_a_leaked_go_file_does_not_reach_the_first_runs_worker(tmp_path: Path) -> None:
     """The first run's worker gets no FTSLURM_WARM_GO_FILE even when the submitter had one."""
     out = tmp_path / "env"
     code = (f"import os, pathlib; pathlib.Path({str(out)!r})"
-            f".write_text(os.environ.get({warm_restart.GO_ENV!r}, 'unset'))")
-    env = job.launcher_env({warm_restart.GO_ENV: str(tmp_path / "go"), "PATH": "/usr/bin:/bin"})
+            f".write_text(os.environ.get({handoff.GO_ENV!r}, 'unset'))")
+    env = job.launcher_env({handoff.GO_ENV: str(tmp_path / "go"), "PATH": "/usr/bin:/bin"})
     child = job._spawn_worker(_plan(code), env, lifecycle.Notes(tmp_path))
     assert child.wait(timeout=30) == 0
     assert out.read_text() == "unset"

@@ -29,7 +29,7 @@ def _rank(rank: int, port: int, fix: bool, out: str) -> None:
     try:
         sys.path.insert(0, str(ROOT))
         if fix:
-            from ftslurm.replica import fixes
+            from ftslurm.replica.worker import fixes
 
             fixes.fix_gloo_fsdp()
         from torch.distributed.fsdp import fully_shard  # as torchtitan imports it: by name

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import status as st
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.report import build_report
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from ftslurm import lighthouse
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.wait import wait_for
 from tests.clirun import ftslurm
 from tests.ftjob import ROOT, cancel, failure_excerpt, ft_test_env, resume_all_nodes, submit_ft

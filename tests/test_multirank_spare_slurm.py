@@ -18,7 +18,8 @@ from collections import Counter
 import pytest
 
 from ftslurm import lighthouse, logvocab
-from ftslurm.replica import checksum, slots
+from ftslurm.replica import slots
+from ftslurm.replica.worker import checksum
 from ftslurm.report import clock
 from ftslurm.wait import wait_for
 from tests.clirun import ftslurm

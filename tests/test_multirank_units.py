@@ -14,8 +14,8 @@ from ftslurm import event_log, failure, failure_plan
 from ftslurm import status as st
 from ftslurm.errors import UserError
 from ftslurm.failure_plan import KillSelection, Target
-from ftslurm.replica import checksum, fixes
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.worker import checksum, fixes
 from ftslurm.report import events
 from tests.clirun import invoke
 
@@ -125,11 +125,11 @@ def test_rank_is_refused_for_modes_that_hit_the_whole_replica(mode: str) -> None
 
 
 def test_local_selection_takes_only_the_ranks_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    worker = ["/usr/bin/python3", "-u", "-m", "ftslurm.replica.train", "--x"]
+    worker = ["/usr/bin/python3", "-u", "-m", "ftslurm.replica.worker.train", "--x"]
     table = {101: (worker, {"SLURM_JOB_ID": "14", "RANK": "0"}),
              102: (worker, {"SLURM_JOB_ID": "14", "RANK": "1"}),
              103: (worker, {"SLURM_JOB_ID": "99", "RANK": "1"}),  # another job's
-             104: (["torchrun", "-m", "ftslurm.replica.train"], {"SLURM_JOB_ID": "14"})}
+             104: (["torchrun", "-m", "ftslurm.replica.worker.train"], {"SLURM_JOB_ID": "14"})}
     monkeypatch.setattr(failure.procs, "pids_in_uts_ns", lambda ns: list(table))
     monkeypatch.setattr(failure.procs, "cmdline", lambda pid: table[pid][0])
     monkeypatch.setattr(failure, "_environ", lambda pid: table[pid][1])

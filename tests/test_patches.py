@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from ftslurm import doctor, knobs, versions
-from ftslurm.replica import fixes, patches
+from ftslurm.replica import patches
+from ftslurm.replica.worker import fixes
 from tests.clirun import invoke
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(180)]
@@ -60,7 +61,7 @@ def test_each_record_is_whole_and_each_fix_points_to_its_records() -> None:
     assert len(names) == len(set(names))
     for r in patches.RECORDS:
         assert r.kind in patches.KINDS and r.why and "\n" not in r.why, r.name
-        assert (REPLICA / f"{r.owner}.py").is_file(), r.name
+        assert any((REPLICA / d / f"{r.owner}.py").is_file() for d in ("worker", ".")), r.name
         assert r.target.split(".")[0] in patches.DISTRIBUTIONS, r.name
         for switch in r.switches:
             assert switch == patches.ALWAYS or switch.partition("=")[0] in knobs.KNOBS, r.name
@@ -136,7 +137,7 @@ def test_start_quorum_runs_the_floor_then_the_fence_then_the_watch(restored, tmp
     then fix 6's wrapper on the built Manager."""
     from torchft.manager import Manager
 
-    from ftslurm.replica import peer_watch, standby
+    from ftslurm.replica.worker import peer_watch, standby
 
     calls: list[str] = []
     restored.setattr(Manager, "start_quorum", lambda self, *a, **k: calls.append("torchft"))
@@ -161,7 +162,7 @@ def test_train_step_runs_the_fence_then_the_checksum(restored, tmp_path) -> None
     """standby installed before the checksum (train.py: the other way round)."""
     from torchtitan.experiments.ft.train import FTTrainer
 
-    from ftslurm.replica import checksum, standby
+    from ftslurm.replica.worker import checksum, standby
 
     calls: list[str] = []
     restored.setattr(FTTrainer, "train_step", lambda self, it: calls.append("torchtitan"))

@@ -1,4 +1,4 @@
-"""Planted, stale or model-only folders in the checkpoint folder (ftslurm/replica/ft_checkpoints.py)
+"""Planted, stale or model-only folders in the checkpoint folder (replica/worker/ft_checkpoints.py)
 must not make training lose its place: a bogus high `ft-replicat-<r>/step-<N>` must not make the
 purge delete every real data position, a stale `stop-after-step-<N>` must not make a replica
 ignore Slurm's time-limit signal, and a resume never loads a model-only checkpoint (torchtitan
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ftslurm.replica import ft_checkpoints as ftc
+from ftslurm.replica.worker import ft_checkpoints as ftc
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 

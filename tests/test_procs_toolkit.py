@@ -131,8 +131,8 @@ def test_the_attempt_guard_removes_the_folder_once_its_launcher_exits(tmp_path) 
     folder = tmp_path / "ftslurm-attempt-x"
     folder.mkdir()
     p = _sleeper()
-    guard = subprocess.run([sys.executable, "-m", "ftslurm.replica.attempt_guard", str(p.pid),
-                            str(folder)], timeout=20)  # fmt: skip
+    guard = subprocess.run([sys.executable, "-m", "ftslurm.replica.launcher.attempt_guard",
+                            str(p.pid), str(folder)], timeout=20)  # fmt: skip
     try:
         assert guard.returncode == 0  # forked away: the guard itself waits on
         # the guard must not act while its launcher runs: nothing to wait for, so a moment

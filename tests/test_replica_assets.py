@@ -173,7 +173,7 @@ def test_torchtitan_loads_the_local_tokenizer(tmp_path: Path) -> None:
 
 
 def test_launcher_builds_missing_local_assets_once(tmp_path: Path) -> None:
-    from ftslurm.replica import job
+    from ftslurm.replica.launcher import job
 
     job._ensure_cpu_assets(tmp_path)
     tok = tmp_path / "assets" / "local" / "tokenizer" / "tokenizer.json"
@@ -201,8 +201,8 @@ def test_gpu_launcher_without_the_tokenizer_stops_before_torchrun(
 ) -> None:
     """DEVICE=cuda and no downloaded tokenizer: one line naming the download, exit 2 (not a
     crash that every FT requeue repeats); a folder given in FTSLURM_EXTRA_ARGS wins."""
-    from ftslurm.replica import job
     from ftslurm.replica import plan as planlib
+    from ftslurm.replica.launcher import job
 
     monkeypatch.setenv("FTSLURM_PROJECT", str(tmp_path))
     env = {"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1", "FTSLURM_TORCHRUN": "false"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

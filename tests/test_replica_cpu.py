@@ -15,7 +15,7 @@ def test_wide_flavor_is_in_the_table_llama3_ft_reads():
     shares torchtitan's llama3 table, where add_flavors puts it (a fresh interpreter: the
     table is global)."""
     code = r"""
-from ftslurm.replica import cpu
+from ftslurm.replica.worker import cpu
 cpu.add_flavors()
 from torchtitan.protocols.train_spec import get_train_spec
 args = get_train_spec("llama3_ft").model_args["debugmodel_wide"]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ftslurm.replica import early_sync
+from ftslurm.replica.worker import early_sync
 
 
 def test_first_local_step_is_one_step_before_the_sync_point():
@@ -29,7 +29,7 @@ def test_patch_on_torchfts_diloco_only_for_restarted_attempts():
     code = r"""
 import torch
 from torchft import local_sgd
-from ftslurm.replica import early_sync
+from ftslurm.replica.worker import early_sync
 
 class Manager:  # what DiLoCo's constructor and its first hook touch
     _use_async_quorum = False

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica.ft_checkpoints import Purger, purge, stale_steps
+from ftslurm.replica.worker.ft_checkpoints import Purger, purge, stale_steps
 from ftslurm.wait import wait_for
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -79,7 +79,7 @@ def test_purger_deletes_in_the_background_and_survives_a_failure(tmp_path: Path,
 
 
 def test_fix_5_is_listed_with_its_switch() -> None:
-    from ftslurm.replica import fixes
+    from ftslurm.replica.worker import fixes
 
     lines = fixes.apply({name: "0" for name in fixes.SWITCHES.values()})
     off = "[ftslurm] fix ft_checkpoint_retention: OFF (FTSLURM_FIX_FT_CHECKPOINT_RETENTION=0)"

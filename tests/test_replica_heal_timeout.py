@@ -33,7 +33,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchft")
 pytest.importorskip("torchtitan")
 
-from ftslurm.replica import fixes  # noqa: E402
+from ftslurm.replica.worker import fixes  # noqa: E402
 from ftslurm.wait import wait_for  # noqa: E402
 from tests import test_replica_training as training  # noqa: E402
 

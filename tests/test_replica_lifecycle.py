@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ftslurm.replica import exits
-from ftslurm.replica.lifecycle import (
+from ftslurm.replica import exits, handoff
+from ftslurm.replica.launcher.lifecycle import (
     FINISHED_AT_THE_LIMIT,
     Act,
     Ended,
@@ -136,14 +136,13 @@ def test_a_requeue_carries_the_nodes_to_avoid() -> None:
 def test_the_notes_of_a_run_say_how_it_ended(tmp_path) -> None:
     """The files a run leaves (the launcher's time-limit file, the worker's note beside it,
     the fenced note) are read in one place into what decide weighs."""
-    from ftslurm.replica import ft_checkpoints
-    from ftslurm.replica.lifecycle import Notes, Signals
+    from ftslurm.replica.launcher.lifecycle import Notes, Signals
 
     notes = Notes(tmp_path)
     assert notes.ended(0, True, False, None) == Ended(0)
     notes.time_limit.touch()
     assert notes.ended(0, True, False, None) == Ended(0, time_limit=True)
-    ft_checkpoints.stopped_early_note(notes.time_limit).touch()
+    handoff.stopped_early_note(notes.time_limit).touch()
     notes.fenced.touch()
     got = notes.ended(1, False, True, "bad flag")
     assert got == Ended(1, ft=False, cancelled=True, time_limit=True, stopped_early=True,

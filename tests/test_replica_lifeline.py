@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import procs
-from ftslurm.replica import train
+from ftslurm.replica import handoff
 from ftslurm.wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ LATE_WORKER = textwrap.dedent(
     parent = int(sys.argv[1])
     while os.getppid() == parent:
         time.sleep(0.01)
-    os.execv(sys.executable, [sys.executable, "-u", "-m", "ftslurm.replica.train"])
+    os.execv(sys.executable, [sys.executable, "-u", "-m", "ftslurm.replica.worker.train"])
     """
 )
 
@@ -93,9 +93,9 @@ def test_die_with_parent():
 
 @pytest.mark.timeout(60)
 def test_training_worker_dies_with_torchrun():
-    """`python -m ftslurm.replica.train` (what torchrun runs): killed with its parent while it
-    is still importing torchtitan (~7 s), instead of going on alone."""
-    parent, child = _run_under_parent([sys.executable, "-u", "-m", "ftslurm.replica.train"])
+    """`python -m ftslurm.replica.worker.train` (what torchrun runs): killed with its parent while
+    it is still importing torchtitan (~7 s), instead of going on alone."""
+    parent, child = _run_under_parent([sys.executable, "-u", "-m", "ftslurm.replica.worker.train"])
     try:
         # torch is loaded after main() set the lifeline; torchtitan's imports take seconds more
         wait_for(lambda: _loaded(child, "libtorch"), 30, 0.05, what="worker importing torch")
@@ -114,7 +114,7 @@ def test_worker_whose_torchrun_died_before_it_started_does_not_train(tmp_path):
     so only the launcher's pid (FTSLURM_LAUNCHER_PID; this test plays the launcher) tells it
     that it is an orphan. It must exit before importing torch, not train alone."""
     err = tmp_path / "worker.err"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), train.LAUNCHER_ENV: str(os.getpid())}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), handoff.LAUNCHER_ENV: str(os.getpid())}
     out = subprocess.run(
         [sys.executable, "-c", DYING_PARENT, LATE_WORKER, str(err)], capture_output=True,
         text=True, env=env, cwd=ROOT, timeout=30, check=True,
@@ -144,7 +144,7 @@ def test_descends_from():
 ABORTING_TEARDOWN = textwrap.dedent(
     """
     import atexit, logging, os, sys
-    from ftslurm.replica.train import exit_now
+    from ftslurm.replica.worker.train import exit_now
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
     atexit.register(os.abort)
     print("Training completed", end="")  # buffered: exit_now must flush it

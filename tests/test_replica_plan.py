@@ -36,7 +36,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
         "--rdzv_endpoint=localhost:0",
         "--rdzv_id=tft_42_1",
         "-m",
-        "ftslurm.replica.train",
+        "ftslurm.replica.worker.train",
         "--job.config_file=/srv/ftslurm/slurm/configs/llama3_8b_ft.toml",
         "--job.dump_folder=/srv/ftslurm/outputs/torchft/tft-42",
         "--model.hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
@@ -80,7 +80,7 @@ def test_classic_gpu_golden_argv() -> None:
         "--rdzv_endpoint=worker-0:29500",
         "--rdzv_id=classic_77",
         "-m",
-        "ftslurm.replica.train",
+        "ftslurm.replica.worker.train",
         "--job.config_file=/srv/ftslurm/slurm/configs/llama3_8b.toml",
         "--job.dump_folder=/srv/ftslurm/outputs/classic-77",
         "--model.hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
@@ -109,8 +109,8 @@ def test_cpu_plan_uses_debug_preset_local_assets_and_gloo() -> None:
                               python=["/venv/bin/python"])  # fmt: skip
     assert p.preset == "debug_cpu" and p.device == "cpu" and p.ft_mode == "diloco"
     # one rank per replica: no torchrun (FTSLURM_SKIP_TORCHRUN, on by default)
-    assert p.argv[:4] == ["/venv/bin/python", "-u", "-m", "ftslurm.replica.train"]
-    tt = p.argv[p.argv.index("ftslurm.replica.train") + 1 :]
+    assert p.argv[:4] == ["/venv/bin/python", "-u", "-m", "ftslurm.replica.worker.train"]
+    tt = p.argv[p.argv.index("ftslurm.replica.worker.train") + 1 :]
     assert tt == [
         "--job.config_file=/srv/ftslurm/slurm/configs/debug_cpu.toml",
         "--job.dump_folder=/srv/ftslurm/outputs/torchft/tft-local",
@@ -329,7 +329,7 @@ def test_ft_plan_says_when_model_checkpoints_are_off(extra: str, note: bool) -> 
 @pytest.mark.process
 def test_launcher_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, ftslurm.replica.plan, ftslurm.replica.job, ftslurm.commands.assets;"
+        "import sys, ftslurm.replica.plan, ftslurm.replica.launcher.job, ftslurm.commands.assets;"
         "bad = [m for m in ('torch', 'torchtitan', 'torchft') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -346,7 +346,7 @@ def test_one_rank_per_node_runs_the_module_with_torchruns_environment() -> None:
     the error file left to the worker, which hosts the store."""
     p = planlib.build_ft_plan({**ONE_RANK, "GPUS_PER_NODE": "1"}, ROOT, ["torchrun"],
                               python=["/env/bin/python3"])  # fmt: skip
-    assert p.argv[:4] == ["/env/bin/python3", "-u", "-m", "ftslurm.replica.train"]
+    assert p.argv[:4] == ["/env/bin/python3", "-u", "-m", "ftslurm.replica.worker.train"]
     assert p.argv[4:] == planlib.build_ft_plan(
         {**ONE_RANK, "GPUS_PER_NODE": "1", "FTSLURM_SKIP_TORCHRUN": "0"}, ROOT
     ).argv[8:]  # the same torchtitan arguments as after torchrun's 8

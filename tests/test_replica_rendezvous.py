@@ -18,7 +18,7 @@ from datetime import timedelta
 
 import pytest
 
-from ftslurm.replica.fixes import rendezvous_id, rendezvous_line
+from ftslurm.replica.worker.fixes import rendezvous_id, rendezvous_line
 
 pytestmark = pytest.mark.timeout(120)
 

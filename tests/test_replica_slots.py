@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import slots, standby
+from ftslurm.replica import slots
+from ftslurm.replica.worker import standby
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

@@ -18,7 +18,7 @@ import pytest
 
 from ftslurm import runner
 from ftslurm.failure_plan import is_training_worker
-from ftslurm.replica import checksum
+from ftslurm.replica.worker import checksum
 from ftslurm.resources import sbatch_device_options
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import lighthouse_argv

@@ -1,4 +1,4 @@
-"""The cheaper start's cuts (ftslurm/replica/startup.py): each must leave what trains the same.
+"""The cheaper start's cuts (replica/worker/startup.py): each must leave what trains the same.
 
 The import checks run in a fresh interpreter: whether dynamo / inductor are imported is a
 property of a process, and this one may have imported them already.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm.replica import startup
+from ftslurm.replica.worker import startup
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,7 +51,7 @@ def test_switches_are_on_by_default_and_lines_name_them() -> None:
 PROBE = r"""
 import json, sys
 import torch
-from ftslurm.replica import startup
+from ftslurm.replica.worker import startup
 with startup.deferred_compile(sys.argv[1] == "1"):
     import torchtitan.models.attention as att
     inside = type(att.FlexAttentionWrapper._compiled_flex_attn).__name__

@@ -1,4 +1,4 @@
-"""The tiny preset (ftslurm/replica/tiny.py): its plan, and that its step line is the one
+"""The tiny preset (ftslurm/replica/worker/tiny.py): its plan, and that its step line is the one
 torchtitan prints and the report reads."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from ftslurm import logvocab
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
-from ftslurm.replica import tiny
+from ftslurm.replica.worker import tiny
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -30,7 +30,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "report" / "slurm-3-replicas-tft-
 
 def test_tiny_plan_runs_one_process_without_torchrun() -> None:
     p = planlib.build_ft_plan(ENV, ROOT, ["torchrun"])
-    assert p.argv == ["/venv/bin/python", "-m", "ftslurm.replica.tiny", "--steps=300"]
+    assert p.argv == ["/venv/bin/python", "-m", "ftslurm.replica.worker.tiny", "--steps=300"]
     assert (p.device, p.ft_mode, p.replica_id, p.group_size, p.attempt) == (
         "cpu", "per-step", 7, 64, 1)  # fmt: skip
     assert p.env["FTSLURM_FT_MODE"] == "per-step" and p.env["FTSLURM_REPLICA_ID"] == "7"

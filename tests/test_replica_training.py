@@ -22,7 +22,7 @@ import pytest
 
 from ftslurm import runner
 from ftslurm.failure_plan import is_training_worker
-from ftslurm.replica import checksum, ft_checkpoints
+from ftslurm.replica.worker import checksum, ft_checkpoints
 from ftslurm.run.progress import StepReader
 from ftslurm.wait import free_port, wait_for
 from tests.ftjob import lighthouse_argv
@@ -309,7 +309,7 @@ def _assert_ft_checkpoints_pruned(res: dict) -> None:
     assert res["r1_last_step"] - 2 <= res["ft_loaded_step"] <= res["r1_last_step"], res
 
 
-# every heal transport option (ftslurm/replica/transport.py): each must leave the replicas equal
+# every heal transport option (replica/worker/transport.py): each must leave the replicas equal
 HEAL_TRANSPORTS = ["http", "http-chunked", "pg"]
 TRANSPORT_LINES = {
     "http": "HTTPTransport, survivor waits up to 600 s for a healing peer's download (one stream)",

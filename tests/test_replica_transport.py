@@ -1,4 +1,4 @@
-"""The heal transport options (ftslurm/replica/transport.py) and how fix 4 (fixes.py) hands the
+"""The heal transport options (replica/worker/transport.py) and how fix 4 (fixes.py) hands the
 chosen one to torchft's Manager: the knobs that select it, the real torchft objects it builds,
 the Manager's own process group for `pg`, the in-place receive bound once the Manager exists
 (only with the synchronous quorum), and the line the worker logs. No training: the heal itself
@@ -20,7 +20,7 @@ pytest.importorskip("torchtitan")
 
 from ftslurm import knobs  # noqa: E402
 from ftslurm.errors import UserError  # noqa: E402
-from ftslurm.replica import fixes, transport  # noqa: E402
+from ftslurm.replica.worker import fixes, transport  # noqa: E402
 
 T = timedelta(seconds=7)
 

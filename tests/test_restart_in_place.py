@@ -12,8 +12,8 @@ import pytest
 
 from ftslurm import failure, failure_plan, knobs
 from ftslurm import logvocab as L
-from ftslurm.replica import job, lifecycle, preflight
 from ftslurm.replica import plan as planlib
+from ftslurm.replica.launcher import job, lifecycle, preflight
 from tests.test_failure import FakeArray, resolve
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

@@ -138,7 +138,7 @@ def test_ft_script_dry_run_gpu_defaults(tmp_path: Path) -> None:
         "--rdzv_endpoint=localhost:0",
         "--rdzv_id=tft_42_1",
         "-m",
-        "ftslurm.replica.train",
+        "ftslurm.replica.worker.train",
         f"--job.config_file={ROOT}/slurm/configs/llama3_8b_ft.toml",
         f"--job.dump_folder={tmp_path}/outputs/torchft/tft-42",
         f"--model.hf_assets_path={ROOT}/assets/hf/Llama-3.1-8B",
@@ -189,7 +189,7 @@ def test_ft_script_cpu_with_one_variable(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     cmd = _command((tmp_path / "outputs" / "torchft" / "tft-9" / "tft-9_0.out").read_text())
     # one rank: FTSLURM_PYTHON runs the training module, no torchrun (FTSLURM_SKIP_TORCHRUN)
-    assert cmd[:4] == [sys.executable, "-u", "-m", "ftslurm.replica.train"]
+    assert cmd[:4] == [sys.executable, "-u", "-m", "ftslurm.replica.worker.train"]
     assert f"--job.config_file={ROOT}/slurm/configs/debug_cpu.toml" in cmd
     assert "--fault_tolerance.process_group=gloo" in cmd
 
@@ -263,7 +263,7 @@ def test_classic_script_dry_run_gpu_defaults(tmp_path: Path, fake_bin: FakeBin) 
         "--rdzv_endpoint=worker-3:29500",
         "--rdzv_id=classic_77",
         "-m",
-        "ftslurm.replica.train",
+        "ftslurm.replica.worker.train",
         f"--job.config_file={ROOT}/slurm/configs/llama3_8b.toml",
         f"--job.dump_folder={tmp_path}/outputs/classic-77",
         f"--model.hf_assets_path={ROOT}/assets/hf/Llama-3.1-8B",

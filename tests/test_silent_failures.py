@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from ftslurm.lighthouse.status_page import Heartbeat, QuorumPage, parse_status_html
-from ftslurm.replica import peer_watch, watchdog
+from ftslurm.replica import handoff
+from ftslurm.replica.launcher import watchdog
+from ftslurm.replica.worker import peer_watch
 from ftslurm.wait import WaitTimeout, wait_for
 from tests.test_replica_training import (  # noqa: F401 - make_run: the fixture
     Replica,
@@ -251,7 +253,7 @@ def _stop_inside_a_step(worker: int) -> float:
     quorum on a loaded machine, where no step is left to refuse. When it stopped."""
     env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
     progress = Path(next(v for k, _, v in (e.partition(b"=") for e in env)
-                         if k == peer_watch.PROGRESS_ENV.encode()).decode())  # fmt: skip
+                         if k == handoff.PROGRESS_ENV.encode()).decode())  # fmt: skip
     for _ in range(100):
         t_stop = time.time()
         _signal(worker, signal.SIGSTOP)
@@ -267,7 +269,7 @@ def _two_stepping(run: Run) -> tuple[Replica, Replica, int]:
     r0, r1 = run.start(0), run.start(1)
     wait_for(lambda: len(r0.steps()) >= 3 and len(r1.steps()) >= 3, timeout=120,
              what="both tiny replicas stepping")  # fmt: skip
-    worker = next(p for p in _children(r1.proc.pid) if "ftslurm.replica.tiny" in _cmdline(p))
+    worker = next(p for p in _children(r1.proc.pid) if "ftslurm.replica.worker.tiny" in _cmdline(p))
     return r0, r1, worker
 
 

@@ -16,8 +16,9 @@ from ftslurm import status as st
 from ftslurm.commands import submit
 from ftslurm.demo import DemoConfig, _replica_env, plan_lines
 from ftslurm.errors import UserError
-from ftslurm.replica import job, slots
 from ftslurm.replica import plan as planlib
+from ftslurm.replica import slots
+from ftslurm.replica.launcher import job
 from ftslurm.slurm.parse import JobInfo
 from tests.clirun import ftslurm
 from tests.ftjob import KNOB_ENV_RE

@@ -68,7 +68,7 @@ def test_a_killed_attempts_folder_is_removed_by_the_next_attempt(tmp_path: Path)
 def test_only_this_hosts_attempt_folders_of_dead_launchers_are_removed(tmp_path: Path):
     """A TMPDIR may be shared between nodes (a pid of another node means nothing here); a
     folder from before the launcher named its owner is kept (its owner is unknown)."""
-    from ftslurm.replica import job
+    from ftslurm.replica.launcher import job
 
     dead = _dead_pid()
     stale = job.attempt_dir_prefix("worker-0", dead) + "12345678"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ftslurm.replica import peer_watch
+from ftslurm.replica.worker import peer_watch
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from ftslurm import knobs, paths
 from ftslurm.commands.submit import launcher_signal_margin, submit
-from ftslurm.replica.ft_checkpoints import signal_margin_line
+from ftslurm.replica.handoff import signal_margin_line
 from tests.ftjob import KNOB_ENV_RE
 
 pytestmark = pytest.mark.timeout(120)

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from ftslurm import knobs, lighthouse, logvocab
-from ftslurm.replica import ft_checkpoints
+from ftslurm.replica import handoff
 from ftslurm.run.progress import steps_in
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
@@ -134,7 +134,7 @@ def test_a_two_minute_time_limit_reaches_steps_across_requeues(slurm_cluster, tm
             lives = _lives(text)
             assert len(lives) == tasks[i].restarts + 1, (i, len(lives), tasks[i])
             # the launcher was told the margin (Slurm does not tell a job its --signal)
-            assert ft_checkpoints.signal_margin_line(
+            assert handoff.signal_margin_line(
                 {knobs.TIME_LIMIT_SIGNAL: str(MARGIN_S)}) in text  # fmt: skip
             # never killed by the limit itself
             assert "DUE TO TIME LIMIT" not in text + _slurm_out(outputs, job, i)
@@ -208,7 +208,7 @@ def _check_api_replica(run) -> None:
     wait_for(lambda: logvocab.TIME_LIMIT in text(), 120, interval=2,
              what="the API replica's time-limit checkpoint")  # fmt: skip
     got = text()
-    assert ft_checkpoints.signal_margin_line({knobs.TIME_LIMIT_SIGNAL: str(MARGIN_S)}) in got, \
+    assert handoff.signal_margin_line({knobs.TIME_LIMIT_SIGNAL: str(MARGIN_S)}) in got, \
         got[-3000:]  # fmt: skip
     assert "DUE TO TIME LIMIT" not in got, got[-3000:]
 

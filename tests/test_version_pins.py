@@ -13,7 +13,7 @@ import pytest
 from ftslurm import doctor as d
 from ftslurm import versions
 from ftslurm.errors import UserError
-from ftslurm.replica import job, startup
+from ftslurm.replica.launcher import job
 
 pytestmark = pytest.mark.unit
 
@@ -91,8 +91,8 @@ def test_the_managed_lighthouse_in_this_interpreter_has_this_torchft(tmp_path, m
 def test_the_launcher_refuses_an_unsupported_build_before_it_starts(monkeypatch, tmp_path):
     _fake_metadata(monkeypatch)
     with pytest.raises(UserError, match=r"^torchtitan 0\.3\.0 is not supported \(its FT"):
-        startup.check_versions()
-    startup.check_versions("tiny")  # the tiny worker runs without torchtitan
+        versions.check_stack()
+    versions.check_stack("tiny")  # the tiny worker runs without torchtitan
     env = {"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2",
            "DEVICE": "cpu", "FTSLURM_OUTPUTS": str(tmp_path), "FTSLURM_TORCHRUN": "/bin/false",
            "PATH": "/usr/bin:/bin"}  # fmt: skip

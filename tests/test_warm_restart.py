@@ -1,4 +1,4 @@
-"""The warm next run of a replica (ftslurm/replica/warm_restart.py): when the launcher starts
+"""The warm next run of a replica (replica/launcher/warm_restart.py): when the launcher starts
 it, hands it to a restart in place, or ends it; the worker's wait for `go`; failure injection
 leaving a waiting run alone. The real run on the local Slurm is in
 tests/test_restart_in_place_slurm.py."""
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from ftslurm import safefile
-from ftslurm.replica import standby, warm_restart
+from ftslurm.replica import handoff
+from ftslurm.replica.launcher import warm_restart
+from ftslurm.replica.worker import standby
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -74,7 +76,7 @@ def test_the_restart_takes_a_live_run_of_its_number(tmp_path: Path) -> None:
     ready = h.maybe_start(progress, 0, blocked=False)
     assert h.take(1) is ready and h.ready is None
     ready.release()
-    assert safefile.read_text(ready.go_file) == warm_restart.GO
+    assert safefile.read_text(ready.go_file) == handoff.GO
 
 
 @pytest.mark.parametrize("dead, restart", [(True, 1), (False, 2)])
@@ -94,21 +96,21 @@ def test_a_dead_or_wrong_run_is_discarded_and_the_restart_starts_cold(
 
 def test_the_worker_waits_for_go_or_stop(tmp_path: Path) -> None:
     go = tmp_path / "go"
-    t = threading.Timer(0.3, lambda: safefile.write_atomic(go, warm_restart.GO))
+    t = threading.Timer(0.3, lambda: safefile.write_atomic(go, handoff.GO))
     t.start()
     assert standby.wait_for_go(go, poll_s=0.01) is True
     t.join()
-    go.write_text(warm_restart.STOP)
+    go.write_text(handoff.STOP)
     assert standby.wait_for_go(go, poll_s=0.01) is False
 
 
 def test_failure_injection_leaves_a_waiting_run_alone(tmp_path: Path) -> None:
     go = tmp_path / "go"
-    env = {warm_restart.GO_ENV: str(go)}
+    env = {handoff.GO_ENV: str(go)}
     assert warm_restart.waiting(env)  # started ahead, not told anything
-    go.write_text(warm_restart.STOP)
+    go.write_text(handoff.STOP)
     assert warm_restart.waiting(env)
-    go.write_text(warm_restart.GO)
+    go.write_text(handoff.GO)
     assert not warm_restart.waiting(env)  # it is the replica's training now
     assert not warm_restart.waiting({})  # an ordinary worker
 
@@ -152,7 +154,7 @@ def test_a_stopped_run_is_killed_not_released(tmp_path: Path) -> None:
 ])  # fmt: skip
 def test_the_launcher_starts_a_warm_next_run_only_for_a_worker_that_waits(
         preset: str, device: str, on: bool) -> None:  # fmt: skip
-    from ftslurm.replica import job
+    from ftslurm.replica.launcher import job
     from tests.test_restart_in_place import _plan
 
     env = {"DEVICE": device, "FTSLURM_PRESET": preset, "SLURM_ARRAY_JOB_ID": "7",
@@ -164,8 +166,8 @@ def test_the_launcher_starts_a_warm_next_run_only_for_a_worker_that_waits(
 def test_no_warm_next_run_outside_a_job_array() -> None:
     """A restart in place needs an array task (outside one a failed replica just ends): a
     waiting copy there would only be one more worker for a bench or a test to find."""
-    from ftslurm.replica import job
     from ftslurm.replica import plan as planlib
+    from ftslurm.replica.launcher import job
     from tests.test_restart_in_place import ROOT
 
     env = {"DEVICE": "cpu", "FTSLURM_PRESET": "debug_cpu", "FTSLURM_REPLICA_ID": "1",

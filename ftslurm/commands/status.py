@@ -83,7 +83,7 @@ def status(
             if r.replica in tasks]  # fmt: skip
     claims = slots.history(slot_dir, slots.slot_count(slot_dir)) if task_slots else []
     quorum, page = (None, None) if no_lighthouse else st.lighthouse_view()  # one read
-    from ftslurm.replica import preflight
+    from ftslurm.replica.launcher import preflight
 
     taken_out = preflight.read_actions(run_dir)  # drained / avoided nodes, with the reason
     if as_json:

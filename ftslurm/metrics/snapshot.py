@@ -35,7 +35,8 @@ MAX_GROUP_SIZE = 10_000  # slots listed at most: each is a dozen series on every
 # what a slot name may be: a Prometheus label value that is short, printable and ASCII
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,63}")
 _INDEX_MAX = 10**9  # larger array task indices are junk, not slots
-# `how` label values: what replica/preflight.py's NodeAction.action records (any other: unknown)
+# `how` label values: what replica/launcher/preflight.py's NodeAction.action records (any
+# other: unknown)
 NODE_HOWS = ("drain", "avoid", "kept")
 MAX_NODES = 1_000  # (node, how) pairs listed at most, the newest kept: two series each
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ftslurm.errors import UserError
-from ftslurm.replica.job import main
+from ftslurm.replica.launcher.job import main
 from ftslurm.runner import CommandError
 
 

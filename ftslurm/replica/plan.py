@@ -25,7 +25,7 @@ from ftslurm.knobs import Settings
 
 Env = Mapping[str, str] | Settings  # what the public functions take: loaded once at their top
 
-TRAIN_MODULE = "ftslurm.replica.train"
+TRAIN_MODULE = "ftslurm.replica.worker.train"
 CONFIG_DIR = Path("slurm") / "configs"
 
 
@@ -49,7 +49,7 @@ PRESETS: dict[str, Preset] = {  # the names are FTSLURM_PRESET's choices in ftsl
     # a real torchft Manager and gloo process group around a tiny model: 64 replicas on 2 cores
     "tiny": Preset("", "cpu", "per-step", worker="tiny"),
 }
-TINY_MODULE = "ftslurm.replica.tiny"
+TINY_MODULE = "ftslurm.replica.worker.tiny"
 
 
 @dataclass(frozen=True)

@@ -52,11 +52,11 @@ def build_report(
 
 def bad_nodes(files: Sequence[str | Path]) -> list[dict]:
     """The nodes the launchers of the runs these files belong to drained, avoided or kept
-    (`<run dir>/failures/nodes.jsonl`, replica/preflight.py), oldest first, each with the
+    (`<run dir>/failures/nodes.jsonl`, replica/launcher/preflight.py), oldest first, each with the
     command that brings it back."""
     from dataclasses import asdict
 
-    from ftslurm.replica import preflight
+    from ftslurm.replica.launcher import preflight
 
     out = []
     for folder in sorted({Path(f).parent for f in files}):

@@ -359,8 +359,8 @@ class Report:
     implausible_times: int = 0  # of stats.malformed: times far from the run's (see clock.py)
     goodput: Goodput | None = None  # replica-step goodput (goodput.py), None: no quorum
     left_out: list[LeftOut] = field(default_factory=list)  # event-log lines not ours
-    # nodes the run's launchers drained / avoided / kept (replica/preflight.py's nodes.jsonl):
-    # node, action, time, reason, job, task, undo
+    # nodes the run's launchers drained / avoided / kept (replica/launcher/preflight.py's
+    # nodes.jsonl): node, action, time, reason, job, task, undo
     bad_nodes: list[dict[str, Any]] = field(default_factory=list)
     # restarts from a model checkpoint and the steps each lost (restarts.py)
     restarts: list[dict[str, Any]] = field(default_factory=list)

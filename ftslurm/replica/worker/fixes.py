@@ -1,7 +1,7 @@
 """Fixes for torchtitan 0.2.2 + torchft bugs that hit FT runs (healing, and the dataloader
 checkpoints of fix 5), one place each, each with an off switch.
 
-Applied in the training process (ftslurm.replica.train) before the trainer is built. Every
+Applied in the training process (ftslurm.replica.worker.train) before the trainer is built. Every
 fix logs one line saying it is on; set the switch to 0 to run upstream behaviour (to
 reproduce a bug, or once upstream is fixed).
 
@@ -108,7 +108,7 @@ from datetime import timedelta
 from typing import Any
 
 from ftslurm import knobs
-from ftslurm.replica import patches
+from ftslurm.replica import handoff, patches
 
 SWITCHES = {
     "async_quorum": "FTSLURM_FIX_ASYNC_QUORUM",
@@ -173,7 +173,7 @@ def _quorum_line(manager: object) -> str:
 def fix_heal_timeout() -> None:
     """Bug 4: the transport FTSLURM_HEAL_TRANSPORT selects, waiting FTSLURM_HEAL_TIMEOUT_S,
     not 60 s. `pg` goes through the Manager's own process group (its `pg` argument)."""
-    from ftslurm.replica import transport
+    from ftslurm.replica.worker import transport
 
     timeout = timedelta(seconds=knobs.environ().FTSLURM_HEAL_TIMEOUT_S)
     chosen = transport.choice()
@@ -198,7 +198,7 @@ def _receive_in_place(manager: object) -> None:
 def _transport_line(manager: object) -> str:
     """What the built Manager's transport really does and waits, read back from it (not from
     the env)."""
-    from ftslurm.replica import transport
+    from ftslurm.replica.worker import transport
 
     made = getattr(manager, "_checkpoint_transport", None)
     lock = getattr(made, "_checkpoint_lock", None)
@@ -241,7 +241,7 @@ def _raise_timeouts(manager: Any, mbps: int) -> str:
     """Raise the process group's timeout (torchft applies it at every reconfiguration: a heal
     always brings one, the joiner being a new member) and the Manager's (its futures) to the
     HealBudget; the line says what was set, or why nothing was."""
-    from ftslurm.replica import transport
+    from ftslurm.replica.worker import transport
 
     try:
         pg = manager._pg
@@ -338,14 +338,14 @@ def _average_unsharded(upstream: Callable[..., None]) -> Callable[..., None]:
 
 def fix_ft_checkpoint_retention() -> None:
     """Fix 5: keep a replica's newest complete FT dataloader checkpoint, not one per step."""
-    from ftslurm.replica import ft_checkpoints
+    from ftslurm.replica.worker import ft_checkpoints
 
     ft_checkpoints.install()
 
 
 def fix_consistent_resume() -> None:
     """Fix 9: a restart's data position is the model checkpoint's step, not the newest step."""
-    from ftslurm.replica import ft_checkpoints
+    from ftslurm.replica.worker import ft_checkpoints
 
     ft_checkpoints.install_resume()
 
@@ -425,10 +425,10 @@ def fix_peer_abort() -> None:
     (peer_watch.py); a process that stood still does not commit the step it stood in."""
     from pathlib import Path
 
-    from ftslurm.replica import peer_watch
+    from ftslurm.replica.worker import peer_watch
 
     s = knobs.environ()
-    progress = s[peer_watch.PROGRESS_ENV]
+    progress = s[handoff.PROGRESS_ENV]
     stall = float(s.get("FTSLURM_STALL_TIMEOUT_S", s.DEVICE))
     peer_watch.install(s.TORCHFT_LIGHTHOUSE, Path(progress) if progress else None,
                        float(s.get("FTSLURM_HANG_TIMEOUT_S", s.DEVICE)), record_quorums,

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm.replica import exits, ft_checkpoints
+from ftslurm.replica import exits, handoff
 
 
 class Act(enum.Enum):
@@ -117,7 +117,7 @@ class Notes:
     def ended(self, code: int, ft: bool, cancelled: bool, refused: str | None) -> Ended:
         """How the run ended, from its exit `code`, the signals and these files."""
         return Ended(code, ft=ft, cancelled=cancelled, time_limit=self.time_limit.exists(),
-                     stopped_early=ft_checkpoints.stopped_early_note(self.time_limit).exists(),
+                     stopped_early=handoff.stopped_early_note(self.time_limit).exists(),
                      fenced=self.fenced.exists(), refused=refused)  # fmt: skip
 
 

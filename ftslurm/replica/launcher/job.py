@@ -33,20 +33,10 @@ from pathlib import Path
 
 from ftslurm import knobs, logfilter, logvocab, paths, procs, runner, safefile
 from ftslurm.errors import UserError
-from ftslurm.replica import (
-    attempt_guard,
-    config_error,
-    exits,
-    ft_checkpoints,
-    lifecycle,
-    peer_watch,
-    slots,
-    train,
-    warm_restart,
-    watchdog,
-)
+from ftslurm.replica import config_error, exits, handoff, slots
 from ftslurm.replica import plan as planlib
-from ftslurm.replica import preflight as preflight_mod
+from ftslurm.replica.launcher import attempt_guard, lifecycle, warm_restart, watchdog
+from ftslurm.replica.launcher import preflight as preflight_mod
 from ftslurm.slurm import client
 
 
@@ -143,9 +133,9 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
 # The launcher's notes to its worker (set per worker by _spawn_worker): one inherited from the
 # submitter's environment (sbatch exports it) would reach the first run's workers, and a
 # leaked FTSLURM_WARM_GO_FILE makes them wait before torchft's Manager for ever
-LAUNCHER_NOTES = (warm_restart.GO_ENV, peer_watch.PROGRESS_ENV, ft_checkpoints.TIME_LIMIT_ENV,
+LAUNCHER_NOTES = (handoff.GO_ENV, handoff.PROGRESS_ENV, handoff.TIME_LIMIT_ENV,
                   config_error.ENV, "FTSLURM_FENCED_FILE", "FTSLURM_SLOT_FILE",
-                  train.LAUNCHER_ENV)  # fmt: skip
+                  handoff.LAUNCHER_ENV)  # fmt: skip
 
 
 def launcher_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -371,7 +361,8 @@ def _guard_attempt_dir(folder: Path) -> None:
     """Start attempt_guard.py for `folder`: it removes the folder once this launcher is gone,
     also after a SIGKILL that skips TemporaryDirectory's cleanup. Its first process exits
     as soon as the guard holds a pidfd of this launcher and has forked away (reaped here)."""
-    cmd = [sys.executable, "-m", "ftslurm.replica.attempt_guard", str(os.getpid()), str(folder)]
+    cmd = [sys.executable, "-m", "ftslurm.replica.launcher.attempt_guard", str(os.getpid()),
+           str(folder)]
     try:
         runner.spawn(cmd, detach=True).wait(timeout=60)
     except Exception as e:  # noqa: BLE001 - the guard is a convenience: the attempt runs on
@@ -422,13 +413,13 @@ def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
     the files of `notes`; `go`: a warm next run that waits for it."""
     extra = {**plan.env, config_error.ENV: str(notes.config_error),
              "FTSLURM_FENCED_FILE": str(notes.fenced), "FTSLURM_SLOT_FILE": str(notes.slot),
-             peer_watch.PROGRESS_ENV: str(notes.progress)}  # fmt: skip
+             handoff.PROGRESS_ENV: str(notes.progress)}  # fmt: skip
     if plan.torchrun_is_child:
-        extra[train.LAUNCHER_ENV] = str(os.getpid())
+        extra[handoff.LAUNCHER_ENV] = str(os.getpid())
     if plan.kind == "ft":
-        extra[ft_checkpoints.TIME_LIMIT_ENV] = str(notes.time_limit)
+        extra[handoff.TIME_LIMIT_ENV] = str(notes.time_limit)
     if go is not None:
-        extra[warm_restart.GO_ENV] = str(go)
+        extra[handoff.GO_ENV] = str(go)
     shorten = logfilter.ReplicaLogFilter() if knobs.load(env).FTSLURM_LOG_FILTER else None
     return runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True,
                         output_filter=shorten)  # fmt: skip
@@ -473,7 +464,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
         signal.signal(signal.SIGUSR1, at_time_limit)
         if SIGNALS.time_limit:
             notes.time_limit.touch()
-        if line := ft_checkpoints.signal_margin_line(env):
+        if line := handoff.signal_margin_line(env):
             _say(line)
     if SIGNALS.stopped is not None:  # a signal that came before the handlers above: forwarded
         forward(SIGNALS.stopped, None)

@@ -1,5 +1,5 @@
-"""What torchrun runs on every rank: `python -m ftslurm.replica.train <torchtitan args>` (with
-one rank per node the launcher runs it itself, with torchrun's env: startup.py, cut 1).
+"""What torchrun runs on every rank: `python -m ftslurm.replica.worker.train <torchtitan args>`
+(with one rank per node the launcher runs it itself, with torchrun's env: startup.py, cut 1).
 
 Order matters, and is the reason this module exists instead of calling torchtitan directly:
 1. the worker is made to die with torchrun (PR_SET_PDEATHSIG, procs.die_with_parent): torchrun
@@ -33,11 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ftslurm import knobs
-
-# The launcher's pid (set by job.py for torchrun): torchrun may die before this worker's
-# interpreter even starts, and an orphan's parent is then init, so `os.getppid()` alone cannot
-# tell; the launcher must still be an ancestor of a worker that may train.
-LAUNCHER_ENV = "FTSLURM_LAUNCHER_PID"
+from ftslurm.replica import handoff
 
 
 def check_lifeline() -> None:
@@ -47,7 +43,7 @@ def check_lifeline() -> None:
 
     parent = os.getppid()
     die_with_parent()
-    launcher = knobs.environ()[LAUNCHER_ENV]
+    launcher = knobs.environ()[handoff.LAUNCHER_ENV]
     if os.getppid() != parent or (
         launcher is not None and not descends_from(launcher, os.getpid())
     ):
@@ -61,11 +57,11 @@ def main() -> None:
     fault_tolerant = settings.FTSLURM_FT_MODE is not None
     argv = sys.argv[1:]
     if device == "cpu":
-        from ftslurm.replica import cpu
+        from ftslurm.replica.worker import cpu
 
         argv = cpu.fix_argv(argv)
     sys.argv = [sys.argv[0], *argv]
-    from ftslurm.replica import startup
+    from ftslurm.replica.worker import startup
 
     lazy = startup.enabled("lazy_compile")
     with startup.deferred_compile(lazy):
@@ -79,7 +75,8 @@ def main() -> None:
         if device == "cpu":
             cpu.add_flavors()
 
-    from ftslurm.replica import checksum, config_error, early_sync, fixes, ft_checkpoints, standby
+    from ftslurm.replica import config_error
+    from ftslurm.replica.worker import checksum, early_sync, fixes, ft_checkpoints, standby
 
     config_error.install()
     print(startup.line("lazy_compile", lazy, "torchtitan's import-time torch.compile calls "
@@ -97,7 +94,7 @@ def main() -> None:
             print(line, flush=True)
         if (line := standby.install()) is not None:  # warm spares and slot fencing
             print(line, flush=True)
-        if flag := settings[ft_checkpoints.TIME_LIMIT_ENV]:  # job.py: Slurm's signal
+        if flag := settings[handoff.TIME_LIMIT_ENV]:  # job.py: Slurm's signal
             ft_checkpoints.install_time_limit(Path(flag))
 
     from torchtitan.train import Trainer

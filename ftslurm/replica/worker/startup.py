@@ -10,7 +10,7 @@ modules once they are used, same checksums).
 1. FTSLURM_SKIP_TORCHRUN (plan.py, job.py; one rank per node, e.g. every DEVICE=cpu replica):
    torchrun costs a whole interpreter start plus `import torch` plus its c10d rendezvous
    (1.4 s alone, ~3 s beside a training replica) to start ONE worker. The launcher runs
-   `python -u -m ftslurm.replica.train` itself with the environment torchrun gives that
+   `python -u -m ftslurm.replica.worker.train` itself with the environment torchrun gives that
    worker (plan.ONE_RANK_ENV), and the worker hosts the TCP store torchrun's agent would
    (`host_store`: MASTER_PORT is its port, torch and torchft connect to it as clients, as
    to torchrun's). What torchrun did for us stays:
@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ftslurm import knobs
-from ftslurm.errors import UserError
 from ftslurm.replica import patches
 
 SWITCHES = {"skip_torchrun": "FTSLURM_SKIP_TORCHRUN", "lazy_compile": "FTSLURM_LAZY_COMPILE"}
@@ -59,21 +58,6 @@ def line(name: str, on: bool, summary: str) -> str:
     if on:
         return f"[ftslurm] startup {name}: ON ({summary}; {switch}=0 turns it off)"
     return f"[ftslurm] startup {name}: OFF ({switch}=0)"
-
-
-def check_versions(worker: str = "torchtitan") -> None:
-    """The launcher's start-up check of the training stack, before anything starts: an
-    unsupported torchtitan (0.3.x: the FT trainer and the TOML configs moved), torch or
-    torchft build is one line naming the supported pins (UserError: exit code 2, and no
-    requeue: every attempt would fail the same way, deep in training). Read from the package
-    metadata, nothing imported. The tiny worker (`worker="tiny"`) needs no torchtitan."""
-    from ftslurm import versions
-
-    names = [n for n in versions.CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
-    pins = {n: spec for n, spec in versions.supported_pins().items() if n in names}
-    problem = versions.version_problem(versions.installed_versions(names), pins)
-    if problem:
-        raise UserError(problem)
 
 
 def host_store(environ: dict[str, str] | None = None) -> int:

@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftslurm import knobs, procs, runner, safefile
-
-GO_ENV = "FTSLURM_WARM_GO_FILE"
-GO, STOP = "go", "stop"
+from ftslurm.replica.handoff import GO, GO_ENV, STOP
 
 
 @dataclass

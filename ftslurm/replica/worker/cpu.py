@@ -77,7 +77,8 @@ def prepare() -> None:
     """Environment, torch.cpu shims and device type. sys.argv must already be final: importing
     torchtitan binds `ConfigManager.parse_args(args=sys.argv[1:])` (a default argument)."""
     if "torchtitan" in sys.modules:
-        raise RuntimeError("ftslurm.replica.cpu.prepare() must run before torchtitan is imported")
+        raise RuntimeError("ftslurm.replica.worker.cpu.prepare() must run before torchtitan is "
+                           "imported")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

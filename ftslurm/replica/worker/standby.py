@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ftslurm import knobs, safefile
-from ftslurm.replica import exits, patches, slots
+from ftslurm.replica import exits, handoff, patches, slots
 
 POLL_S = 0.25
 SECOND_LOOK_S = 1.0  # a slot found vacant is claimed only when found so again this much later
@@ -167,12 +167,10 @@ def wait_for_go(go: Path, poll_s: float = 0.05) -> bool:
     """A warm next run (warm_restart.py), in every rank: wait until the launcher writes `go`
     (True: train) or `stop` (False). The lifeline (train.check_lifeline) ends a rank whose
     launcher dies meanwhile."""
-    from ftslurm.replica import warm_restart
-
     while True:
         text = safefile.read_text(go)
-        if text in (warm_restart.GO, warm_restart.STOP):
-            return text == warm_restart.GO
+        if text in (handoff.GO, handoff.STOP):
+            return text == handoff.GO
         time.sleep(poll_s)
 
 

@@ -39,14 +39,12 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ftslurm.knobs import Settings
+from typing import Any
 
 from ftslurm import logvocab, safefile
 from ftslurm.errors import UserError
 from ftslurm.replica import patches
+from ftslurm.replica.handoff import signal_margin_line, stopped_early_note
 
 STEP_DIR_RE = re.compile(r"step-([0-9]{1,12})")
 # fix 9 on: the FT dataloader checkpoints of the model checkpoints' steps are kept
@@ -501,11 +499,6 @@ def _watch_first_heal(manager: Any, resume: Resume) -> None:
 
 # ---------------------------------------------------------------- Slurm's time limit
 
-# The file the launcher creates when Slurm signals the time limit (`--signal=B:USR1@<s>`): the
-# worker finishes its step, saves a final checkpoint and ends training (job.py requeues).
-TIME_LIMIT_ENV = "FTSLURM_TIME_LIMIT_FILE"
-
-
 STOP_RE = re.compile(r"stop-after-step-([0-9]{1,12})")
 # how far ahead of this process's step a peer's mark can be: a peer one step ahead saw the
 # signal after its step, this one + 1, and marked the step after that
@@ -562,29 +555,6 @@ def agree_stop_step(folder: Path | None, step: int, since: float | None = None) 
     except (OSError, UserError):
         return step
     return step + 1
-
-
-def stopped_early_note(flag: Path) -> Path:
-    """Where the worker says it ended training at the time limit, before its last step (the
-    step it stopped after): a worker that exits 0 without it finished its training, even when
-    Slurm's signal came during its last step."""
-    return flag.with_name(flag.name + ".stopped")
-
-
-def signal_margin_line(env: Mapping[str, str] | Settings | None = None) -> str | None:
-    """The line that says how long before the time limit Slurm signals this job, when known:
-    Slurm does not tell a job its `--signal`, so only what `ftslurm submit` passed on
-    (FTSLURM_TIME_LIMIT_SIGNAL_S, from --time-limit-signal, sbatch's --signal or the script's
-    #SBATCH line) is said; None without it (a bare `sbatch`)."""
-    from ftslurm import knobs
-
-    s = knobs.load(env)
-    if not s.is_set(knobs.TIME_LIMIT_SIGNAL):
-        return None
-    margin = s[knobs.TIME_LIMIT_SIGNAL]
-    return (f"[ftslurm] time-limit signal: USR1 {margin} s before the limit (up to 60 s "
-            "earlier): the replicas then finish their step, save a final checkpoint and "
-            f"requeue ({knobs.TIME_LIMIT_SIGNAL}={margin})")
 
 
 def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None:

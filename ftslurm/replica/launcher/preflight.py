@@ -33,11 +33,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ftslurm import knobs, paths, runner, safefile
+from ftslurm import knobs, paths, runner, safefile, versions
 from ftslurm.errors import UserError
 from ftslurm.replica import exits
 from ftslurm.replica import plan as planlib
-from ftslurm.replica.failure_history import (
+from ftslurm.replica.launcher.failure_history import (
     NODE_NAME,
     Failure,
     bad_node,
@@ -381,11 +381,9 @@ def before_training(plan: planlib.Plan, env: Env,
                     say: Callable[[str], None]) -> tuple[int, str] | None:  # fmt: skip
     """The pre-flight check of this node (FTSLURM_PREFLIGHT): None when it passed, else
     (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out. First the
-    training stack's versions (startup.check_versions): an unsupported build is the user's
+    training stack's versions (versions.check_stack): an unsupported build is the user's
     to fix (UserError, exit code 2), not the node's."""
-    from ftslurm.replica import startup
-
-    startup.check_versions(planlib.PRESETS[plan.preset].worker)
+    versions.check_stack(planlib.PRESETS[plan.preset].worker)
     s = knobs.load(env)
     if plan.kind != "ft" or not s.FTSLURM_PREFLIGHT:
         return None

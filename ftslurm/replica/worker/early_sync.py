@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ftslurm import knobs
-from ftslurm.replica import fixes, patches
+from ftslurm.replica import patches
+from ftslurm.replica.worker import fixes
 
 SWITCH = "FTSLURM_EARLY_FIRST_SYNC"
 

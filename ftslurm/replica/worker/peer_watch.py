@@ -73,7 +73,6 @@ GRACE_FLOOR_S = 1.0  # a step younger than this is never overdue
 FREEZE_GAP_S = 1.5  # a process that stood still longer does not commit that step
 TICK_S = 0.1
 ABSENT_READS = 2  # a member missing from this many reads in a row is lost
-PROGRESS_ENV = "FTSLURM_PROGRESS_FILE"
 # The launcher's watchdog kills a worker that made no progress for this long in a step: a
 # multiple of the recent median optimizer step, never under the Manager's own timeout twice
 # over (a collective may legitimately wait that long, e.g. on a peer's heal) nor the floor.

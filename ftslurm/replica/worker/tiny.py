@@ -1,5 +1,6 @@
 """The light replica of `FTSLURM_PRESET=tiny`: a real torchft Manager, a real gloo process
-group, a tiny model. `python -m ftslurm.replica.tiny --steps N`, run by the launcher (job.py).
+group, a tiny model. `python -m ftslurm.replica.worker.tiny --steps N`, run by the launcher
+(job.py).
 
 Why: torchtitan's debug model under torchrun is two interpreters of ~400 MB each and seconds
 of CPU per step, so 64 replicas do not fit a 2-core, 24 GB machine. Everything that makes a
@@ -111,7 +112,7 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
     from torchft import Manager, ProcessGroupGloo
     from torchft.checkpointing.http_transport import HTTPTransport
 
-    from ftslurm.replica import checksum, fixes
+    from ftslurm.replica.worker import checksum, fixes
 
     s = knobs.environ().on("cpu")  # the tiny worker runs on CPU: its defaults
     # before the Manager exists
@@ -171,7 +172,7 @@ def train(steps: int, replica: int, logger: logging.Logger) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ftslurm.replica.train import check_lifeline
+    from ftslurm.replica.worker.train import check_lifeline
 
     check_lifeline()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -1,4 +1,4 @@
-"""`python -m ftslurm.replica.attempt_guard <launcher pid> <folder>`: remove an attempt's
+"""`python -m ftslurm.replica.launcher.attempt_guard <launcher pid> <folder>`: remove an attempt's
 temporary folder as soon as its launcher is gone, however it ended.
 
 Why a process of its own: the launcher removes its folder when it returns, but SIGKILL (the
@@ -47,7 +47,7 @@ def remove(folder: Path) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[0].isascii() or not argv[0].isdigit():
-        print("usage: python -m ftslurm.replica.attempt_guard <launcher pid> <folder>",
+        print("usage: python -m ftslurm.replica.launcher.attempt_guard <launcher pid> <folder>",
               file=sys.stderr)  # fmt: skip
         return 2
     pid, folder = int(argv[0]), Path(argv[1])
