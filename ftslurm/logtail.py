@@ -32,7 +32,6 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import BinaryIO
 
-from ftslurm import logvocab
 from ftslurm.logfile import is_gzip, open_log
 from ftslurm.logvocab import line_time
 
@@ -528,59 +527,6 @@ def _label_order(label: str) -> tuple[int, str]:
     """r0 < r1 < r10 < lh: replicas by number, other sources after."""
     m = re.fullmatch(r"r(\d+)", label)
     return (int(m.group(1)), "") if m else (1 << 30, label)
-
-
-# --------------------------------------------------------------------------------------------
-# Finding the files of a run (no Slurm call: works from the login node)
-
-
-def job_logs(run_dir: Path) -> dict[str, dict[int, Path]]:
-    """job id -> {replica: `tft-<job>_<i>.out`} of the logs in `run_dir`; in a `tft-<job>`
-    folder only that job's. An archived `tft-<job>_<i>.out.gz` counts when there is no
-    `.out`."""
-    only = logvocab.run_job(run_dir.resolve().name)
-    try:
-        names = sorted(os.listdir(run_dir))
-    except OSError:
-        return {}
-    jobs: dict[str, dict[int, Path]] = {}
-    for name in names:
-        log = logvocab.parse_log_name(name)
-        if log and (only is None or log.job == only):
-            logs = jobs.setdefault(log.job, {})
-            if log.replica not in logs or not log.archived:  # the live log before its archive
-                logs[log.replica] = run_dir / name
-    return jobs
-
-
-def newest_job(jobs: dict[str, dict[int, Path]]) -> str | None:
-    """The job whose logs changed last (a folder holding several jobs' logs: `.`, a copy)."""
-
-    def mtime(job: str) -> float:
-        return max((_mtime(p) for p in jobs[job].values()), default=0.0)
-
-    return max(jobs, key=mtime, default=None)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def replica_logs(
-    run_dir: Path, replicas: set[int] | None = None, job: str | None = None
-) -> dict[str, Path]:
-    """`r<i>` -> `tft-<job>_<i>.out` in `run_dir`, only the selected replicas if given. In a
-    `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) the
-    `tft-*_<i>.out` there of `job`, else of the newest job (two replica 0s cannot share one
-    prefix)."""
-    jobs = job_logs(run_dir)
-    job = job if job is not None else newest_job(jobs)
-    if job is None or job not in jobs:
-        return {}
-    return {f"r{i}": p for i, p in sorted(jobs[job].items()) if replicas is None or i in replicas}
 
 
 COLORS = ("36", "33", "35", "32", "34", "31", "96", "93")

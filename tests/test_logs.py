@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from ftslurm import logtail, logvocab
 from ftslurm.cli import cli
+from ftslurm.run import model as runs
 
 pytestmark = pytest.mark.unit
 
@@ -152,7 +153,7 @@ def test_cli_logs_reads_archived_logs(tmp_path, monkeypatch):
     assert got.exit_code == 0 and got.output == plain.output, got.output
     # the live log wins over its archive; a truncated archive gives what could be read
     (in_place / "tft-8_0.out.gz").write_bytes(b"")
-    assert logtail.replica_logs(in_place)["r0"].name == "tft-8_0.out"
+    assert runs.replica_logs(in_place)["r0"].name == "tft-8_0.out"
     whole = gzip.decompress((in_place / "tft-8_1.out").read_bytes()).decode().splitlines()
     cut = tmp_path / "cut.out.gz"
     cut.write_bytes((in_place / "tft-8_1.out").read_bytes()[:-300])
@@ -216,7 +217,7 @@ def test_cli_logs_in_a_folder_with_several_jobs(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "showing job 13, the newest (also there: 11;" in r.stderr
     assert sorted(x[:4] for x in r.stdout.splitlines()) == ["[r0]", "[r1]"]
-    assert logtail.replica_logs(mixed) == {
+    assert runs.replica_logs(mixed) == {
         "r0": mixed / "tft-13_0.out", "r1": mixed / "tft-13_1.out"}  # fmt: skip
 
 
@@ -225,7 +226,7 @@ def test_follower_growth_new_files_new_attempts_truncation(tmp_path):
     run.mkdir()
     r0 = run / "tft-5_0.out"
     r0.write_text("[2026-11-23 10:00:00]  launching replica 0 (attempt 0) on worker-0\n")
-    f = logtail.Follower(lambda: logtail.replica_logs(run))
+    f = logtail.Follower(lambda: runs.replica_logs(run))
     assert [e.label for e in f.start(10)] == ["r0"]
     assert f.poll() == []
     with open(r0, "a") as fh:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ftslurm import logtail
+from ftslurm.run import model as runs
 from tests.clirun import invoke
 from tests.log_inputs import STEP_LINE, run_dir
 
@@ -33,7 +34,7 @@ def test_logs_names_each_log_it_cannot_read_and_exits_1(tmp_path):
 def test_following_says_once_which_log_it_cannot_read(tmp_path):
     run = run_dir(tmp_path, {0: (STEP_LINE.format(i=1) + "\n").encode()})
     failed: list[str] = []
-    f = logtail.Follower(lambda: logtail.replica_logs(run),
+    f = logtail.Follower(lambda: runs.replica_logs(run),
                          on_error=lambda label, path, e: failed.append(label))  # fmt: skip
     assert len(f.start(5)) == 1
     (run / "tft-7_1.out").mkdir()  # appears later, unreadable

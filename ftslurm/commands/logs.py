@@ -56,6 +56,7 @@ def logs(
       ftslurm logs -f --lighthouse
     """
     from ftslurm import logtail, logvocab, paths, stdout_pipe
+    from ftslurm.run import model as run_model
     from ftslurm.textsafe import printable
 
     if lines < 0:
@@ -83,9 +84,9 @@ def logs(
     # one job for the whole run of the command: a folder may hold several jobs' logs (`.`, a
     # postmortem copy), and following must not switch jobs when another one's log grows
     chosen: list[str | None] = [str(job) if job is not None else None]
-    several = logtail.job_logs(run_dir) if run_dir.is_dir() else {}
+    several = run_model.job_logs(run_dir) if run_dir.is_dir() else {}
     if chosen[0] is None and len(several) > 1:
-        chosen[0] = logtail.newest_job(several)
+        chosen[0] = run_model.newest_job(several)
         others = ", ".join(sorted(j for j in several if j != chosen[0]))
         click.echo(printable(f"note: logs of several jobs in {run_dir}: showing job {chosen[0]}, "
                              f"the newest (also there: {others}; choose with --job)"), err=True)
@@ -99,18 +100,18 @@ def logs(
 
     def discover() -> dict[str, Path]:
         if chosen[0] is None:  # the first job whose logs appear
-            chosen[0] = logtail.newest_job(logtail.job_logs(run_dir))
-        found = logtail.replica_logs(run_dir, selected, chosen[0]) if chosen[0] else {}
+            chosen[0] = run_model.newest_job(run_model.job_logs(run_dir))
+        found = run_model.replica_logs(run_dir, selected, chosen[0]) if chosen[0] else {}
         if lh_log is not None and lh_log.exists():
             found["lh"] = lh_log
         return found
 
     if not follow and not discover():
-        jobs = logtail.job_logs(run_dir)
+        jobs = run_model.job_logs(run_dir)
         if chosen[0] is not None and chosen[0] not in jobs and jobs:
             raise UserError(printable(f"no logs of job {chosen[0]} in {run_dir} (there: job "
                                       f"{', '.join(sorted(jobs))})"))
-        have = sorted(logtail.replica_logs(run_dir, None, chosen[0]), key=lambda k: int(k[1:]))
+        have = sorted(run_model.replica_logs(run_dir, None, chosen[0]), key=lambda k: int(k[1:]))
         if selected and have:
             raise UserError(
                 f"no log of replica {', '.join(map(str, sorted(selected)))} in {run_dir} "

@@ -8,6 +8,7 @@ again reads only what its logs appended.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,3 +57,55 @@ class Run:
         if replica not in self._steps:
             self._steps[replica] = StepReader(self.log(replica))
         return self._steps[replica]
+
+
+# ---------------------------------------------------------------- the runs in a folder (no Slurm)
+
+
+def job_logs(folder: Path) -> dict[str, dict[int, Path]]:
+    """job id -> {replica: `tft-<job>_<i>.out`} of the logs in `folder`; in a `tft-<job>`
+    folder only that job's. An archived `tft-<job>_<i>.out.gz` counts when there is no
+    `.out`. Works from the login node: the folder is listed, Slurm is not asked."""
+    only = logvocab.run_job(folder.resolve().name)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    jobs: dict[str, dict[int, Path]] = {}
+    for name in names:
+        log = logvocab.parse_log_name(name)
+        if log and (only is None or log.job == only):
+            logs = jobs.setdefault(log.job, {})
+            if log.replica not in logs or not log.archived:  # the live log before its archive
+                logs[log.replica] = folder / name
+    return jobs
+
+
+def newest_job(jobs: dict[str, dict[int, Path]]) -> str | None:
+    """The job whose logs changed last (a folder holding several jobs' logs: `.`, a copy)."""
+
+    def mtime(job: str) -> float:
+        return max((_mtime(p) for p in jobs[job].values()), default=0.0)
+
+    return max(jobs, key=mtime, default=None)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def replica_logs(
+    folder: Path, replicas: set[int] | None = None, job: str | None = None
+) -> dict[str, Path]:
+    """`r<i>` -> `tft-<job>_<i>.out` in `folder`, only the selected replicas if given. In a
+    `tft-<job>` folder only that job's logs; in another (`.`, a copy, a renamed folder) the
+    `tft-*_<i>.out` there of `job`, else of the newest job (two replica 0s cannot share one
+    prefix)."""
+    jobs = job_logs(folder)
+    job = job if job is not None else newest_job(jobs)
+    if job is None or job not in jobs:
+        return {}
+    return {f"r{i}": p for i, p in sorted(jobs[job].items()) if replicas is None or i in replicas}
