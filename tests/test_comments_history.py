@@ -66,7 +66,7 @@ SWEPT = (
     "ftslurm/replica/worker/early_sync.py", "ftslurm/replica/worker/fixes.py",
     "ftslurm/replica/launcher/preflight.py",
     "ftslurm/replica/launcher/lifecycle.py", "ftslurm/replica/launcher/failure_history.py",
-    "ftslurm/failure_modes.py", "ftslurm/replica/handoff.py",
+    "ftslurm/failure_modes.py", "ftslurm/replica/handoff.py", "ftslurm/report/live.py",
     "ftslurm/replica/worker/train.py", "ftslurm/replica/launcher/warm_restart.py",
     "ftslurm/knobs.py",
     "ftslurm/wait.py",

@@ -11,7 +11,8 @@ shows as `ftslurm_lighthouse_up 0` / `ftslurm_logs_up 0` and its samples are lef
 Why the logs are read in a worker thread, and only when a file changed: a run folder of
 10,000 logs takes seconds to read, past Prometheus's scrape timeout. After the TTL the files
 the report would read are listed and stat'ed (path, inode, size, mtime); the same list reuses
-the last report, a changed one is read again in a worker while the scrape waits at most
+the last report; after a change a worker reads what the logs appended (report/live.py: each
+byte of a log is parsed once, not once per build) while the scrape waits at most
 `MetricsSources.report_wait_s` and then answers with the last complete report (none yet:
 `ftslurm_logs_up 0`).
 """
@@ -69,6 +70,7 @@ class MetricsSources:
     http_timeout_s: float = 2.0
     # how long a scrape waits for a reading of the logs under way; None: until it is done
     report_wait_s: float | None = None
+    _live: Any = field(default=None, init=False, repr=False, compare=False)  # a LiveReport
 
     def status_url(self) -> str | None:
         """The /status URL to fetch, or None: the managed Lighthouse, looked up each time."""
@@ -108,14 +110,15 @@ class MetricsSources:
         return tuple(key)
 
     def read_report(self) -> dict[str, Any] | None:
-        """The report's JSON dict (`ftslurm report --json`); None when there are no logs."""
-        from ftslurm.report import build_report
+        """The report's JSON dict (`ftslurm report --json`); None when there are no logs.
+        Built by a live report: each build reads only what the logs appended since the last."""
+        from ftslurm.report.live import LiveReport
 
+        if self._live is None:
+            self._live = LiveReport(list(self.run), self.lighthouse_logs, self.events,
+                                    self.group_size)  # fmt: skip
         try:
-            rep = build_report(
-                *self.run, lighthouse=self.lighthouse_logs, events=self.events,
-                group_size=self.group_size,
-            )  # fmt: skip
+            rep = self._live.build()
         except (UserError, OSError):
             return None
         if rep.stats.events == 0:

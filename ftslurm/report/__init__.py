@@ -41,10 +41,14 @@ def build_report(
     on the same machine; goodput is then measured against its full-strength rate instead of
     the run's own (`control_baseline`)."""
     base = control_baseline(baseline) if baseline is not None else None
-    rep = RenderedReport.of(
-        build_model(*paths, lighthouse=lighthouse, events=events, group_size=group_size,
-                    baseline=base)
-    )
+    return rendered(build_model(*paths, lighthouse=lighthouse, events=events,
+                                group_size=group_size, baseline=base))  # fmt: skip
+
+
+def rendered(model: Report) -> RenderedReport:
+    """The model with its renderings, the nodes its launchers took out and its restarts from
+    a checkpoint (read beside the logs): what `build_report` and a live report give."""
+    rep = RenderedReport.of(model)
     rep.bad_nodes = bad_nodes(rep.stats.files)
     rep.restarts = restarts.restarts(rep.stats.files, rep.stats.resumes)
     return rep

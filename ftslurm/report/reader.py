@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm.logfile import open_log
+from ftslurm.logfile import GZIP_MAGIC, open_log
 from ftslurm.logvocab import (
     BANNER,
     ERROR,
@@ -526,12 +526,117 @@ def iter_file_events(
     with fh:
         for buf, end in _iter_buffers(fh, stats):
             yield from scan.chunk(buf, end)
-    last = parse_time(scan.prev_ts, utc_offset) if scan.prev_ts else None
-    stats.spans[str(path)] = (scan.first_t, last, lighthouse)
+    _account(scan, path, stats)
+
+
+def _account(scan: _FileScan, path: Path, stats: ParseStats) -> None:
+    """What a file's scan adds to the run's stats once it is read: its time span, its resume
+    lines, the lines used and skipped."""
+    last = parse_time(scan.prev_ts, scan.utc_offset) if scan.prev_ts else None
+    stats.spans[str(path)] = (scan.first_t, last, scan.lighthouse)
     if scan.resumes:
         stats.resumes[str(path)] = scan.resumes
     stats.skipped += max(0, scan.file_lines - scan.matched)
     stats.matched += scan.matched
+
+
+@dataclass
+class GrowingLog:
+    """One log file read as it grows (`ftslurm metrics`' live report, live.py): the scan's
+    state is kept between reads, so each read parses only the whole lines appended since the
+    last one, and `events` holds every event so far, in file order. The file's last line
+    waits for its newline (the next read takes it). `stats` is the live report's: its
+    counters add up over the reads, and commit decisions are deduplicated across its files as
+    in one read of them all.
+
+    `read()` is False when the file is no longer the one read (another inode, or shorter:
+    rotated, truncated, replaced): the caller starts again from the start of every file."""
+
+    path: Path
+    stats: ParseStats
+    utc_offset: float = 0.0
+    lighthouse: bool = False
+    quorums: bool = True
+    events: list[Event] = field(default_factory=list)
+    offset: int = 0  # bytes parsed: whole lines (a .gz: its whole size, read once)
+    error: OSError | None = None  # the last read's: the file is then missing or unreadable
+    _ident: tuple[int, int] | None = None  # (device, inode) of the file read
+    _scan: _FileScan | None = None
+
+    def read(self) -> bool:
+        try:
+            st = self.path.stat()
+        except OSError as e:
+            self.error = e
+            return self._ident is None  # a file that was read and is gone: start again
+        ident = (st.st_dev, st.st_ino)
+        if self._ident is not None and (ident != self._ident or st.st_size < self.offset):
+            return False
+        if self._scan is None:
+            self._scan = _FileScan(self.stats, self.path.name, self.utc_offset, self.lighthouse,
+                                   self.quorums)  # fmt: skip
+        self._ident, self.error = ident, None
+        try:
+            with open(self.path, "rb") as raw:
+                if self.path.name.endswith(".gz") or raw.read(2) == GZIP_MAGIC:
+                    # an archive does not grow: read whole, once
+                    if self.offset == 0:
+                        with open_log(self.path) as fh:
+                            self._parse(fh)
+                        self.offset = st.st_size
+                    return st.st_size == self.offset
+                end = _after_last_newline(raw, self.offset, st.st_size)
+                if end > self.offset:
+                    raw.seek(self.offset)
+                    self._parse(_Upto(raw, end - self.offset))
+                    self.offset = end
+        except OSError as e:
+            self.error = e
+        return True
+
+    def _parse(self, fh) -> None:
+        scan = self._scan
+        assert scan is not None
+        for buf, end in _iter_buffers(fh, self.stats):
+            self.events.extend(scan.chunk(buf, end))
+
+    def account(self, stats: ParseStats) -> bool:
+        """Add this file to a build's `stats` as one read of it would; False when it could
+        not be read (counted as missing or unreadable)."""
+        if self.error is not None or self._scan is None:
+            stats.cannot_open(self.path, self.error or FileNotFoundError(self.path))
+            return False
+        stats.files.append(str(self.path))
+        _account(self._scan, self.path, stats)
+        return True
+
+
+class _Upto:
+    """A binary file read only up to `limit` more bytes (whole lines: see GrowingLog)."""
+
+    def __init__(self, fh, limit: int) -> None:
+        self.fh, self.left = fh, limit
+
+    def readinto(self, b) -> int:
+        if self.left <= 0:
+            return 0
+        with memoryview(b) as mv, mv[: min(len(mv), self.left)] as dst:
+            n = self.fh.readinto(dst) or 0
+        self.left -= n
+        return n
+
+
+def _after_last_newline(fh, start: int, size: int, block: int = 1 << 16) -> int:
+    """The position just after the last newline in the file's [start, size), else start."""
+    hi = size
+    while hi > start:
+        lo = max(start, hi - block)
+        fh.seek(lo)
+        at = fh.read(hi - lo).rfind(b"\n")
+        if at >= 0:
+            return lo + at + 1
+        hi = lo
+    return start
 
 
 def _iter_buffers(fh, stats: ParseStats) -> Iterator[tuple[bytearray, int]]:

@@ -38,7 +38,7 @@ Semantics (as torchft's logs of the recorded runs in tests/fixtures/report show 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ftslurm import logvocab as L
@@ -65,7 +65,13 @@ from ftslurm.report.model import (
 )
 from ftslurm.report.model import replica_key as _idx
 from ftslurm.report.reader import ParseStats
-from ftslurm.report.sources import clock_offset, device_of, find_run_files, iter_run_events
+from ftslurm.report.sources import (
+    RunFiles,
+    clock_offset,
+    device_of,
+    find_run_files,
+    iter_run_events,
+)
 
 # ---------------------------------------------------------------- the state machine
 
@@ -882,10 +888,23 @@ def build_model(
     files = find_run_files(flat, lighthouse=lighthouse, events=events)
     stats = ParseStats()
     offset = clock_offset(files.lighthouse_logs + files.replica_logs)
+    return model_of(files, stats, lambda left_out: iter_run_events(files, stats, offset, left_out),
+                    group_size, baseline)  # fmt: skip
+
+
+def model_of(
+    files: RunFiles,
+    stats: ParseStats,
+    events_of: Callable[[list[LeftOut]], Iterable[Event]],
+    group_size: int | None = None,
+    baseline: Baseline | None = None,
+) -> Report:
+    """The Report of a run's files from its events, merged by time (`events_of(left_out)`:
+    `iter_run_events`, or what a live report kept of its earlier reads, see live.py)."""
     b = _Builder(group_size, files.job, frozenset(p.name for p in files.replica_logs))
     b.baseline = baseline
     b.device = device_of(files.replica_logs)
-    b.settled = settle(iter_run_events(files, stats, offset, b.left_out), stats)
+    b.settled = settle(events_of(b.left_out), stats)
     for ev in b.settled.events:
         b.feed(ev)
     stats.events += len(b.settled.events)
