@@ -121,7 +121,7 @@ def _after(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], host: str, rc: 
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: host)
     lines: list[str] = []
     plan = planlib.build_ft_plan(env, ROOT)
-    out = preflight.after_failure(plan, env, rc, False, None, started, lines.append,
+    out = preflight.after_failure(plan, rc, False, None, started, lines.append,
                                   preflight_evidence)  # fmt: skip
     return out, lines
 
@@ -226,10 +226,10 @@ def test_a_forced_preflight_failure_on_one_node(tmp_path, monkeypatch) -> None:
     plan = planlib.build_ft_plan(env, ROOT)
     lines: list[str] = []
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: "worker-1")
-    assert preflight.before_training(plan, env, lines.append) is None
+    assert preflight.before_training(plan, lines.append) is None
     assert lines[-1].startswith("pre-flight: cpu passed on worker-1")
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: "worker-0")
-    code, evidence = preflight.before_training(plan, env, lines.append)
+    code, evidence = preflight.before_training(plan, lines.append)
     assert code == preflight.PREFLIGHT_EXIT == 76
     assert evidence.startswith("pre-flight check cpu failed: check 'cpu' failed on purpose")
     assert fh.read_history(run_dir, 1)[-1].kind == "preflight"

@@ -62,7 +62,7 @@ def _first_real_failure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: host)
     lines: list[str] = []
     plan = planlib.build_ft_plan(env, ROOT)
-    preflight.after_failure(plan, env, -9, False, None, 0.0, lines.append)
+    preflight.after_failure(plan, -9, False, None, 0.0, lines.append)
     return lines
 
 
@@ -101,7 +101,7 @@ def test_a_damaged_history_does_not_stop_the_requeue(tmp_path, monkeypatch) -> N
     _slurm(monkeypatch)
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: "worker-1")
     plan = planlib.build_ft_plan(env, ROOT)
-    ok, why, _ = preflight.after_failure(plan, env, -9, False, None, 0.0, lambda _: None)
+    ok, why, _ = preflight.after_failure(plan, -9, False, None, 0.0, lambda _: None)
     assert ok, why
     assert [f.code for f in fh.read_history(run_dir, 1)] == [137]
 

@@ -58,7 +58,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
         "FTSLURM_HEAL_TIMEOUT_S": "600",
     }
     assert (p.replica_id, p.group_size, p.attempt, p.preset) == (1, 2, 2, "llama3_8b_ft")
-    assert planlib.requeue_target(p, GPU_ARRAY_ENV) == "42_1"
+    assert planlib.requeue_target(p) == "42_1"
     assert p.torchrun_is_child
 
 
@@ -276,9 +276,9 @@ def test_requeue_decision() -> None:
     capped = planlib.build_ft_plan(dict(GPU_ARRAY_ENV, FT_MAX_REQUEUES="2"), ROOT)
     ok, why = planlib.should_requeue(capped, 1, cancelled=False)
     assert not ok and "FT_MAX_REQUEUES" in why
-    assert planlib.requeue_target(p, {"SLURM_ARRAY_TASK_ID": "1"}) == "42_1"
+    assert planlib.requeue_target(p) == "42_1"
     local = planlib.build_ft_plan({"FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "1"}, ROOT)
-    assert planlib.requeue_target(local, {}) is None
+    assert planlib.requeue_target(local) is None
 
 
 def test_banner_matches_the_guide_format() -> None:

@@ -37,7 +37,7 @@ def test_tiny_plan_runs_one_process_without_torchrun() -> None:
     assert logvocab.banner("2026-11-25 10:00:00", p, "worker-7") == (
         "[2026-11-25 10:00:00]  launching replica 7 (attempt 1) on worker-7"
     )
-    assert planlib.requeue_target(p, ENV) == "42_7"
+    assert planlib.requeue_target(p) == "42_7"
 
 
 @pytest.mark.parametrize("extra", [{"FT_MODE": "diloco"}, {"PROCESS_GROUP": "nccl"}])

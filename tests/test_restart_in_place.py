@@ -75,10 +75,10 @@ def _conclude(monkeypatch, plan: planlib.Plan, env: dict[str, str]) -> tuple[int
 
 
 def test_no_restart_in_place_once_used_up_or_stopped(monkeypatch, capsys):
-    plan = _plan()
+    plan = _plan(FT_MAX_RESTARTS="2")  # the cap is the plan's setting; the restart, the attempt's
     seen: list[str] = []
     monkeypatch.setattr(preflight, "node_state", lambda env, node: seen.append(node) or "mixed")
-    env = {"SLURMD_NODENAME": "worker-1", "FT_MAX_RESTARTS": "2"}
+    env = {"SLURMD_NODENAME": "worker-1"}
     assert _conclude(monkeypatch, plan, {**env, job.RESTART_ENV: "1"}) == (
         job.RESTART_IN_PLACE, [])
     assert "restarting in place on worker-1 (mixed): why (restart 2 of FT_MAX_RESTARTS=2, " \
@@ -87,7 +87,7 @@ def test_no_restart_in_place_once_used_up_or_stopped(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "restarts in place used up (2 of FT_MAX_RESTARTS=2)" in out
     assert "requeueing 12_1: why (attempt 2)" in out
-    assert _conclude(monkeypatch, plan, {**env, "FT_MAX_RESTARTS": "0"}) == (137, ["12_1"])
+    assert _conclude(monkeypatch, _plan(FT_MAX_RESTARTS="0"), env) == (137, ["12_1"])
     job.SIGNALS.stop(15)  # Slurm is ending the allocation
     try:
         assert _conclude(monkeypatch, plan, env) == (137, ["12_1"])

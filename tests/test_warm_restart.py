@@ -159,8 +159,8 @@ def test_the_launcher_starts_a_warm_next_run_only_for_a_worker_that_waits(
 
     env = {"DEVICE": device, "FTSLURM_PRESET": preset, "SLURM_ARRAY_JOB_ID": "7",
            "SLURM_ARRAY_TASK_ID": "1"}  # fmt: skip
-    plan = _plan(**env)
-    assert job._warm_holder(plan, {**env, "FT_MAX_RESTARTS": "3"}).enabled is on
+    plan = _plan(**env, FT_MAX_RESTARTS="3")
+    assert job._warm_holder(plan, env).enabled is on
 
 
 def test_no_warm_next_run_outside_a_job_array() -> None:

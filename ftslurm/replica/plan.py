@@ -67,6 +67,9 @@ class Plan:
     run_id: str
     ft_mode: str | None
     max_requeues: int
+    # the launcher's settings this plan was built from (loaded once, knobs.load): what the
+    # launcher reads of the knobs for this plan's attempts; `env` is the child's output
+    settings: Settings = field(compare=False, repr=False)
     array_job_id: str | None = None
     # the rate cap: at most `max_fails` failures within `fail_window_s` (FT_MAX_FAILS,
     # FT_FAIL_WINDOW_MIN); the lifetime cap `max_requeues` only when FT_MAX_REQUEUES is set
@@ -455,6 +458,7 @@ def build_ft_plan(
         run_id=run_id,
         ft_mode=ft_mode,
         max_requeues=s.FT_MAX_REQUEUES,
+        settings=s,
         array_job_id=s.env.get("SLURM_ARRAY_JOB_ID"),
         max_fails=s.FT_MAX_FAILS,
         fail_window_s=60.0 * s.FT_FAIL_WINDOW_MIN,
@@ -547,6 +551,7 @@ def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[
         run_id=run_id,
         ft_mode=None,
         max_requeues=0,
+        settings=s,
     )
 
 
@@ -555,9 +560,9 @@ def _no_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in knobs.SECRETS}
 
 
-def requeue_target(plan: Plan, env: Mapping[str, str]) -> str | None:
+def requeue_target(plan: Plan) -> str | None:
     """`<array job>_<task>` for `scontrol requeue`, or None outside a Slurm job array."""
-    task = env.get("SLURM_ARRAY_TASK_ID")
+    task = plan.settings.env.get("SLURM_ARRAY_TASK_ID")
     if not plan.array_job_id or task is None:
         return None
     return f"{plan.array_job_id}_{task}"

@@ -147,7 +147,7 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
     """The warm next run of a replica without spares (warm_restart.py): the same command
     with the next restart's number, its notes in a folder of its own."""
 
-    s = knobs.load(env)
+    s = plan.settings
 
     def spawn(folder: Path, restart: int) -> runner.Child:
         if s.FTSLURM_ATTEMPT_GUARD:
@@ -158,7 +158,7 @@ def _warm_holder(plan: planlib.Plan, env: Mapping[str, str]) -> warm_restart.Hol
     # the wait for `go` is in torchtitan's FTManager (standby.py): the tiny worker has none;
     # and a restart in place happens only inside a Slurm job array (lifecycle.decide)
     torchtitan = planlib.PRESETS[plan.preset].worker != "tiny"
-    in_array = planlib.requeue_target(plan, env) is not None
+    in_array = planlib.requeue_target(plan) is not None
     on = (warm_restart.enabled(s, plan.device) and torchtitan and in_array
           and not s.FTSLURM_DRY_RUN)  # fmt: skip
     return warm_restart.Holder(on, s.FT_MAX_RESTARTS,
@@ -179,14 +179,12 @@ def catch_early_time_limit() -> None:
 def _announce(plan: planlib.Plan, env: Mapping[str, str]) -> bool:
     """The banner, env, command and notes; True on a dry run (nothing to start)."""
     host = socket.gethostname()
-    s = knobs.load(env)
-    restart = s[RESTART_ENV]
-    _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host, restart))
+    _say(logvocab.banner(time.strftime("%Y-%m-%d %H:%M:%S"), plan, host, restart_of(env)))
     _say("env: " + " ".join(f"{k}={v}" for k, v in sorted(plan.env.items())))
     _say("command: " + plan.command_line())
     for note in plan.notes:
         _say(f"note: {note}")
-    if s.FTSLURM_DRY_RUN:
+    if plan.settings.FTSLURM_DRY_RUN:
         _say("dry run (FTSLURM_DRY_RUN=1): nothing started")
         return True
     return False
@@ -282,6 +280,12 @@ TIME_LIMIT_EXIT = exits.TIME_LIMIT
 RESTART_IN_PLACE = exits.RESTART_IN_PLACE
 # how many restarts in place this allocation has had, for the banner and the worker
 RESTART_ENV = "FTSLURM_RESTART"
+
+
+def restart_of(env: Mapping[str, str]) -> int:
+    """The restart in place this attempt is (0: Slurm started it): the one fact an attempt's
+    environment adds to the plan's settings (`main` counts them)."""
+    return knobs.load(env)[RESTART_ENV]
 # the longest wait between two looks at a run that has a warm next run to start
 TICK_S = 1.0
 # how long an ended worker's last output may take to come through the log filter
@@ -330,11 +334,10 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
     if SIGNALS.stopped is not None:  # stopped between a failed run and its restart in place
         return 128 + SIGNALS.stopped
     started = time.time()
-    failed = preflight_mod.before_training(plan, env, _say)  # a bad node trains nothing
+    failed = preflight_mod.before_training(plan, _say)  # a bad node trains nothing
     if failed is not None:
         return _conclude(plan, env, lifecycle.Ended(failed[0], preflight=failed[1]), started)
-    s = knobs.load(env)
-    warm = holder.take(s[RESTART_ENV]) if holder is not None else None
+    warm = holder.take(restart_of(env)) if holder is not None else None
     if warm is not None and not warm.release():
         _say(f"warm restart: could not tell the waiting run to train (writing {warm.go_file} "
              "failed); starting cold")  # fmt: skip
@@ -352,7 +355,7 @@ def _run_attempt(plan: planlib.Plan, env: Mapping[str, str],
         _say(f"removed {stale}: the temporary folder of an attempt that was killed")
     prefix = attempt_dir_prefix(host, os.getpid())
     with tempfile.TemporaryDirectory(prefix=prefix, dir=tmp_root) as tmp:
-        if s.FTSLURM_ATTEMPT_GUARD:
+        if plan.settings.FTSLURM_ATTEMPT_GUARD:
             _guard_attempt_dir(Path(tmp))
         return _run_torchrun(plan, env, lifecycle.Notes(Path(tmp)), started, holder)
 
@@ -370,11 +373,11 @@ def _guard_attempt_dir(folder: Path) -> None:
              "this host removes it if this one is killed")  # fmt: skip
 
 
-def _watchdog(plan: planlib.Plan, env: Mapping[str, str], progress: Path,
+def _watchdog(plan: planlib.Plan, progress: Path,
               child: runner.Child) -> watchdog.Watchdog | None:  # fmt: skip
     """The attempt's watchdog (watchdog.py): FT replicas only, off with
     FTSLURM_HANG_TIMEOUT_S=0."""
-    s = knobs.load(env, plan.device)
+    s = plan.settings.on(plan.device)
     floor = s.FTSLURM_HANG_TIMEOUT_S
     if plan.kind != "ft" or not floor:
         return None
@@ -420,7 +423,7 @@ def _spawn_worker(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
         extra[handoff.TIME_LIMIT_ENV] = str(notes.time_limit)
     if go is not None:
         extra[handoff.GO_ENV] = str(go)
-    shorten = logfilter.ReplicaLogFilter() if knobs.load(env).FTSLURM_LOG_FILTER else None
+    shorten = logfilter.ReplicaLogFilter() if plan.settings.FTSLURM_LOG_FILTER else None
     return runner.spawn(plan.argv, env=env, extra_env=extra, detach=False, inherit_output=True,
                         output_filter=shorten)  # fmt: skip
 
@@ -434,8 +437,8 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
         child = warm.child
     else:
         child = _spawn_worker(plan, env, notes)
-    dog = _watchdog(plan, env, notes.progress, child)
-    restart = knobs.load(env)[RESTART_ENV]
+    dog = _watchdog(plan, notes.progress, child)
+    restart = restart_of(env)
 
     def tick() -> None:
         assert holder is not None
@@ -464,7 +467,7 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
         signal.signal(signal.SIGUSR1, at_time_limit)
         if SIGNALS.time_limit:
             notes.time_limit.touch()
-        if line := handoff.signal_margin_line(env):
+        if line := handoff.signal_margin_line(plan.settings):
             _say(line)
     if SIGNALS.stopped is not None:  # a signal that came before the handlers above: forwarded
         forward(SIGNALS.stopped, None)
@@ -487,7 +490,7 @@ def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     """The worker saved its final checkpoint at Slurm's time-limit signal: requeue this array
     task so training goes on to STEPS (no failure counted, no cap applies). TIME_LIMIT_EXIT,
     not 0: the replica has not finished (a warm-spare run must not mark its slot done)."""
-    target = planlib.requeue_target(plan, env)
+    target = planlib.requeue_target(plan)
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {logvocab.time_limit_line(target, None)}")
     if target is not None:
         try:
@@ -497,19 +500,18 @@ def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
     return TIME_LIMIT_EXIT
 
 
-def _in_place(env: Mapping[str, str]) -> lifecycle.InPlace:
+def _in_place(plan: planlib.Plan, env: Mapping[str, str]) -> lifecycle.InPlace:
     """This allocation as a place for the next attempt (FT_MAX_RESTARTS, the signals that
     came, the node as Slurm sees it: a node down, draining or unknown requeues, so Slurm
     places the replica)."""
-    s = knobs.load(env)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
 
     def state() -> tuple[str | None, bool]:
         got = preflight_mod.node_state(env, node)
         return got, got is not None and preflight_mod.state_usable(got)
 
-    return lifecycle.InPlace(SIGNALS.stopped is not None, SIGNALS.time_limit, s[RESTART_ENV],
-                             s.FT_MAX_RESTARTS, node, state)  # fmt: skip
+    return lifecycle.InPlace(SIGNALS.stopped is not None, SIGNALS.time_limit, restart_of(env),
+                             plan.settings.FT_MAX_RESTARTS, node, state)  # fmt: skip
 
 
 def _conclude(plan: planlib.Plan, env: Mapping[str, str], ended: lifecycle.Ended,
@@ -517,14 +519,14 @@ def _conclude(plan: planlib.Plan, env: Mapping[str, str], ended: lifecycle.Ended
     """Carry out lifecycle.decide's action for the run that ended (say it; requeue, restart
     in place, wait as a spare); the launcher's exit code. The failure history
     (preflight.after_failure: the rate cap, the node taken out) is asked only for a failure."""
-    target = planlib.requeue_target(plan, env)
+    target = planlib.requeue_target(plan)
 
     def verdict() -> lifecycle.Verdict:
         requeue, why, avoid = preflight_mod.after_failure(
-            plan, env, ended.code, ended.cancelled, ended.refused, started, _say, ended.preflight)
+            plan, ended.code, ended.cancelled, ended.refused, started, _say, ended.preflight)
         return lifecycle.Verdict(requeue, why, tuple(avoid))
 
-    action = lifecycle.decide(ended, verdict, target is not None, lambda: _in_place(env))
+    action = lifecycle.decide(ended, verdict, target is not None, lambda: _in_place(plan, env))
     if action.note:
         _say(action.note)
     act = action.act

@@ -343,48 +343,48 @@ def requeue(env: Mapping[str, str], target: str, avoid: Sequence[str]) -> None:
 # ---- the launcher's two calls ---------------------------------------------------------------
 
 
-def _task(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+def _task(plan: planlib.Plan) -> int:
     """The array task whose history this attempt adds to (with spares the slot may differ)."""
-    task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    task = plan.settings.env.get("SLURM_ARRAY_TASK_ID", "").strip()
     if plan.task is not None:
         return plan.task
     return int(task) if task.isdigit() and len(task) < 7 else plan.replica_id
 
 
-def _array_size(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+def _array_size(plan: planlib.Plan) -> int:
     """How many task histories this array can have: Slurm's highest task id + 1 (the
     array's size when it has gaps), else its count, else the group (and its spares); never
     less than this task's id + 1. `histories` caps it at MAX_TASK_FILES."""
+    s = plan.settings
     for name, extra in (("SLURM_ARRAY_TASK_MAX", 1), ("SLURM_ARRAY_TASK_COUNT", 0)):
-        value = env.get(name, "").strip()
+        value = s.env.get(name, "").strip()
         if re.fullmatch(r"[0-9]{1,6}", value):
-            return max(int(value) + extra, _task(plan, env) + 1)
-    return max(plan.group_size + knobs.load(env).FT_SPARES, _task(plan, env) + 1)
+            return max(int(value) + extra, _task(plan) + 1)
+    return max(plan.group_size + s.FT_SPARES, _task(plan) + 1)
 
 
-def _remember(plan: planlib.Plan, env: Env, failure: Failure,
+def _remember(plan: planlib.Plan, failure: Failure,
               say: Callable[[str], None]) -> tuple[planlib.Plan, list[float]]:  # fmt: skip
     """Record `failure`; the plan and the failure times the caps count. A history that
     cannot be written falls back to the lifetime cap (FT_MAX_REQUEUES), so a crash loop ends
     anyway."""
-    s = knobs.load(env)
-    run_dir = planlib.run_folder(s, paths.project_root())
+    run_dir = planlib.run_folder(plan.settings, paths.project_root())
     try:
-        return plan, counted(record_failure(run_dir, _task(plan, s.env), failure))
+        return plan, counted(record_failure(run_dir, _task(plan), failure))
     except (OSError, UserError) as e:
         say(f"failure history not written ({e}): FT_MAX_REQUEUES={plan.max_requeues} caps "
             "the requeues instead")  # fmt: skip
         return replace(plan, lifetime_cap=True), [] if failure.injected else [failure.t]
 
 
-def before_training(plan: planlib.Plan, env: Env,
+def before_training(plan: planlib.Plan,
                     say: Callable[[str], None]) -> tuple[int, str] | None:  # fmt: skip
     """The pre-flight check of this node (FTSLURM_PREFLIGHT): None when it passed, else
     (PREFLIGHT_EXIT, the evidence), the failure recorded and the node taken out. First the
     training stack's versions (versions.check_stack): an unsupported build is the user's
     to fix (UserError, exit code 2), not the node's."""
     versions.check_stack(planlib.PRESETS[plan.preset].worker)
-    s = knobs.load(env)
+    s = plan.settings
     if plan.kind != "ft" or not s.FTSLURM_PREFLIGHT:
         return None
     host = socket.gethostname()
@@ -395,14 +395,14 @@ def before_training(plan: planlib.Plan, env: Env,
     except CheckFailed as e:
         evidence = f"pre-flight check {e.check} failed: {e}"
         say(f"pre-flight: {evidence}; not training on {host} (exit code {PREFLIGHT_EXIT})")
-        _remember(plan, s, Failure(time.time(), host, PREFLIGHT_EXIT, "preflight",
-                                     detail=evidence), say)  # fmt: skip
+        _remember(plan, Failure(time.time(), host, PREFLIGHT_EXIT, "preflight",
+                                  detail=evidence), say)  # fmt: skip
         return PREFLIGHT_EXIT, evidence
     say(f"pre-flight: {', '.join(passed)} passed on {host} ({time.monotonic() - t0:.1f} s)")
     return None
 
 
-def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool,
+def after_failure(plan: planlib.Plan, returncode: int, cancelled: bool,
                   refused: str | None, started: float, say: Callable[[str], None],
                   preflight: str | None = None) -> tuple[bool, str, list[str]]:  # fmt: skip
     """Whether the attempt requeues itself, why, and the nodes its requeue must avoid.
@@ -410,8 +410,8 @@ def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool
     rate cap decides, and a node found bad (its pre-flight check, or FT_NODE_MAX_FAILS) is
     taken out. A failure simulate-failure injected is neither counted nor held against the
     node unless it was marked --count-as-bad."""
-    s = knobs.load(env)
-    if returncode == 0 or cancelled or refused or planlib.requeue_target(plan, s.env) is None:
+    s = plan.settings
+    if returncode == 0 or cancelled or refused or planlib.requeue_target(plan) is None:
         # outside a job array nothing requeues: no history to keep, no node to take out
         return (*planlib.should_requeue(plan, returncode, cancelled, refused), [])
     host = socket.gethostname()
@@ -420,7 +420,7 @@ def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool
     if preflight is None:
         logs = events_paths(s, planlib.outputs_folder(s, paths.project_root()), run_dir)
         ev = injected_event(logs, started, plan.array_job_id,
-                            sorted({plan.replica_id, _task(plan, s.env)}), host)
+                            sorted({plan.replica_id, _task(plan)}), host)
         injected = ev is not None and not ev.count_as_bad
         if ev is not None:
             say(
@@ -429,10 +429,10 @@ def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool
                 f"{'counted against the node' if ev.count_as_bad else 'not counted'}"
             )
         code = returncode if returncode >= 0 else 128 - returncode
-        plan, times = _remember(plan, s, Failure(now, host, code, injected=injected), say)
+        plan, times = _remember(plan, Failure(now, host, code, injected=injected), say)
     else:  # before_training recorded it; no history readable: the lifetime cap, as there
         injected = False
-        times = counted(read_history(run_dir, _task(plan, s.env)))
+        times = counted(read_history(run_dir, _task(plan)))
         if not times:
             plan, times = replace(plan, lifetime_cap=True), [now]
     requeue, why = planlib.should_requeue(plan, returncode, cancelled, refused, times, now)
@@ -440,7 +440,7 @@ def after_failure(plan: planlib.Plan, env: Env, returncode: int, cancelled: bool
         None
         if injected
         else bad_node(run_dir, host, now, plan.fail_window_s, s.FT_NODE_MAX_FAILS,
-                      _array_size(plan, s.env), say)  # fmt: skip
+                      _array_size(plan), say)  # fmt: skip
     )
     avoid = []
     if evidence:
