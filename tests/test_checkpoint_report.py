@@ -50,14 +50,15 @@ def test_lost_steps_for_a_failure_of_all_the_time_limit_and_a_heal(tmp_path: Pat
     assert "steps lost 0" in text
 
 
-def test_the_report_reads_a_replica_log_once_unless_it_restarted_from_a_checkpoint(
+def test_the_report_reads_each_replica_log_once_even_after_a_restart_from_a_checkpoint(
         monkeypatch) -> None:  # fmt: skip
-    """The report's one pass counts the resume lines: restarts.py opens again only a log with
-    two (recorded runs: slurm-tft-11 has none; slurm-restart-in-place's replica 1 restarted)."""
+    """The restarts are found in the report's one pass (a restarts.Tracker per replica log):
+    no log is opened twice (recorded runs: slurm-tft-11 has no restart; slurm-restart-in-place's
+    replica 1 restarted, which restarts.py once read again)."""
     from collections import Counter
 
     from ftslurm import logfile
-    from ftslurm.report import reader, restarts
+    from ftslurm.report import reader
 
     fixtures = Path(__file__).parent / "fixtures" / "report"
     opened: Counter[str] = Counter()
@@ -66,10 +67,49 @@ def test_the_report_reads_a_replica_log_once_unless_it_restarted_from_a_checkpoi
         opened[Path(path).name] += 1
         return logfile.open_log(path)
 
-    for mod in (reader, restarts):
-        monkeypatch.setattr(mod, "open_log", counting)
+    monkeypatch.setattr(reader, "open_log", counting)
     for run, want in (("slurm-tft-11", {"tft-11_0.out.gz": 1, "tft-11_1.out.gz": 1}),
-                      ("slurm-restart-in-place", {"tft-1_0.out.gz": 1, "tft-1_1.out.gz": 2})):
+                      ("slurm-restart-in-place", {"tft-1_0.out.gz": 1, "tft-1_1.out.gz": 1})):
         opened.clear()
         build_report(str(fixtures / run))
         assert {n: k for n, k in opened.items() if logvocab.parse_log_name(n)} == want, run
+
+
+def _line_by_line(data: bytes, replica: int) -> list[dict]:
+    from ftslurm.report.restarts import Tracker
+
+    t = Tracker(replica)
+    for line in data.split(b"\n"):
+        t.line(line)
+    return t.rows
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_restart_rows_do_not_depend_on_where_the_pass_cuts_the_log(tmp_path: Path,
+                                                                       seed: int) -> None:
+    """The one pass reads a log in chunks; only chunks with a resume or final-checkpoint line
+    (or after a resume, until its first step) are read line by line, the others give only
+    their last step. Cut anywhere at a line's end, the rows are those of a line-by-line read."""
+    import gzip
+    import random
+
+    from ftslurm.report.restarts import Tracker
+
+    fixtures = Path(__file__).parent / "fixtures" / "report" / "slurm-restart-in-place"
+    r0 = [logvocab.resume_line(0, -1, None), *map(_step, range(1, 9)),
+          logvocab.resume_line(0, 5, 5), *map(_step, range(6, 10)),
+          logvocab.final_checkpoint_line(9, "saved"), logvocab.resume_line(0, 9, 9),
+          _step(10), "noise loss: none", _step(11)]  # fmt: skip
+    logs = [("\n".join(r0) + "\n").encode(), gzip.decompress(
+        (fixtures / "tft-1_1.out.gz").read_bytes())]
+    rng = random.Random(seed)
+    for data in logs:
+        want = _line_by_line(data, 1)
+        ends = sorted(rng.sample([i + 1 for i, b in enumerate(data) if b == 10],
+                                 k=min(6, data.count(b"\n"))))  # fmt: skip
+        t, start = Tracker(1), 0
+        for end in [*ends, len(data)]:
+            t.chunk(data[start:end], end - start)
+            start = end
+        assert t.rows == want
+    assert len(_line_by_line(logs[0], 1)) == 2  # the built log's restart and time limit

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ftslurm.report import restarts
 from ftslurm.report.model import Baseline, Report
 from ftslurm.report.render import RenderedReport
 from ftslurm.report.sources import find_run_files
@@ -50,7 +49,7 @@ def rendered(model: Report) -> RenderedReport:
     a checkpoint (read beside the logs): what `build_report` and a live report give."""
     rep = RenderedReport.of(model)
     rep.bad_nodes = bad_nodes(rep.stats.files)
-    rep.restarts = restarts.restarts(rep.stats.files, rep.stats.resumes)
+    rep.restarts = [r for f in rep.stats.files for r in rep.stats.restarts.get(f, ())]
     return rep
 
 

@@ -9,10 +9,10 @@ so a build gives the report one read of the same whole lines would give (a test 
 as the files grow).
 
 What is read again at each build: the run's folder listing, the clock offset (the first
-`Quorum!` line), the event logs (small, and filtered by job), and the files the report reads
-beside the logs (nodes taken out, a restarted replica's resumes). A log that was replaced,
-truncated or is no longer listed (the newest run followed is another one), a clock offset that
-moved, or a Lighthouse log that appeared starts every log again from its start.
+`Quorum!` line), the event logs (small, and filtered by job), and the nodes the run's launchers
+took out (`failures/nodes.jsonl`). A log that was replaced, truncated or is no longer listed
+(the newest run followed is another one), a clock offset that moved, or a Lighthouse log that
+appeared starts every log again from its start.
 """
 
 from __future__ import annotations
@@ -105,5 +105,5 @@ class LiveReport:
 
 def _for_one_build(stats: ParseStats) -> ParseStats:
     """The counters so far, with fresh lists and maps for what a build adds (files, spans,
-    resumes, the files it could not open); the commit counts are shared: a build reads them."""
-    return replace(stats, files=[], missing=[], unreadable=[], spans={}, resumes={})
+    restarts, the files it could not open); the commit counts are shared: a build reads them."""
+    return replace(stats, files=[], missing=[], unreadable=[], spans={}, restarts={})

@@ -24,13 +24,14 @@ from ftslurm.logvocab import (
     LONG_NUMBER,
     MANAGER_LINE,
     QUORUM_IDS,
-    RESUME_PREFIX,
     Event,
     has_time,
     parse_line,
+    parse_log_name,
     parse_time,
     strip_ansi,
 )
+from ftslurm.report import restarts
 
 MAX_LINE = 8 << 20  # longer "lines" (binary junk without newlines) are dropped, not buffered
 CHUNK = 1 << 20
@@ -59,9 +60,8 @@ class ParseStats:
     # commit decisions per replica id (bytes, as logged), deduplicated across ranks
     commits: dict[bytes, _Commits] = field(default_factory=dict)
     active: dict[bytes, bytes] = field(default_factory=dict)  # replica -> its current id
-    # per replica log: how many launcher resume lines it has (report/restarts.py reads again
-    # only a log with two: a restart after the first attempt)
-    resumes: dict[str, int] = field(default_factory=dict)
+    # per replica log: its restarts from a model checkpoint (report/restarts.py's rows)
+    restarts: dict[str, list[dict]] = field(default_factory=dict)
 
     def cannot_open(self, path: Path, e: OSError) -> None:
         """A log that could not be opened: missing if it is not there, else unreadable with
@@ -152,7 +152,6 @@ _NEEDLES = (
     (b"Training completed", _OTHER),
 )
 _LIGHTHOUSE_NEEDLES = ((b"Lighthouse listening on", _OTHER),)
-_RESUME = RESUME_PREFIX.encode()
 _HEAD = 48  # bytes of a line that hold its timestamp
 _BULK = True  # False: every marker line by line (the tests check both give the same result)
 def _eol(buf: bytearray, p: int, end: int) -> int:
@@ -222,7 +221,9 @@ class _FileScan:
         self.file_lines = 0
         self.first_t: float | None = None  # time of the file's first timestamped line
         self.changes = 0  # quorum changes / reconfigurations / heals: re-arm commit emission
-        self.resumes = 0  # launcher resume lines (`[ftslurm] resume:`), counted in bulk
+        # a `tft-<job>_<i>.out` replica log's restarts from a checkpoint (restarts.py)
+        name = None if lighthouse else parse_log_name(label)
+        self.restarts = restarts.Tracker(name.replica) if name is not None else None
         self.buf = bytearray()
         self.end = 0
 
@@ -261,8 +262,8 @@ class _FileScan:
         self.buf, self.end = buf, end
         n = buf.count(b"\n", 0, end) + (0 if buf[end - 1 : end] == b"\n" else 1)
         self.file_lines += n
-        if not self.lighthouse:
-            self.resumes += buf.count(_RESUME, 0, end)
+        if self.restarts is not None:
+            self.restarts.chunk(buf, end)
         self.stats.lines += n
         others: list[tuple[int, int, Event | None]] = []
         if self.quorums:
@@ -534,8 +535,8 @@ def _account(scan: _FileScan, path: Path, stats: ParseStats) -> None:
     lines, the lines used and skipped."""
     last = parse_time(scan.prev_ts, scan.utc_offset) if scan.prev_ts else None
     stats.spans[str(path)] = (scan.first_t, last, scan.lighthouse)
-    if scan.resumes:
-        stats.resumes[str(path)] = scan.resumes
+    if scan.restarts is not None and scan.restarts.rows:
+        stats.restarts[str(path)] = list(scan.restarts.rows)
     stats.skipped += max(0, scan.file_lines - scan.matched)
     stats.matched += scan.matched
 

@@ -1,5 +1,6 @@
 """Restarts of every replica from a model checkpoint, and the steps each lost, from the
-launcher's lines (logvocab: `resume_line`, `final_checkpoint_line`, `time_limit_line`).
+launcher's lines (logvocab: `resume_line`, `final_checkpoint_line`, `time_limit_line`), read
+in the report's one pass (a `Tracker` per replica log, fed by reader.py).
 
 A replica that resumes from a model checkpoint (its first step is the checkpoint's step + 1)
 lost the steps it had trained past that checkpoint: 0 after a final checkpoint at Slurm's time
@@ -9,56 +10,81 @@ from a live peer instead (its first step is a peer's) lost nothing and is not li
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ftslurm import logvocab
-from ftslurm.logfile import open_log
-from ftslurm.report import reader as R
+
+_RESUME = logvocab.RESUME_PREFIX.encode()
+_FINAL = logvocab.FINAL_CHECKPOINT_PREFIX.encode()
+_LOSS = b"loss:"
 
 
-def restarts(files: Sequence[str | Path], resumes: Mapping[str, int]) -> list[dict[str, Any]]:
-    """One row per replica restart from a checkpoint, in log order per file: replica, kind
-    (`time limit` or `restart`), last step before, the checkpoint step resumed from, and the
-    steps lost (trained past the checkpoint, so trained again). `resumes`: the report's one
-    pass counted each log's resume lines (ParseStats.resumes); a row needs an attempt after
-    the first, so only a log with two is read again, line by line."""
-    out: list[dict[str, Any]] = []
-    for path in files:
-        name = logvocab.parse_log_name(Path(path).name)
-        if name is None or resumes.get(str(path), 0) < 2:
-            continue
-        try:
-            with open_log(Path(path)) as fh:
-                out += _scan(R.iter_lines(fh, R.ParseStats()), name.replica)
-        except (OSError, EOFError, zlib.error):
-            continue
-    return out
+class Tracker:
+    """One replica log's restarts from a checkpoint, fed the log's chunks in order by the
+    report's one pass (reader.py): one row per restart, in log order: replica, kind (`time
+    limit` or `restart`), last step before, the checkpoint step resumed from, and the steps
+    lost (trained past the checkpoint, so trained again).
 
+    How it stays cheap: a chunk without a resume or final-checkpoint line, while no resume
+    waits for its first step, only moves the last step trained (the chunk's last step line,
+    found from its end); the rare chunks are read line by line."""
 
-def _scan(lines: Any, replica: int) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    last = 0  # the last step this replica trained, over all attempts so far
-    final: int | None = None  # a final checkpoint (time limit) after `last`
-    pending: dict[str, Any] | None = None  # a resume line waiting for its first step
-    for line in lines:
+    __slots__ = ("replica", "rows", "last", "final", "pending")
+
+    def __init__(self, replica: int) -> None:
+        self.replica = replica
+        self.rows: list[dict[str, Any]] = []
+        self.last = 0  # the last step this replica trained, over all attempts so far
+        self.final: int | None = None  # a final checkpoint (time limit) after `last`
+        self.pending: dict[str, Any] | None = None  # a resume line waiting for its first step
+
+    def chunk(self, buf: bytes | bytearray, end: int) -> None:
+        """`buf[:end]`: whole lines of the log, after those of the chunks before."""
+        rare = buf.find(_RESUME, 0, end) >= 0 or buf.find(_FINAL, 0, end) >= 0
+        if self.pending is None and not rare:
+            step = _last_step(buf, end)
+            if step is not None:
+                self.last = step
+            return
+        for line in bytes(memoryview(buf)[:end]).split(b"\n"):
+            self.line(line)
+
+    def line(self, line: bytes) -> None:
         if (got := logvocab.parse_final_checkpoint(line)) is not None:
-            final = got
+            self.final = got
         elif (res := logvocab.parse_resume(line)) is not None:
             model = max(res[1], 0)
-            pending = {"replica": replica, "kind": "time limit" if final is not None
-                       else "restart", "last_step": last, "resumed_from": model,
-                       "lost_steps": max(0, last - model)}  # fmt: skip
-        elif b"loss:" in line and (m := logvocab.STEP.search(logvocab.strip_ansi(line))):
-            step = int(m.group(1))
+            kind = "time limit" if self.final is not None else "restart"
+            self.pending = {"replica": self.replica, "kind": kind, "last_step": self.last,
+                            "resumed_from": model, "lost_steps": max(0, self.last - model)}
+        elif (step := _step(line)) is not None:
+            pending = self.pending
             if pending is not None:
                 if step == pending["resumed_from"] + 1 and pending["last_step"] > 0:
-                    rows.append(pending)
-                pending, final = None, None
-            last = step
-    return rows
+                    self.rows.append(pending)
+                self.pending, self.final = None, None
+            self.last = step
+
+
+def _step(line: bytes | bytearray) -> int | None:
+    """The step of torchtitan's step line, else None."""
+    if _LOSS not in line:
+        return None
+    m = logvocab.STEP.search(logvocab.strip_ansi(bytes(line)))
+    return int(m.group(1)) if m else None
+
+
+def _last_step(buf: bytes | bytearray, end: int) -> int | None:
+    """The step of the last step line in `buf[:end]`, else None."""
+    p = buf.rfind(_LOSS, 0, end)
+    while p >= 0:
+        ls = buf.rfind(b"\n", 0, p) + 1
+        le = buf.find(b"\n", p, end)
+        step = _step(buf[ls : le if le >= 0 else end])
+        if step is not None:
+            return step
+        p = buf.rfind(_LOSS, 0, ls) if ls else -1
+    return None
 
 
 def lines(rows: list[dict[str, Any]]) -> list[str]:
