@@ -239,7 +239,7 @@ def test_a_holder_whose_slot_was_taken_is_fenced_before_its_next_quorum(tmp_path
     for epoch, task in ((0, 1), (1, 2)):
         assert slots.try_claim(root, 1, epoch, task, "worker-1", 1, 1.0) is not None
     fenced = tmp_path / "fenced"
-    code = ("from ftslurm.replica import standby; print(standby.install()); "
+    code = ("from ftslurm.replica.worker import standby; print(standby.install()); "
             "from torchft.manager import Manager; Manager.start_quorum(object()); "
             "print('asked the Lighthouse')")  # fmt: skip
     env = {**os.environ, "FTSLURM_SLOTS_DIR": str(root), "FTSLURM_REPLICA_ID": "1",
