@@ -30,7 +30,7 @@ from ftslurm.textsafe import printable
 # ---------------------------------------------------------------- files of a run
 
 @dataclass
-class RunFiles:
+class ReportFiles:
     replica_logs: list[Path]
     lighthouse_logs: list[Path]
     event_logs: list[Path]
@@ -55,7 +55,7 @@ def find_run_files(
     *,
     lighthouse: Sequence[str | Path] = (),
     events: Sequence[str | Path] = (),
-) -> RunFiles:
+) -> ReportFiles:
     """The files of one run: a run directory, files, or (nothing, or the runs directory
     itself) the newest tft-* run.
 
@@ -68,7 +68,7 @@ def find_run_files(
     # named files that are missing stay in the lists: counted in ParseStats.missing
     lighthouse = [_spooled(p) for p in lighthouse]
     events = [_spooled(p) for p in events]
-    files = RunFiles([], list(lighthouse), list(events))
+    files = ReportFiles([], list(lighthouse), list(events))
     if not paths and not lighthouse:
         paths = [_newest_run(P.torchft_runs_dir(), files)]
     elif len(paths) == 1 and logvocab.newest_run_dir(Path(paths[0])):
@@ -169,7 +169,7 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def _newest_run(root: Path, files: RunFiles) -> Path:
+def _newest_run(root: Path, files: ReportFiles) -> Path:
     files.looked_in.append(str(root))
     run = logvocab.newest_run_dir(root)
     if run is None:
@@ -198,7 +198,7 @@ def _managed_lighthouse_logs() -> list[Path]:
     return [p for p in (path.with_name(path.name + ".1"), path) if p.is_file()]
 
 
-def _classify(f: Path, files: RunFiles, explicit: bool = False) -> None:
+def _classify(f: Path, files: ReportFiles, explicit: bool = False) -> None:
     name = f.name.lower().removesuffix(".gz")
     if name.endswith(".jsonl"):
         files.add(files.event_logs, f)
@@ -239,7 +239,7 @@ def _key(ev: Event) -> float:
     return ev.time if ev.time is not None else 0.0
 
 
-def iter_run_events(files: RunFiles, stats: ParseStats, utc_offset: float,
+def iter_run_events(files: ReportFiles, stats: ParseStats, utc_offset: float,
                     left_out: list[LeftOut] | None = None) -> Iterator[Event]:
     """All events of a run, merged by time (each file is time-ordered on its own); event-log
     lines of another job are appended to `left_out`."""

@@ -66,7 +66,7 @@ from ftslurm.report.model import (
 from ftslurm.report.model import replica_key as _idx
 from ftslurm.report.reader import ParseStats
 from ftslurm.report.sources import (
-    RunFiles,
+    ReportFiles,
     clock_offset,
     device_of,
     find_run_files,
@@ -893,7 +893,7 @@ def build_model(
 
 
 def model_of(
-    files: RunFiles,
+    files: ReportFiles,
     stats: ParseStats,
     events_of: Callable[[list[LeftOut]], Iterable[Event]],
     group_size: int | None = None,
