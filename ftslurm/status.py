@@ -300,13 +300,38 @@ def to_json(job: int, rows: list[Row], quorum: Quorum | None,
     }  # fmt: skip
 
 
-def node_action_lines(actions: list[Any]) -> list[str]:
+MAX_EVENTS = 10  # newest claims that took a slot over, and node actions, shown without --all
+
+
+def claim_summary(claims: list[Any], limit: int | None = MAX_EVENTS) -> list[str]:
+    """The warm spares' claims for a person (slots.Claim, oldest first). Each slot's first
+    claim (at the start: 1,024 of them in a 1,024-replica run) is counted, not listed; the
+    claims that took a slot from another task are listed, the newest `limit` (None: every
+    claim, one line each)."""
+    from ftslurm.replica import slots
+
+    if limit is None or not claims:
+        return slots.claim_lines(claims)
+    firsts = [c for c in claims if c.epoch == 0]
+    later = [c for c in claims if c.epoch != 0]
+    lines = [f"claims: {len(firsts)} slot(s) claimed at the start, {len(later)} taken over "
+             "since (by a spare, or a task back from a failure)"]  # fmt: skip
+    if len(later) > limit:
+        lines.append(f"  ... {len(later) - limit} earlier takeover(s): ftslurm status --all "
+                     "lists every claim")  # fmt: skip
+    return lines + slots.claim_lines(later[-limit:] if limit else [])
+
+
+def node_action_lines(actions: list[Any], limit: int | None = None) -> list[str]:
     """The nodes this run's launchers took out of its way (preflight.NodeAction: drained,
     avoided through ExcNodeList, or kept as the last node), each with the time, the reason and
-    the command that brings it back."""
+    the command that brings it back; the newest `limit` (None: all)."""
     if not actions:
         return []
     lines = ["nodes taken out of this run's way (preflight.py):"]
+    if limit is not None and len(actions) > limit:
+        lines.append(f"  ... {len(actions) - limit} earlier: ftslurm status --all lists them")
+        actions = actions[-limit:] if limit else []
     for a in actions:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.time))
         undo = a.undo()

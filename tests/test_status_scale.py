@@ -172,6 +172,41 @@ def test_status_at_1024_tasks_is_counts_then_the_tasks_not_training(lighthouse, 
     assert len(every) == 1 + 1 + 1024 + 1  # the old table: a line per task, the quorum last
 
 
+def test_status_at_1024_slots_counts_the_claims_and_lists_the_newest_takeovers(
+        lighthouse, monkeypatch, tmp_path):  # fmt: skip
+    """A run with warm spares claims every slot at its start (1,024 claim files) and some
+    again after failures; its launchers may take several nodes out. A line each was 1,000+
+    lines under the table; the default now counts the first claims and lists the newest
+    takeovers and node actions, `--all` every one."""
+    from ftslurm import logvocab
+    from ftslurm.replica import slots
+    from ftslurm.replica.launcher import preflight
+
+    FakeSlurm().on(["squeue", "--json"], squeue_1024()).install(monkeypatch)
+    monkeypatch.setenv("FTSLURM_OUTPUTS", str(tmp_path))
+    run_dir = logvocab.run_dir(12, tmp_path)
+    root = slots.slots_dir(run_dir)
+    for slot in range(1024):
+        assert slots.try_claim(root, slot, 0, slot, f"worker-{slot}", 1, 1000.0) is not None
+    for k in range(15):  # spares 1024.. took slots 0..14 over, oldest first
+        assert slots.try_claim(root, k, 1, 1024 + k, "spare", 1, 2000.0 + k, k) is not None
+    for k in range(12):
+        act = preflight.NodeAction(3000.0 + k, f"bad-{k}", "drain", "pre-flight check failed")
+        preflight.record_action(run_dir, act)
+    lines = invoke("status", "--job", "12").stdout.splitlines()
+    assert len(lines) <= MAX_LINES, len(lines)
+    assert ("claims: 1024 slot(s) claimed at the start, 15 taken over since (by a spare, or a "
+            "task back from a failure)") in lines
+    assert "  ... 5 earlier takeover(s): ftslurm status --all lists every claim" in lines
+    taken = [line for line in lines if line.startswith("claim: ")]
+    assert len(taken) == 10 and "by task 1038" in taken[-1] and "by task 1029" in taken[0]
+    assert "  ... 2 earlier: ftslurm status --all lists them" in lines
+    assert sum(line.startswith("  bad-") for line in lines) == 10
+    every = invoke("status", "--job", "12", "--all").stdout.splitlines()
+    assert sum(line.startswith("claim: ") for line in every) == 1024 + 15
+    assert sum(line.startswith("  bad-") for line in every) == 12
+
+
 # ---------------------------------------------------------------- reading the page
 
 

@@ -162,5 +162,7 @@ def _say_slots(run_dir: Path) -> None:
                     for t, s in sorted(held.items()))  # fmt: skip
     click.echo(printable(f"slots (replica = slot; r<N> = array task N): {now}; other tasks "
                          "are spares"), err=True)  # fmt: skip
-    for line in slots.claim_lines(slots.history(root, slots.slot_count(root))):
+    from ftslurm import status as st
+
+    for line in st.claim_summary(slots.history(root, slots.slot_count(root))):
         click.echo(printable(line), err=True)

@@ -26,8 +26,9 @@ from ftslurm.errors import UserError
 )
 @click.option("--no-lighthouse", is_flag=True, help="Do not ask the managed Lighthouse.")
 @click.option("--all", "show_all", is_flag=True,
-              help="One row per task however many (a job of over 20 tasks shows its counts "
-              "and only the tasks not training).")
+              help="One row per task however many, every spare's claim and every node taken "
+              "out (by default a job of over 20 tasks shows its counts and only the tasks not "
+              "training; claims are counted, with the newest 10 takeovers and node actions).")
 def status(
     job_task: tuple[int, int | None] | None, as_json: bool, log_dir: Path | None,
     no_lighthouse: bool, show_all: bool,
@@ -94,5 +95,6 @@ def status(
         click.echo(json.dumps(out, indent=2, allow_nan=False))
     else:
         click.echo(st.render_table(job, rows, quorum, page, None if show_all else st.MAX_ROWS))
-        for line in slots.claim_lines(claims) + st.node_action_lines(taken_out):
+        limit = None if show_all else st.MAX_EVENTS
+        for line in st.claim_summary(claims, limit) + st.node_action_lines(taken_out, limit):
             click.echo(line)
