@@ -70,14 +70,19 @@ def _run_demo(tmp_path: Path, backend: str, *args: str, drop: tuple[str, ...] = 
         raise
 
 
-def _check_story(out: subprocess.CompletedProcess, tmp_path: Path) -> None:
+def _check_story(out: subprocess.CompletedProcess, tmp_path: Path,
+                 spare: bool = False) -> None:  # fmt: skip
     left = _processes_marked_with(str(tmp_path))  # before any assert can skip the look
     if left or out.returncode != 0:
         _cleanup(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert not left, left
     assert "healed from a peer" in out.stderr
-    assert "1/2 replicas from step" in out.stdout  # a degraded interval
+    if not spare:  # the survivor trains alone until the failed replica is back: degraded
+        assert "1/2 replicas from step" in out.stdout
+    else:  # a warm spare races the survivor's next quorum: alone a while, or never (the
+        # recorded demo in docs/demo.md: "degraded never"); the slot is back either way
+        assert "1/2 replicas from step" in out.stdout or "rejoined: 1" in out.stdout
     assert "recovery: replica 0 -> replica 1" in out.stdout
     assert "cleaning up" in out.stderr
 
@@ -95,7 +100,7 @@ def test_demo_slurm_backend(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the Slurm backend needs root")
     out = _run_demo(tmp_path, "slurm")  # README command 1's path: node-down, a warm spare
-    _check_story(out, tmp_path)
+    _check_story(out, tmp_path, spare=True)
     assert "State=DOWN" in out.stderr and "RESUMEd" in out.stderr
     assert "claimed slot 1" in out.stderr and "waits warm as a spare" in out.stderr
     assert "local Slurm cluster stopped" in out.stderr

@@ -42,7 +42,9 @@ def test_planted_slot_files_break_no_command(mimic: Mimic) -> None:  # noqa: F81
     run_dir = mimic.outputs / "torchft" / f"tft-{mimic.job}"
     _plant(run_dir)
     job = str(mimic.job)
-    for argv in (["status", "--job", job, "--no-lighthouse"], ["logs", "--job", job, "-n", "1"],
+    # status --all: every claim a line (the default counts the first claims: no host shown)
+    for argv in (["status", "--job", job, "--no-lighthouse", "--all"],
+                 ["logs", "--job", job, "-n", "1"],
                  ["simulate-failure", "--dry-run", "--job", job, "--replica", "0"]):  # fmt: skip
         t0 = time.monotonic()
         out = mimic.cli(*argv, timeout=30)
