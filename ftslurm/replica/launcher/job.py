@@ -280,18 +280,18 @@ TIME_LIMIT_EXIT = exits.TIME_LIMIT
 RESTART_IN_PLACE = exits.RESTART_IN_PLACE
 # how many restarts in place this allocation has had, for the banner and the worker
 RESTART_ENV = "FTSLURM_RESTART"
-
-
-def restart_of(env: Mapping[str, str]) -> int:
-    """The restart in place this attempt is (0: Slurm started it): the one fact an attempt's
-    environment adds to the plan's settings (`main` counts them)."""
-    return knobs.load(env)[RESTART_ENV]
 # the longest wait between two looks at a run that has a warm next run to start
 TICK_S = 1.0
 # how long an ended worker's last output may take to come through the log filter
 OUTPUT_DRAIN_S = 3.0
 # the signals this launcher process got (its handlers set them; a run's end reads them)
 SIGNALS = lifecycle.Signals()
+
+
+def restart_of(env: Mapping[str, str]) -> int:
+    """The restart in place this attempt is (0: Slurm started it): the one fact an attempt's
+    environment adds to the plan's settings (`main` counts them)."""
+    return knobs.load(env)[RESTART_ENV]
 
 
 ATTEMPT_DIR_PREFIX = attempt_guard.PREFIX
@@ -486,11 +486,12 @@ def _run_torchrun(plan: planlib.Plan, env: Mapping[str, str], notes: lifecycle.N
     return _conclude(plan, env, notes.ended(code, plan.kind == "ft", cancelled, refused), started)
 
 
-def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str]) -> int:
+def _requeue_at_time_limit(plan: planlib.Plan, env: Mapping[str, str],
+                           target: str | None) -> int:  # fmt: skip
     """The worker saved its final checkpoint at Slurm's time-limit signal: requeue this array
     task so training goes on to STEPS (no failure counted, no cap applies). TIME_LIMIT_EXIT,
-    not 0: the replica has not finished (a warm-spare run must not mark its slot done)."""
-    target = planlib.requeue_target(plan)
+    not 0: the replica has not finished (a warm-spare run must not mark its slot done).
+    `target`: this array task (`planlib.requeue_target`), None outside an array."""
     _say(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]  {logvocab.time_limit_line(target, None)}")
     if target is not None:
         try:
@@ -531,7 +532,7 @@ def _conclude(plan: planlib.Plan, env: Mapping[str, str], ended: lifecycle.Ended
         _say(action.note)
     act = action.act
     if act is lifecycle.Act.REQUEUE_AT_TIME_LIMIT:
-        return _requeue_at_time_limit(plan, env)
+        return _requeue_at_time_limit(plan, env, target)
     if act is lifecycle.Act.BECOME_SPARE:
         _say(f"fenced: slot {plan.replica_id} has a newer claim; not requeueing, waiting as a "
              "spare instead")  # fmt: skip
