@@ -17,11 +17,16 @@ def is_gzip(path: Path) -> bool:
         return probe.read(2) == GZIP_MAGIC
 
 
+def is_archive(path: Path) -> bool:
+    """A log `open_log` decompresses: gzip by its first two bytes, or by a `.gz` name."""
+    return is_gzip(path) or path.suffix == ".gz"
+
+
 def open_log(path: Path) -> BinaryIO:
     """A log opened for binary reading; gzip files decompressed, known by their first two
     bytes or a `.gz` name (one that is not gzip raises OSError: a corrupt archive). Pipes must
     be spooled into files first (report.sources does): the first bytes are read twice."""
-    if is_gzip(path) or path.suffix == ".gz":
+    if is_archive(path):
         import gzip
 
         fh = gzip.open(path, "rb")

@@ -18,18 +18,16 @@ appeared starts every log again from its start.
 from __future__ import annotations
 
 import copy
-import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ftslurm.logvocab import Event
 from ftslurm.report import rendered
-from ftslurm.report.events import iter_event_log
 from ftslurm.report.model import LeftOut
 from ftslurm.report.reader import GrowingLog, ParseStats
 from ftslurm.report.render import RenderedReport
-from ftslurm.report.sources import _job_filter, _key, clock_offset, find_run_files
+from ftslurm.report.sources import clock_offset, find_run_files, iter_run_events
 from ftslurm.report.timeline import model_of
 
 
@@ -66,11 +64,7 @@ class LiveReport:
         stats = _for_one_build(self._stats)
 
         def events_of(left_out: list[LeftOut]) -> Iterator[Event]:
-            streams = [self._replay(p, stats) for p in files.lighthouse_logs]
-            streams += [_job_filter(iter_event_log(p, stats, utc_offset=offset), files.job,
-                                    left_out) for p in files.event_logs]  # fmt: skip
-            streams += [self._replay(p, stats) for p in files.replica_logs]
-            return heapq.merge(*streams, key=_key)
+            return iter_run_events(files, stats, offset, left_out, self._replay)
 
         return rendered(model_of(files, stats, events_of, self.group_size))
 
@@ -94,10 +88,10 @@ class LiveReport:
             log = self._logs[path] = GrowingLog(path, self._stats, offset, lighthouse, quorums)
         return log
 
-    def _replay(self, path: Path, stats: ParseStats) -> Iterator[Event]:
+    def _replay(self, path: Path, stats: ParseStats, **_read_as: object) -> Iterator[Event]:
         """The log's events so far, as copies (the timeline sets times it finds implausible),
         its stats added to the build's when the merge first asks it for one, as one read of
-        it would."""
+        it would (`_read_as`: how iter_run_events would read it, as this log was read)."""
         log = self._logs[path]
         if log.account(stats):
             yield from map(copy.copy, log.events)

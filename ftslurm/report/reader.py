@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm.logfile import GZIP_MAGIC, open_log
+from ftslurm.logfile import is_archive, open_log
 from ftslurm.logvocab import (
     BANNER,
     ERROR,
@@ -531,8 +531,8 @@ def iter_file_events(
 
 
 def _account(scan: _FileScan, path: Path, stats: ParseStats) -> None:
-    """What a file's scan adds to the run's stats once it is read: its time span, its resume
-    lines, the lines used and skipped."""
+    """What a file's scan adds to the run's stats once it is read: its time span, its
+    restarts from a checkpoint, the lines used and skipped."""
     last = parse_time(scan.prev_ts, scan.utc_offset) if scan.prev_ts else None
     stats.spans[str(path)] = (scan.first_t, last, scan.lighthouse)
     if scan.restarts is not None and scan.restarts.rows:
@@ -578,14 +578,13 @@ class GrowingLog:
                                    self.quorums)  # fmt: skip
         self._ident, self.error = ident, None
         try:
+            if is_archive(self.path):  # an archive does not grow: read whole, once
+                if self.offset == 0:
+                    with open_log(self.path) as fh:
+                        self._parse(fh)
+                    self.offset = st.st_size
+                return st.st_size == self.offset
             with open(self.path, "rb") as raw:
-                if self.path.name.endswith(".gz") or raw.read(2) == GZIP_MAGIC:
-                    # an archive does not grow: read whole, once
-                    if self.offset == 0:
-                        with open_log(self.path) as fh:
-                            self._parse(fh)
-                        self.offset = st.st_size
-                    return st.st_size == self.offset
                 end = _after_last_newline(raw, self.offset, st.st_size)
                 if end > self.offset:
                     raw.seek(self.offset)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import stat
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -240,19 +240,22 @@ def _key(ev: Event) -> float:
 
 
 def iter_run_events(files: ReportFiles, stats: ParseStats, utc_offset: float,
-                    left_out: list[LeftOut] | None = None) -> Iterator[Event]:
+                    left_out: list[LeftOut] | None = None,
+                    file_events: Callable[..., Iterator[Event]] = R.iter_file_events,
+                    ) -> Iterator[Event]:  # fmt: skip
     """All events of a run, merged by time (each file is time-ordered on its own); event-log
-    lines of another job are appended to `left_out`."""
+    lines of another job are appended to `left_out`. `file_events(path, stats, utc_offset=,
+    lighthouse=, quorums=)`: a log's events (a live report gives those it kept, live.py)."""
     streams: list[Iterator[Event]] = []
     for p in files.lighthouse_logs:
-        streams.append(R.iter_file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
+        streams.append(file_events(p, stats, utc_offset=utc_offset, lighthouse=True))
     for p in files.event_logs:
         streams.append(_job_filter(iter_event_log(p, stats, utc_offset=utc_offset), files.job,
                                    left_out if left_out is not None else []))
     have_lighthouse = any(p.exists() for p in files.lighthouse_logs)
     for p in files.replica_logs:
         streams.append(
-            R.iter_file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
+            file_events(p, stats, utc_offset=utc_offset, quorums=not have_lighthouse)
         )
     return heapq.merge(*streams, key=_key)
 
