@@ -21,7 +21,7 @@ Order matters, and is the reason this module exists instead of calling torchtita
 6. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
    classic script without FT runs the plain `torchtitan.train.Trainer`);
 7. once training returned, the worker leaves without the interpreter's teardown (exit_now).
-The only module of the launcher that imports torch.
+The training worker's entry: the launcher never imports it (replica/launcher/ loads no torch).
 """
 
 from __future__ import annotations
