@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, paths, versions
+from ftslurm import knobs, paths, stacks, versions
 from ftslurm.errors import UserError
 from ftslurm.replica import patches as patchlib
 from ftslurm.replica import plan as planlib
@@ -119,7 +119,9 @@ class DoctorConfig:
     lighthouse: str = knobs.KNOBS["TORCHFT_LIGHTHOUSE"].default
     lighthouse_from_env: bool = False
     assets: Path = field(default_factory=lambda: paths.project_root() / "assets")
-    requirements: Path = field(default_factory=lambda: paths.project_root() / "requirements.txt")
+    # the installed stack's pins (stacks.py): requirements.txt or requirements-titan03.txt
+    requirements: Path = field(
+        default_factory=lambda: paths.project_root() / stacks.installed().requirements)
     script: Path = field(default_factory=lambda: paths.project_root() / paths.FT_SCRIPT)
     outputs: Path = field(default_factory=paths.outputs_dir)
     replicas: int = 2
@@ -393,6 +395,24 @@ def check_tokenizer(device: str, assets: Path, present: Callable[[Path], bool]) 
     if missing:
         return Check(name, FAIL, "missing: " + ", ".join(str(f) for f in missing), make)
     return Check(name, PASS, f"{files[0].parent} (DEVICE={device})")
+
+
+def check_training_stack(installed: Mapping[str, str | None]) -> Check:
+    """Which supported stack this environment is (stacks.py), how its presets are given to
+    torchtitan, and the other stack it could be instead."""
+    name = "training stack"
+    titan = installed.get("torchtitan")
+    stack = stacks.for_torchtitan(titan)
+    if stack is None:
+        hint = " or ".join(f"pip install 'ftslurm[{s.extra}]'" for s in stacks.STACKS)
+        return Check(name, FAIL, f"torchtitan {titan or 'not installed'}: no supported stack",
+                     hint)  # fmt: skip
+    how = ("the TOML presets in slurm/configs" if stack.config == "toml" else
+           f"ftslurm's config functions ({stacks.CONFIG_MODULE}.config_registry)")  # fmt: skip
+    others = "; ".join(f"{s.name} ({s.describe()}, pip install 'ftslurm[{s.extra}]')"
+                       for s in stacks.STACKS if s is not stack)  # fmt: skip
+    return Check(name, PASS, f"{stack.name}: {stack.describe()}; presets from {how}; "
+                 f"also supported: {others}")  # fmt: skip
 
 
 def check_packages(
@@ -682,6 +702,7 @@ def run_checks(cfg: DoctorConfig) -> list[Check]:
     tok = check_tokenizer(cfg.device, cfg.assets, lambda p: p.is_file())
     checks.append(tok)
 
+    checks.append(check_training_stack(versions.installed_versions()))
     try:
         reqs = versions.parse_requirements(cfg.requirements.read_text())
         checks.append(check_packages(reqs, versions.installed(reqs), cfg.device, cfg.env,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftslurm import paths
+from ftslurm import paths, stacks
 from ftslurm.errors import UserError
 
 
@@ -101,14 +101,10 @@ def satisfies_simple(version: str, spec: str) -> bool:
     return True
 
 
-# The builds the scripts are verified with; a different one fails deep in training (a moved
-# module, a missing TOML, a torchft wire change between the Lighthouse and the replicas).
+# The builds the scripts are verified with (stacks.py: one set of pins per supported stack); a
+# different one fails deep in training (a moved module, a missing config, a torchft wire change
+# between the Lighthouse and the replicas).
 CORE_PACKAGES = ("torch", "torchtitan", "torchft-nightly")
-# what a user on an unsupported release meets, said in the one line
-KNOWN_BREAKS = {
-    ("torchtitan", 0, 3): "its FT trainer moved to torchtitan.experiments.torchft and the TOML "
-    "configs the presets use are gone",
-}
 
 
 def supported_pins(requirements: Path | None = None) -> dict[str, str]:
@@ -136,19 +132,18 @@ def installed_versions(names: Sequence[str] = CORE_PACKAGES) -> dict[str, str | 
 
 
 def version_problem(installed: Mapping[str, str | None], pins: Mapping[str, str],
-                    lighthouse_torchft: str | None = None) -> str | None:  # fmt: skip
+                    lighthouse_torchft: str | None = None,
+                    stack: stacks.Stack = stacks.DEFAULT) -> str | None:  # fmt: skip
     """One line naming the unsupported torchtitan, torch or torchft build (or a Lighthouse
     whose torchft differs from the replicas'), with the supported pins; None when all fit.
     A package that is not installed is `check_packages`'s to report, not this."""
     wanted = ", ".join(f"{n}{spec}" for n, spec in pins.items())
-    fix = f"supported: {wanted} (pip install -r requirements.txt, or pip install 'ftslurm[cpu]')"
+    fix = f"supported with {stack.name}: {wanted} ({_install_hint(stack)})"
     for name, spec in pins.items():
         have = installed.get(name)
         if have is None or satisfies(have, spec):
             continue
-        release = _release(have)
-        why = KNOWN_BREAKS.get((name, *release[:2]), "")
-        return (f"{name} {have} is not supported{f' ({why})' if why else ''}; {fix}")
+        return f"{name} {have} is not supported; {fix}"
     mine = installed.get("torchft-nightly")
     if lighthouse_torchft and mine and lighthouse_torchft != mine:
         return (f"the Lighthouse runs torchft {lighthouse_torchft} but this environment has "
@@ -168,14 +163,45 @@ def installed(reqs: Sequence[Requirement]) -> dict[str, str | None]:
     return out
 
 
+def _pins(stack: stacks.Stack, names: Sequence[str] = CORE_PACKAGES) -> dict[str, str]:
+    return {d: f"=={v}" for d, v in stack.pins if d in names}
+
+
+def _install_hint(stack: stacks.Stack) -> str:
+    return f"pip install -r {stack.requirements}, or pip install 'ftslurm[{stack.extra}]'"
+
+
+def stack_problem(installed: Mapping[str, str | None], lighthouse_torchft: str | None = None,
+                  worker: str = "torchtitan") -> str | None:  # fmt: skip
+    """One line naming what does not fit a supported stack (stacks.STACKS), or None.
+    The installed torchtitan chooses the stack; the other core packages must be that stack's
+    pins (torchtitan 0.3 on torch 2.13 trains one step, then fails in `set_timeout`). A
+    torchtitan no stack is for names every stack. The tiny worker needs no torchtitan: the
+    pinned stack's torch or the other stack's both serve it."""
+    titan = installed.get("torchtitan")
+    if worker == "tiny":
+        names = [n for n in CORE_PACKAGES if n != "torchtitan"]
+        fits = [s for s in stacks.STACKS
+                if version_problem(installed, _pins(s, names)) is None]  # fmt: skip
+        stack = fits[0] if fits else stacks.for_torchtitan(titan) or stacks.DEFAULT
+        pins = _pins(stack, names)
+    else:
+        stack = stacks.for_torchtitan(titan) if titan is not None else stacks.DEFAULT
+        if stack is None:
+            every = "; or ".join(
+                ", ".join(f"{n}{spec}" for n, spec in _pins(s).items())
+                + f" ({_install_hint(s)})" for s in stacks.STACKS)  # fmt: skip
+            return f"torchtitan {titan} is not supported; supported: {every}"
+        pins = _pins(stack)
+    return version_problem(installed, pins, lighthouse_torchft, stack)
+
+
 def check_stack(worker: str = "torchtitan") -> None:
-    """The launcher's start-up check of the training stack, before anything starts: an
-    unsupported torchtitan (0.3.x: the FT trainer and the TOML configs moved), torch or
-    torchft build is one line naming the supported pins (UserError: exit code 2, and no
-    requeue: every attempt would fail the same way, deep in training). Read from the package
-    metadata, nothing imported. The tiny worker (`worker="tiny"`) needs no torchtitan."""
-    names = [n for n in CORE_PACKAGES if worker != "tiny" or n != "torchtitan"]
-    pins = {n: spec for n, spec in supported_pins().items() if n in names}
-    problem = version_problem(installed_versions(names), pins)
+    """The launcher's start-up check of the training stack, before anything starts: a torch,
+    torchtitan or torchft build that is not one of the supported stacks is one line naming
+    the pins (UserError: exit code 2, and no requeue: every attempt would fail the same way,
+    deep in training). Read from the package metadata, nothing imported. The tiny worker
+    (`worker="tiny"`) needs no torchtitan."""
+    problem = stack_problem(installed_versions(), worker=worker)
     if problem:
         raise UserError(problem)

@@ -47,10 +47,12 @@ def test_every_target_and_need_is_in_the_installed_wheels(record: patches.Patch)
     assert patches.check(record) is None
 
 
-def test_the_records_are_made_for_the_pinned_stack() -> None:
+def test_the_records_are_made_for_the_installed_stack() -> None:
     """A pin moved without the records: re-verify the patches (`ftslurm doctor --patches`,
-    the worker's tests) and record the new versions in patches.PINNED."""
-    assert versions.supported_pins() == {n: f"=={v}" for n, v in patches.PINNED.items()}
+    the worker's tests, on each stack) and record the new versions in stacks.py."""
+    requirements = REPLICA.parents[1] / patches.STACK.requirements
+    assert versions.supported_pins(requirements) == {n: f"=={v}"
+                                                     for n, v in patches.PINNED.items()}
     for name, version in patches.PINNED.items():
         assert importlib.metadata.version(name).split("+")[0] == version
     assert all(set(r.versions.items()) <= set(patches.PINNED.items()) for r in patches.RECORDS)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import logvocab
+from ftslurm import logvocab, stacks
 from ftslurm.errors import UserError
 from ftslurm.replica import plan as planlib
 
@@ -27,7 +27,7 @@ GPU_ARRAY_ENV = {
 
 
 def test_ft_gpu_golden_argv_and_env() -> None:
-    p = planlib.build_ft_plan(GPU_ARRAY_ENV, ROOT)
+    p = planlib.build_ft_plan(GPU_ARRAY_ENV, ROOT, stack=stacks.TITAN022)
     assert p.argv == [
         "torchrun",
         "--nnodes=1",
@@ -65,7 +65,7 @@ def test_ft_gpu_golden_argv_and_env() -> None:
 def test_classic_gpu_golden_argv() -> None:
     # what sbatch exports for the script's `#SBATCH --cpus-per-task=128`
     env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77", "SLURM_CPUS_PER_TASK": "128"}
-    p = planlib.build_classic_plan(env, ROOT, head_node="worker-0")
+    p = planlib.build_classic_plan(env, ROOT, head_node="worker-0", stack=stacks.TITAN022)
     assert p.argv == [
         "srun",
         "--nodes=2",
@@ -91,6 +91,57 @@ def test_classic_gpu_golden_argv() -> None:
     assert not p.torchrun_is_child  # srun runs it on the nodes: no launcher pid to check there
 
 
+# the same plans on torchtitan 0.3 (stacks.TITAN03): the preset is ftslurm's config function
+# of the same name, and the three flags 0.3 renamed; every other flag is the same
+TITAN03_CONFIG = ["--module", "ftslurm.replica.worker.titan03", "--config"]
+
+
+def test_ft_gpu_golden_argv_on_torchtitan_0_3() -> None:
+    p = planlib.build_ft_plan(GPU_ARRAY_ENV, ROOT, stack=stacks.TITAN03)
+    old = planlib.build_ft_plan(GPU_ARRAY_ENV, ROOT, stack=stacks.TITAN022)
+    tt = p.argv[p.argv.index("ftslurm.replica.worker.train") + 1 :]
+    assert tt == [
+        *TITAN03_CONFIG, "llama3_8b_ft",
+        "--dump_folder=/srv/ftslurm/outputs/torchft/tft-42",
+        "--hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
+        "--training.steps=1000",
+        "--parallelism.data_parallel_shard_degree=8",
+        "--fault_tolerance.enable",
+        "--fault_tolerance.replica_id=1",
+        "--fault_tolerance.group_size=2",
+        "--fault_tolerance.process_group=nccl",
+    ]
+    assert p.argv[: len(p.argv) - len(tt)] == old.argv[: len(p.argv) - len(tt)]
+    assert p.env == old.env
+
+
+def test_classic_and_cpu_plans_on_torchtitan_0_3() -> None:
+    env = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77"}
+    argv = planlib.build_classic_plan(env, ROOT, head_node="worker-0", stack=stacks.TITAN03).argv
+    assert argv[argv.index("ftslurm.replica.worker.train") + 1 :] == [
+        *TITAN03_CONFIG, "llama3_8b",
+        "--dump_folder=/srv/ftslurm/outputs/classic-77",
+        "--hf_assets_path=/srv/ftslurm/assets/hf/Llama-3.1-8B",
+        "--training.steps=1000",
+    ]
+    cpu = {"DEVICE": "cpu", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "3"}
+    argv = planlib.build_ft_plan(cpu, ROOT, stack=stacks.TITAN03).argv
+    assert argv[argv.index("ftslurm.replica.worker.train") + 1 :][:7] == [
+        *TITAN03_CONFIG, "debug_cpu",
+        "--dump_folder=/srv/ftslurm/outputs/torchft/tft-local",
+        "--hf_assets_path=/srv/ftslurm/assets/local/tokenizer",
+        "--dataloader.dataset_path=/srv/ftslurm/assets/local/dataset",
+    ]
+
+
+def test_each_preset_has_a_config_function_for_torchtitan_0_3() -> None:
+    """Read as text (the module imports torchtitan 0.3): a function per TOML preset."""
+    text = (REPO / "ftslurm" / "replica" / "worker" / "titan03" / "config_registry.py").read_text()
+    for preset in planlib.PRESETS.values():
+        if preset.toml:
+            assert f"\ndef {Path(preset.toml).stem}() -> " in text, preset.toml
+
+
 @pytest.mark.parametrize("value", [None, "", "0", "x"])
 def test_classic_srun_asks_no_cpus_when_the_job_did_not(value: str | None) -> None:
     """srun (Slurm >= 22.05) ignores the job's SLURM_CPUS_PER_TASK, so the plan passes it on;
@@ -106,7 +157,7 @@ def test_classic_srun_asks_no_cpus_when_the_job_did_not(value: str | None) -> No
 def test_cpu_plan_uses_debug_preset_local_assets_and_gloo() -> None:
     env = {"DEVICE": "cpu", "FTSLURM_REPLICA_ID": "0", "FTSLURM_GROUP_SIZE": "3"}
     p = planlib.build_ft_plan(env, ROOT, torchrun=["/venv/bin/torchrun"],
-                              python=["/venv/bin/python"])  # fmt: skip
+                              python=["/venv/bin/python"], stack=stacks.TITAN022)  # fmt: skip
     assert p.preset == "debug_cpu" and p.device == "cpu" and p.ft_mode == "diloco"
     # one rank per replica: no torchrun (FTSLURM_SKIP_TORCHRUN, on by default)
     assert p.argv[:4] == ["/venv/bin/python", "-u", "-m", "ftslurm.replica.worker.train"]

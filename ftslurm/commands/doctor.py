@@ -90,9 +90,8 @@ def doctor(
     if cfg.device not in ("cuda", "cpu"):
         raise UserError(f"DEVICE={cfg.device!r} is not supported; use DEVICE=cuda or DEVICE=cpu")
     # an unsupported torchtitan / torch / torchft build fails deep in training: one line first
-    problem = versions.version_problem(versions.installed_versions(),
-                                       versions.supported_pins(cfg.requirements),
-                                       doc.lighthouse_torchft_version())  # fmt: skip
+    problem = versions.stack_problem(versions.installed_versions(),
+                                     doc.lighthouse_torchft_version())
     if problem:
         raise UserError(problem)
     checks = doc.run_checks(cfg)

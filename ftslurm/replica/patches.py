@@ -31,12 +31,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftslurm import knobs
+from ftslurm import knobs, stacks
 
-# The stack every patch below was made and tested with (pyproject.toml and requirements.txt pin
-# it; tests/test_patches.py fails when a pin moves without these, so each move re-verifies
-# the patches: `ftslurm doctor --patches`).
-PINNED = {"torch": "2.13.0", "torchft-nightly": "2026.10.26", "torchtitan": "0.2.2"}
+# The stack this worker runs (stacks.py: by the installed torchtitan). Every record below was
+# made and tested with each stack's pins (pyproject.toml's extras and the requirements files
+# pin them; tests/test_patches.py fails when a pin moves without stacks.py, so each move
+# re-verifies the patches: `ftslurm doctor --patches`). The upstream names that moved between
+# the stacks (the FT trainer, its manager, checkpointer and optimizer) come from the stack.
+STACK = stacks.installed()
+PINNED = STACK.versions
 # top-level module -> the distributions that install it (torchft: the nightly, else a release)
 DISTRIBUTIONS = {"torch": ("torch",), "torchft": ("torchft-nightly", "torchft"),
                  "torchtitan": ("torchtitan",)}  # fmt: skip
@@ -53,9 +56,9 @@ KINDS = (WRAP, REPLACE, ADD, INSTANCE, SCOPED)
 FIXES_OF_MANAGER = ("FTSLURM_FIX_ASYNC_QUORUM", "FTSLURM_FIX_HEAL_TIMEOUT",
                     "FTSLURM_FIX_HEAL_TIMEOUT_FLOOR")  # fmt: skip
 MANAGER = "torchft.manager.Manager"
-FT_MANAGER = "torchtitan.components.ft.manager.FTManager"
-FT_TRAINER = "torchtitan.experiments.ft.train.FTTrainer"
-CHECKPOINTER = "torchtitan.components.checkpoint.CheckpointManager"
+FT_MANAGER = STACK.ft_manager
+FT_TRAINER = STACK.ft_trainer
+CHECKPOINTER = STACK.checkpointer
 DILOCO = "torchft.local_sgd.DiLoCo"
 
 
@@ -112,13 +115,12 @@ CPU = "DEVICE=cpu"
 _ON_CPU = {"feature": "training on CPU (DEVICE=cpu)"}
 RECORDS: tuple[Patch, ...] = (
     # ---- fixes.py
-    _p("manager_stand_in", "torchtitan.components.ft.manager.ft", "fixes", FIXES_OF_MANAGER,
+    _p("manager_stand_in", STACK.manager_module_alias, "fixes", FIXES_OF_MANAGER,
        "torchtitan builds torchft's Manager through this module: a stand-in sets the Manager's "
        "use_async_quorum (fix 1) and checkpoint transport (fix 4), finishes the built Manager "
        "(fix 6) and logs its quorum mode", upstream="torchtitan issue 4754",
        needs=("torchft.Manager",)),
-    _p("optimizer_state.state_dict",
-       "torchtitan.components.optimizer.FTOptimizersContainer.state_dict", "fixes",
+    _p("optimizer_state.state_dict", f"{STACK.ft_optimizer}.state_dict", "fixes",
        "FTSLURM_FIX_OPTIMIZER_STATE", "the FT container's state dict is cached at start (a "
        "stale lr reaches a healing peer): the base container's fresh one instead",
        kind=REPLACE, needs=("torchtitan.components.optimizer.OptimizersContainer.state_dict",)),
@@ -217,12 +219,12 @@ RECORDS: tuple[Patch, ...] = (
        "to the peer's", kind=INSTANCE, upstream="torchtitan PR 4686"),
     _p("time_limit.save", f"{CHECKPOINTER}.save", "ft_checkpoints", "FTSLURM_TIME_LIMIT_FILE",
        "at Slurm's time-limit signal: a final checkpoint at the agreed step, then training "
-       "ends", needs=(f"{CHECKPOINTER}._async_wait",),
+       "ends", needs=(f"{CHECKPOINTER}.{STACK.wait_for_saving}",),
        feature="the final checkpoint at Slurm's time limit"),
     _p("time_limit.should_save", f"{CHECKPOINTER}._should_save", "ft_checkpoints",
        "FTSLURM_TIME_LIMIT_FILE", "the final checkpoint is saved outside the interval",
        feature="the final checkpoint at Slurm's time limit"),
-    _p("time_limit.should_continue", "torchtitan.train.Trainer.should_continue_training",
+    _p("time_limit.should_continue", STACK.should_continue,
        "ft_checkpoints", "FTSLURM_TIME_LIMIT_FILE", "the training loop ends after the final "
        "checkpoint", feature="the final checkpoint at Slurm's time limit"),
     # ---- config_error.py

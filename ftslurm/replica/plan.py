@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ftslurm import knobs, logvocab
+from ftslurm import knobs, logvocab, stacks
 from ftslurm.errors import UserError
 from ftslurm.knobs import Settings
 
@@ -228,16 +228,22 @@ def hf_assets(root: Path) -> Path:
     return root / "assets" / "hf" / "Llama-3.1-8B"
 
 
-def _common_tt_args(s: Settings, root: Path, preset: Preset, device: str, dump: str) -> list[str]:
-    args = [
-        f"--job.config_file={root / CONFIG_DIR / preset.toml}",
-        f"--job.dump_folder={dump}",
-    ]
+def config_args(root: Path, preset: Preset, stack: stacks.Stack) -> list[str]:
+    """How torchtitan is told the preset: its TOML (0.2), or ftslurm's config function of the
+    same name (0.3: `--module`, `--config`; worker/titan03/config_registry.py)."""
+    if stack.config == "module":
+        return ["--module", stacks.CONFIG_MODULE, "--config", Path(preset.toml).stem]
+    return [f"--job.config_file={root / CONFIG_DIR / preset.toml}"]
+
+
+def _common_tt_args(s: Settings, root: Path, preset: Preset, device: str, dump: str,
+                    stack: stacks.Stack) -> list[str]:  # fmt: skip
+    args = [*config_args(root, preset, stack), f"{stack.dump_flag}={dump}"]
     if device == "cpu":
         tok, data = local_assets(root)
-        args += [f"--model.hf_assets_path={tok}", f"--training.dataset_path={data}"]
+        args += [f"{stack.assets_flag}={tok}", f"{stack.dataset_path_flag}={data}"]
     else:
-        args.append(f"--model.hf_assets_path={hf_assets(root)}")
+        args.append(f"{stack.assets_flag}={hf_assets(root)}")
     args.append(f"--training.steps={s.get('STEPS', device)}")
     if folder := s.CHECKPOINT_FOLDER:
         args.append(f"--checkpoint.folder={folder}")
@@ -352,15 +358,18 @@ def _one_rank(s: Settings, python: Sequence[str], rdzv_id: str,
 
 
 def build_ft_plan(
-    env: Env, root: Path, torchrun: Sequence[str] = (), python: Sequence[str] = ()
+    env: Env, root: Path, torchrun: Sequence[str] = (), python: Sequence[str] = (),
+    stack: stacks.Stack | None = None,
 ) -> Plan:
     """The command one fault-tolerant replica runs: torchrun on this node only, with torchft
     joining the replicas through the Lighthouse (no cross-node rendezvous). One rank per node
     and FTSLURM_SKIP_TORCHRUN (default on): the training module under `python` (default
     FTSLURM_PYTHON, else python3) with torchrun's environment: one interpreter start and
-    torchrun's rendezvous less per (re)start (1.4 s on CPU: docs/benchmarks-cpu.md)."""
+    torchrun's rendezvous less per (re)start (1.4 s on CPU: docs/benchmarks-cpu.md).
+    `stack`: the torchtitan stack whose flags the command uses (default: the installed one)."""
     s = knobs.load(env)
     s.check()
+    stack = stack or stacks.installed()
     name, preset, device = resolve_preset(s)
     replica_id = _first_int(s, ["FTSLURM_REPLICA_ID", "SLURM_ARRAY_TASK_ID"], None, "replica id")
     group_size = _first_int(s, ["FTSLURM_GROUP_SIZE", "SLURM_ARRAY_TASK_COUNT"], None,
@@ -377,7 +386,7 @@ def build_ft_plan(
     ft_mode = s.FT_MODE or preset.ft_mode or "per-step"
     pg = s.get("PROCESS_GROUP", device)
 
-    tt = _common_tt_args(s, root, preset, device, dump)
+    tt = _common_tt_args(s, root, preset, device, dump, stack)
     tt += [
         # HSDP: FSDP inside the node, torchft across nodes
         f"--parallelism.data_parallel_shard_degree={gpus}",
@@ -492,7 +501,8 @@ def _srun_cpus(env: Mapping[str, str]) -> list[str]:
     return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 else []
 
 
-def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[str] = ()) -> Plan:
+def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[str] = (),
+                       stack: stacks.Stack | None = None) -> Plan:  # fmt: skip
     """The classic (non-FT) job: `srun` one torchrun per node, rendezvous on the head node.
 
     Any node failure kills the whole job; that is the baseline the FT script improves on.
@@ -501,6 +511,7 @@ def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[
     """
     s = knobs.load(env)
     s.check()
+    stack = stack or stacks.installed()
     name, preset, device = resolve_preset(s, classic=True)
     local = s.FTSLURM_SINGLE_NODE  # this machine alone, without srun
     nnodes = (
@@ -512,7 +523,7 @@ def build_classic_plan(env: Env, root: Path, head_node: str, torchrun: Sequence[
     run_id = _run_id(s, "SLURM_JOB_ID")
     dump = _dump(s, _outputs(s, root) / f"classic-{run_id}")
     port = s.RDZV_PORT
-    tt = _common_tt_args(s, root, preset, device, dump)
+    tt = _common_tt_args(s, root, preset, device, dump, stack)
     if device == "cpu":
         # One gloo rank per node: FSDP across nodes would need PREMUL_SUM (not in gloo), so
         # the nodes replicate (DDP) instead, and FT stays off as in the GPU baseline.

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ftslurm import knobs, logfilter, logvocab, paths, procs, runner, safefile
+from ftslurm import knobs, logfilter, logvocab, paths, procs, runner, safefile, stacks
 from ftslurm.errors import UserError
 from ftslurm.replica import config_error, exits, handoff, slots
 from ftslurm.replica import plan as planlib
@@ -261,7 +261,8 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
     """The gated tokenizer is downloaded by hand on the login node: without it torchtitan
     fails after torchrun and the imports, and every FT requeue fails the same way. Said once,
     before anything starts (exit 2: a user mistake, not requeued)."""
-    given = planlib.flag_values(plan.argv, "--model.hf_assets_path")
+    flag = stacks.installed().assets_flag  # the flag the plan was built with
+    given = planlib.flag_values(plan.argv, flag)
     if not given:
         return
     folder = Path(given[-1])
@@ -270,7 +271,7 @@ def _check_tokenizer(plan: planlib.Plan) -> None:
         raise UserError(
             f"tokenizer missing: {', '.join(str(folder / n) for n in missing)}; on the login "
             "node: export HF_TOKEN=hf_... && ftslurm assets download (into a folder the nodes "
-            "share), or point FTSLURM_EXTRA_ARGS=--model.hf_assets_path=<folder> at one"
+            f"share), or point FTSLURM_EXTRA_ARGS={flag}=<folder> at one"
         )
 
 

@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ftslurm import knobs
+from ftslurm import knobs, stacks
 from ftslurm.logvocab import CHECKSUM_LINE, CHECKSUM_PREFIX
 from ftslurm.replica import patches
 
@@ -266,15 +266,18 @@ def install() -> None:
     def wrap_train_step(upstream_train_step: Callable[..., None]) -> Callable[..., None]:
         def train_step(self: Any, data_iterator: Any) -> None:
             state["trainer"] = self
-            state["manager"] = self.ft_manager.manager if self.ft_manager.enabled else None
-            state["replica"] = self.job_config.fault_tolerance.replica_id
+            ft = self.ft_manager
+            state["manager"] = ft.manager if ft.enabled else None
+            # the FT manager's, not the trainer config's: on 0.3 a spare's slot reaches only
+            # the manager (standby.ft_config_of)
+            state["replica"] = getattr(ft, "replica_id", state["replica"])
             manager = state["manager"]
             before = manager.current_step() if manager else None
             if not state.get("prepared"):
                 state["prepared"] = True
                 sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
             upstream_train_step(self, data_iterator)
-            if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
+            if manager is None or stacks.trainer_config(self).fault_tolerance.semi_sync_method:
                 return
             after = manager.current_step()
             if after > before and self.step % every == 0:

@@ -38,8 +38,13 @@ FLAVORS: dict[str, dict[str, int]] = {
 
 
 def add_flavors() -> None:
-    """Register FLAVORS in torchtitan's llama3 table (llama3_ft shares the same dict)."""
-    from torchtitan.models.llama3 import TransformerModelArgs, llama3_args
+    """Register FLAVORS in torchtitan's llama3 table (llama3_ft shares the same dict). On
+    torchtitan 0.3 there is no such table (a config function fixes the model; no
+    `--model.flavor`): nothing to add."""
+    try:
+        from torchtitan.models.llama3 import TransformerModelArgs, llama3_args
+    except ImportError:
+        return
 
     for name, kw in FLAVORS.items():
         llama3_args.setdefault(name, TransformerModelArgs(**kw))

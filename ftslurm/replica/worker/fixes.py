@@ -100,6 +100,7 @@ to raise AttributeError in training.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -288,14 +289,16 @@ class _ManagerPatch(types.ModuleType):
 
 def _manager_patch() -> _ManagerPatch | None:
     """The stand-in for torchft in torchtitan's FT manager module, installed once (None, with
-    a line on stderr, when that module has no `ft` here)."""
-    import torchtitan.components.ft.manager as tt_ft
-
-    if not isinstance(getattr(tt_ft, "ft", None), _ManagerPatch):
+    a line on stderr, when that module has no name for torchft here). The module and its name
+    for torchft are the stack's (`ft` in 0.2's components.ft.manager, `torchft` in 0.3's
+    experiments.torchft.manager)."""
+    module, alias = patches.STACK.manager_module_alias.rsplit(".", 1)
+    tt_ft = importlib.import_module(module)
+    if not isinstance(getattr(tt_ft, alias, None), _ManagerPatch):
         if not patches.install("manager_stand_in", _ManagerPatch):
             return None
-        tt_ft.ft.reports["quorum"] = _quorum_line  # also with fix 1 off: says upstream's mode
-    return tt_ft.ft
+        getattr(tt_ft, alias).reports["quorum"] = _quorum_line  # with fix 1 off: upstream's mode
+    return getattr(tt_ft, alias)
 
 
 def fix_optimizer_state() -> None:

@@ -440,8 +440,8 @@ def _finish_at_once(manager: Any, folder: Path, resume: Resume) -> bool:
     started again after the run finished): then it is said in one line and the trainer's step
     set to it, so that its loop ends before a step (nothing loaded: nothing is left to train)."""
     trainer = getattr(manager, "states", {}).get("train_state")
-    steps = getattr(getattr(getattr(trainer, "job_config", None), "training", None), "steps",
-                    None)  # fmt: skip
+    config = getattr(trainer, patches.STACK.trainer_config_attr, None)
+    steps = getattr(getattr(config, "training", None), "steps", None)
     if type(steps) is not int or not resume.model_only or max(resume.model_only) < steps:
         return False
     last = max(resume.model_only)
@@ -564,9 +564,9 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
     names = ("time_limit.save", "time_limit.should_save", "time_limit.should_continue")
     if patches.installed(names[0]) or not patches.ready(*names):
         return
-    from torchtitan.components.checkpoint import CheckpointManager
-
-    upstream_should = CheckpointManager._should_save  # the interval's rule, without the force
+    # the interval's rule, without the force
+    upstream_should = patches.resolve(f"{patches.CHECKPOINTER}._should_save")
+    wait = patches.STACK.wait_for_saving  # the checkpointer's wait for an async save
     started = time.time()  # stop marks made before this process are an earlier segment's
     if (line := signal_margin_line(env)) is not None:
         print(line, flush=True)
@@ -598,11 +598,11 @@ def install_time_limit(flag: Path, env: Mapping[str, str] | None = None) -> None
                         upstream_save(self, curr_step, False)
                     finally:
                         self._ftslurm_force = False
-                self._async_wait()  # the checkpoint is on disk before the process ends
+                getattr(self, wait)()  # the checkpoint is on disk before the process ends
                 saver = getattr(self, "ft_manager", None)
                 saved = "saved" if saver is None or saver.participating_rank() == 0 else "peer"
             elif getattr(self, "enable_ft_dataloader_checkpoints", False):
-                self._async_wait()
+                getattr(self, wait)()
             print(logvocab.final_checkpoint_line(curr_step, saved), flush=True)
             try:  # the launcher requeues only a run that says it stopped early (job.py)
                 stopped_early_note(flag).write_text(str(curr_step))

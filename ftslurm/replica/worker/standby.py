@@ -145,6 +145,15 @@ def claim_banner(claim: slots.Claim, attempt: int, host: str, restart: int = 0) 
                                 claim.previous_task, restart)  # fmt: skip
 
 
+def ft_config_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The FT config torchtitan builds its FT manager with: positional in 0.2
+    (`FTManager(ft_config)`), `config=` in 0.3 (`TorchFTManager(config=replace(cfg))`, a
+    copy: the slot a spare takes reaches the manager, whose replica_id the checkpointer and
+    the fence read, not the trainer's config, whose replica_id names only 0.3's metrics
+    folder)."""
+    return args[0] if args else kwargs["config"]
+
+
 def _become(claim: slots.Claim, job_config_ft: Any, env: dict[str, str]) -> None:
     job_config_ft.replica_id = claim.slot
     env["FTSLURM_REPLICA_ID"] = str(claim.slot)
@@ -185,12 +194,12 @@ def _install_warm_restart(go: Path) -> str:
     launcher needs it; a `stop` ends it without training."""
 
     def wrap(upstream_init: Callable[..., None]) -> Callable[..., None]:
-        def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
-            if ft_config.enable and not wait_for_go(go):
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+            if ft_config_of(args, kwargs).enable and not wait_for_go(go):
                 # not SystemExit: torchtitan's main would close a trainer still being built
                 # (no checkpointer yet) and print that traceback into the replica's log
                 _exit_finished()
-            upstream_init(self, ft_config)
+            upstream_init(self, *args, **kwargs)
 
         return __init__
 
@@ -223,7 +232,8 @@ def install(env: dict[str, str] | None = None) -> str | None:
     spare = first.FTSLURM_SPARE
 
     def init(upstream_init: Callable[..., None]) -> Callable[..., None]:
-        def __init__(self: Any, ft_config: Any) -> None:  # noqa: N807 - patched __init__
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched
+            ft_config = ft_config_of(args, kwargs)
             s = settings()
             if s.FTSLURM_SPARE and ft_config.enable:
                 path = Path(s.FTSLURM_SLOT_FILE)
@@ -241,7 +251,7 @@ def install(env: dict[str, str] | None = None) -> str | None:
                     # torchtitan then trains a trainer never built (exit 1, a crash loop)
                     _exit_finished()
                 _become(claim, ft_config, env)
-            upstream_init(self, ft_config)
+            upstream_init(self, *args, **kwargs)
             _record_member(self, root, env)
 
         return __init__
@@ -262,7 +272,7 @@ def install(env: dict[str, str] | None = None) -> str | None:
 
     def train_step(upstream_step: Callable[..., Any]) -> Callable[..., Any]:
         def fenced_step(self: Any, *args: Any, **kwargs: Any) -> Any:
-            fence(self.job_config.fault_tolerance.replica_id, f"step {self.step}")
+            fence(settings().FTSLURM_REPLICA_ID, f"step {self.step}")  # _become sets it
             return upstream_step(self, *args, **kwargs)
 
         return fenced_step

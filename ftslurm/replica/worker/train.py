@@ -6,7 +6,8 @@ Order matters, and is the reason this module exists instead of calling torchtita
    starts it in a session of its own, so a SIGKILLed torchrun would leave it training; one
    that died before the lifeline was set is seen by the launcher no longer being an ancestor;
 2. sys.argv is made final: torchtitan 0.2.2 binds `ConfigManager.parse_args(args=
-   sys.argv[1:])` as a default argument when torchtitan is first imported;
+   sys.argv[1:])` as a default argument when torchtitan is first imported (0.3 reads it
+   when called);
 3. on DEVICE=cpu the CPU shims go in before torchtitan is imported (it picks its device at
    import time), see cpu.py; torchtitan is imported with its import-time torch.compile calls
    deferred (startup.py, cut 2), and without torchrun the worker hosts the c10d store;
@@ -18,21 +19,24 @@ Order matters, and is the reason this module exists instead of calling torchtita
    patches.ORDER says which runs first, not the order of the calls below, which only orders
    their log lines;
 5. a refused option is noted for the launcher (config_error.py: no requeue for a typo);
-6. torchtitan 0.2.2's FT trainer runs (`torchtitan.experiments.ft.train.FTTrainer`; the
-   classic script without FT runs the plain `torchtitan.train.Trainer`);
+6. the stack's FT trainer runs (stacks.py): on torchtitan 0.2.2
+   `torchtitan.experiments.ft.train.FTTrainer` (the classic script without FT: the plain
+   `torchtitan.train.Trainer`); on 0.3 `torchtitan.train.main()` builds the trainer its
+   config function names (ftslurm's presets: `FaultTolerantTrainer`, FT on or off);
 7. once training returned, the worker leaves without the interpreter's teardown (exit_now).
 The training worker's entry: the launcher never imports it (replica/launcher/ loads no torch).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ftslurm import knobs
+from ftslurm import knobs, stacks
 from ftslurm.replica import handoff
 
 
@@ -53,6 +57,7 @@ def check_lifeline() -> None:
 def main() -> None:
     check_lifeline()
     settings = knobs.environ()  # the launcher's knobs: this worker changes none of them
+    stack = stacks.installed()
     device = settings.FTSLURM_DEVICE or settings.DEVICE
     fault_tolerant = settings.FTSLURM_FT_MODE is not None
     argv = sys.argv[1:]
@@ -71,7 +76,7 @@ def main() -> None:
         import torchtitan.train  # noqa: F401
 
         if fault_tolerant:
-            import torchtitan.experiments.ft.train  # noqa: F401
+            importlib.import_module(stack.ft_trainer.rpartition(".")[0])
         if device == "cpu":
             cpu.add_flavors()
 
@@ -97,14 +102,17 @@ def main() -> None:
         if flag := settings[handoff.TIME_LIMIT_ENV]:  # job.py: Slurm's signal
             ft_checkpoints.install_time_limit(Path(flag))
 
-    from torchtitan.train import Trainer
     from torchtitan.train import main as torchtitan_main
 
-    if fault_tolerant:
-        from torchtitan.experiments.ft.train import FTTrainer
+    if stack.config == "module":  # 0.3: the config function's type names the trainer
+        torchtitan_main()
+    elif fault_tolerant:
+        from ftslurm.replica import patches
 
-        torchtitan_main(FTTrainer)
+        torchtitan_main(patches.resolve(stack.ft_trainer))
     else:
+        from torchtitan.train import Trainer
+
         torchtitan_main(Trainer)
     exit_now()
 
