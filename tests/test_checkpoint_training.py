@@ -26,7 +26,7 @@ from ftslurm.wait import wait_for
 from tests.test_replica_training import Replica, Run, _kill
 from tests.test_replica_training import make_run as make_run  # the fixture
 
-pytestmark = [pytest.mark.training, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.training, pytest.mark.timeout(300), pytest.mark.both_stacks]
 
 INTERVAL = 3
 CKPT_ARGS = f"--checkpoint.enable --checkpoint.interval={INTERVAL} --checkpoint.keep_latest_k=2"

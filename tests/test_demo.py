@@ -95,6 +95,7 @@ def test_demo_local_backend(tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.both_stacks
 @pytest.mark.timeout(600)
 def test_demo_slurm_backend(tmp_path):
     if os.geteuid() != 0:

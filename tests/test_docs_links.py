@@ -79,4 +79,5 @@ def test_ci_finds_the_readme_test_command() -> None:
     at = next(i for i, line in enumerate(lines) if line.startswith("# 2. Run the tests"))
     cmd = lines[at + 1]
     assert cmd.startswith("apt-get update && apt-get install -y slurm-wlm munge")
-    assert cmd.endswith("pytest -ra"), "CI runs the whole suite, not a tier"
+    assert cmd.endswith("&& pytest -ra && python -m tests.second_stack -ra"), (
+        "CI runs the whole suite, then its tier on the second stack (tests/second_stack.py)")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ftslurm import doctor, knobs, versions
+from ftslurm import doctor, knobs, stacks, versions
 from ftslurm.replica import patches
 from ftslurm.replica.worker import fixes
 from tests.clirun import invoke
@@ -42,11 +42,13 @@ def restored(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 # ---------------------------------------------------------------- the records
 
 
+@pytest.mark.both_stacks
 @pytest.mark.parametrize("record", patches.RECORDS, ids=lambda r: r.name)
 def test_every_target_and_need_is_in_the_installed_wheels(record: patches.Patch) -> None:
     assert patches.check(record) is None
 
 
+@pytest.mark.both_stacks
 def test_the_records_are_made_for_the_installed_stack() -> None:
     """A pin moved without the records: re-verify the patches (`ftslurm doctor --patches`,
     the worker's tests, on each stack) and record the new versions in stacks.py."""
@@ -289,3 +291,18 @@ def test_doctor_fails_only_for_a_missing_patch_that_is_switched_on(monkeypatch) 
     row = next(p for p in report["patches"] if p["name"] == "rendezvous_namespace.reconfigure_pg")
     assert row["present"] is False and row["on"] is False
     assert row["made_for"] == {"torchft-nightly": "2026.10.26"}
+
+
+def test_a_record_left_out_of_the_installed_stack_is_skipped_with_its_line(restored,
+                                                                           capsys) -> None:
+    other = next(s.name for s in stacks.STACKS if s is not patches.STACK)
+    record = patches.Patch("test.other_stack", f"{patches.MANAGER}.start_quorum", "fixes",
+                           "a bug only the other stack has", ("FTSLURM_FIX_PEER_ABORT",),
+                           applies_to=(other,))  # fmt: skip
+    line = (f"{patches.MANAGER}.start_quorum: fixed upstream in {patches.STACK.name}; "
+            "fix peer_abort is off there")  # fmt: skip
+    assert patches.check(record) == line
+    restored.setitem(patches.BY_NAME, record.name, record)
+    assert patches.install(record.name, lambda up: up) is False
+    assert capsys.readouterr().err == f"[ftslurm] patch skipped: {line}\n"
+    assert all(set(r.applies_to) == {s.name for s in stacks.STACKS} for r in patches.RECORDS)

@@ -331,7 +331,13 @@ def _assert_healed_through(res: dict, heal_transport: str) -> None:
     assert ("send tensors took" in res["r0"].text()) == (heal_transport == "pg")
 
 
-@pytest.mark.parametrize("heal_transport", HEAL_TRANSPORTS)
+def _once_on_both_stacks(transport: str) -> list:
+    """HEAL_TRANSPORTS, `transport` of them also in the second stack's tier (its time)."""
+    return [pytest.param(t, marks=pytest.mark.both_stacks) if t == transport else t
+            for t in HEAL_TRANSPORTS]  # fmt: skip
+
+
+@pytest.mark.parametrize("heal_transport", _once_on_both_stacks("http"))
 def test_diloco_heal_gives_identical_replicas(
     make_run, tmp_path: Path, heal_transport: str
 ) -> None:
@@ -347,7 +353,7 @@ def test_diloco_heal_gives_identical_replicas(
     _assert_ft_checkpoints_pruned(res)
 
 
-@pytest.mark.parametrize("heal_transport", HEAL_TRANSPORTS)
+@pytest.mark.parametrize("heal_transport", _once_on_both_stacks("pg"))
 def test_per_step_heal_gives_identical_replicas(
     make_run, tmp_path: Path, heal_transport: str
 ) -> None:
@@ -364,6 +370,7 @@ def test_per_step_heal_gives_identical_replicas(
     _assert_ft_checkpoints_pruned(res)
 
 
+@pytest.mark.both_stacks
 def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
     """Bug 2 reproduced: with the cached optimizer state dict the healed replica differs.
     With fix 5 off too, torchtitan keeps an FT dataloader checkpoint for every step."""

@@ -26,7 +26,8 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 200):
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("warm", ["1", "0"], ids=["warm", "cold"])
+@pytest.mark.parametrize("warm", [pytest.param("1", marks=pytest.mark.both_stacks), "0"],
+                         ids=["warm", "cold"])  # fmt: skip
 def test_a_killed_worker_on_a_healthy_node_restarts_in_place_and_heals(slurm_cluster, tmp_path,
                                                                        warm):  # fmt: skip
     with ft_job(tmp_path, steps=100000, FT_WARM_RESTART=warm) as (t, job, logs):

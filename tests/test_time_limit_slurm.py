@@ -99,6 +99,7 @@ def _finals(life: str) -> list[int]:
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.both_stacks
 def test_a_two_minute_time_limit_reaches_steps_across_requeues(slurm_cluster, tmp_path):
     outputs = tmp_path / "outputs"
     (outputs / "torchft").mkdir(parents=True)

@@ -15,7 +15,7 @@ from ftslurm import stacks, versions
 from ftslurm.errors import UserError
 from ftslurm.replica.launcher import job
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.both_stacks]
 
 PINS = {"torch": "==2.13.0", "torchtitan": "==0.2.2", "torchft-nightly": "==2026.10.26"}
 GOOD = {"torch": "2.13.0+cpu", "torchtitan": "0.2.2", "torchft-nightly": "2026.10.26"}
