@@ -20,7 +20,10 @@ the figures per mode. `--restarts 0,3` runs every arm once with FT_MAX_RESTARTS=
 replica always requeues through Slurm) and once with 3 (it restarts in place in its allocation
 while its node is fine): the launcher's restart in place against the requeue, each arm once,
 one after the other in one run. `--warm 0,1` does the same with FT_WARM_RESTART (a restart
-in place takes the next run its launcher started ahead, or starts torchrun anew). `--ranks R`
+in place takes the next run its launcher started ahead, or starts torchrun anew). `--python
+P1,P2` runs every arm once per interpreter (FTSLURM_PYTHON: the jobs' Python, named by its
+training stack, ftslurm/stacks.py; the Lighthouse and the demo stay in this one): the two
+stacks measured alternated on one machine, their figures per stack under "stacks". `--ranks R`
 runs replicas of R ranks (GPUS_PER_NODE=R, the model FSDP-sharded across them; a kill hits
 one rank, as a GPU's error does).
 
@@ -114,7 +117,7 @@ def demo_config(backend: str, failures: int, outputs: Path, replicas: int = 2,
 
 
 @contextlib.contextmanager
-def job_env(**knobs: int | None) -> Iterator[None]:
+def job_env(**knobs: int | str | None) -> Iterator[None]:
     """Knobs (FT_MAX_RESTARTS=3, FT_WARM_RESTART=0) for the jobs the demo submits inside
     (they inherit this process's environment); None leaves one as it is."""
     old = {k: os.environ.get(k) for k in knobs}
@@ -254,9 +257,28 @@ def _r4(x: float | None) -> float | None:
 
 
 def arm_name(spares: int, mode: str | None, restarts: int | None = None,
-             warm: int | None = None) -> str:  # fmt: skip
+             warm: int | None = None, stack: str | None = None) -> str:  # fmt: skip
     return (f"spares{spares}" + (f"-restarts{restarts}" if restarts is not None else "")
-            + (f"-warm{warm}" if warm is not None else "") + (f"-{mode}" if mode else ""))
+            + (f"-warm{warm}" if warm is not None else "") + (f"-{mode}" if mode else "")
+            + (f"-{stack}" if stack else ""))
+
+
+def stack_of(python: str) -> str:
+    """The training stack (ftslurm/stacks.py) an interpreter has, by its torchtitan."""
+    import subprocess
+
+    from ftslurm import stacks
+
+    probe = "import importlib.metadata as m; print(m.version('torchtitan'))"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UserError(f"--python {python}: cannot run it ({e})") from e
+    stack = stacks.for_torchtitan(out.stdout.strip() or None) if out.returncode == 0 else None
+    if stack is None:
+        raise UserError(f"--python {python}: no supported training stack there "
+                        f"({(out.stdout or out.stderr).strip()[-200:]})")  # fmt: skip
+    return stack.name
 
 
 def schedule(arms: list[str], repeats: int, control: bool) -> list[list[str]]:
@@ -277,8 +299,11 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
     restarts: list[int | None] = list(getattr(a, "restarts_list", None) or [None])
     warms: list[int | None] = list(getattr(a, "warm_list", None) or [None])
     ranks = getattr(a, "ranks", 1)
-    arms = [(s, m, r, w) for s in spares_list for r in restarts for w in warms for m in modes]
-    names = {arm_name(s, m, r, w): (s, m, r, w) for s, m, r, w in arms}
+    # interpreters (FTSLURM_PYTHON) by stack name; None: this one, unnamed in the arm
+    pythons: dict[str | None, str | None] = dict(getattr(a, "pythons", None) or {None: None})
+    arms = [(s, m, r, w, st) for s in spares_list for r in restarts for w in warms
+            for m in modes for st in pythons]  # fmt: skip
+    names = {arm_name(s, m, r, w, st): (s, m, r, w, st) for s, m, r, w, st in arms}
     rounds = schedule(list(names), a.repeats, a.control)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     controls: list[dict[str, Any]] = []
@@ -306,11 +331,11 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
                       f"{sm['goodput_window_s']} s, {sm['failure_free_step_rate']} steps/s",
                       file=out)
                 continue
-            s, m, n, w = names[name]
+            s, m, n, w, st = names[name]
             print(f"\nround {r + 1}: {name}", file=out)
             cfg = demo_config(a.backend, a.failures, d, a.replicas, s, a.heartbeat_timeout_ms, m,
                               ranks=ranks)
-            with job_env(FT_MAX_RESTARTS=n, FT_WARM_RESTART=w):
+            with job_env(FT_MAX_RESTARTS=n, FT_WARM_RESTART=w, FTSLURM_PYTHON=pythons[st]):
                 run_dir = run(cfg, say=lambda msg: print(f"  {msg}", file=sys.stderr))
             done.append((name, run_dir, cfg))
             w = build_report(str(run_dir)).to_json()["summary"]["goodput_window_s"] or 0.0
@@ -318,7 +343,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
         for name, run_dir, cfg in done:
             fig = figures(run_dir, cfg, out, baseline=ctrl_dir, mode=names[name][1])
             fig["round"], fig["max_restarts"] = r + 1, names[name][2]
-            fig["warm_restart"] = names[name][3]
+            fig["warm_restart"], fig["stack"] = names[name][3], names[name][4]
             runs[name].append(fig)
     arms_out: dict[str, Any] = {}
     if a.control:
@@ -330,7 +355,7 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
         failed = [x for x in rs if x["failures"]]
         arms_out[name] = {
             "spares": names[name][0], "mode": names[name][1], "max_restarts": names[name][2],
-            "warm_restart": names[name][3],
+            "warm_restart": names[name][3], "stack": names[name][4],
             "goodput": spread([x["goodput"] for x in rs]),
             "goodput_ratio": spread([x["goodput_ratio"] for x in rs]),
             "goodput_against": "control" if a.control else "self",
@@ -354,11 +379,24 @@ def compare(a: argparse.Namespace, outputs: Path, out=sys.stderr,
             "failures": sum(x["failures"] for x in rs), "runs": len(rs),
             "goodput": spread([x["goodput"] for x in rs]),
         }
+    by_stack: dict[str, Any] = {}
+    for st in pythons:
+        if st is None:
+            continue
+        per_mode = {}
+        for m in modes:
+            rs = [x for name, xs in runs.items() if names[name][1] == m
+                  and names[name][4] == st for x in xs]  # fmt: skip
+            per_mode[m or "default"] = {
+                "full_strength_s": spread([v for x in rs for v in x["full_strength_s"]]),
+                "detection_s": spread([v for x in rs for v in x["detection_s"]]),
+            }
+        by_stack[st] = {"python": pythons[st], "modes": per_mode}
     _summary(arms_out, out)
     return {"backend": a.backend, "replicas": a.replicas, "failures": a.failures,
             "repeats": a.repeats, "spares": spares_list, "control": a.control,
             "restarts": restarts, "warm_restart": warms, "ranks": ranks,
-            "order": rounds, "arms": arms_out, "modes": by_mode}
+            "order": rounds, "arms": arms_out, "modes": by_mode, "stacks": by_stack}
 
 
 def kept_run(cfg: DemoConfig, say: Any = None) -> Path:  # noqa: ARG001 - run_demo's shape
@@ -412,6 +450,10 @@ def main() -> None:
     ap.add_argument("--warm", default="",
                     help="FT_WARM_RESTART, a comma list (0,1): one arm per value [the job's "
                          "default: on for CPU]")
+    ap.add_argument("--python", default="",
+                    help="Interpreters the jobs run (FTSLURM_PYTHON), a comma list: one arm per "
+                         "interpreter, named by its training stack; e.g. `python3,"
+                         ".venv-titan03/bin/python` measures both stacks alternated [this one]")
     ap.add_argument("--ranks", type=int, default=1,
                     help="Ranks per replica (GPUS_PER_NODE) [1]")
     ap.add_argument("--control", action="store_true",
@@ -444,8 +486,14 @@ def main() -> None:
     if (not a.spares_list or min(a.spares_list) < 0 or a.replicas < 2 or a.failures < 0
             or a.repeats < 1):
         ap.error("--spares >= 0, --replicas >= 2, --failures >= 0 and --repeats >= 1")
+    a.pythons = {}
+    try:
+        for python in (x.strip() for x in a.python.split(",") if x.strip()):
+            a.pythons[stack_of(python)] = python
+    except UserError as e:
+        ap.error(str(e))
     if (a.control or a.repeats > 1 or len(a.spares_list) > 1 or len(a.modes) > 1
-            or a.restarts_list or a.warm_list or a.ranks > 1):
+            or a.restarts_list or a.warm_list or a.ranks > 1 or a.pythons):
         if a.backend == "both":
             ap.error("--control, --repeats, several --spares or --mode: one --backend")
         if a.control and a.failures == 0:

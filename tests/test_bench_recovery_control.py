@@ -197,3 +197,31 @@ def test_restart_arms_set_ft_max_restarts_for_each_run_and_ranks_reach_the_demo(
     assert [res["arms"][n]["max_restarts"] for n in res["arms"]] == [0, 3]
     assert (res["restarts"], res["ranks"]) == ([0, 3], 2)
     assert "FT_MAX_RESTARTS" not in os.environ  # put back after every run
+
+
+def test_one_arm_per_interpreter_with_its_python_and_figures_per_stack(tmp_path):
+    """--python: every arm once per interpreter, alternated in each round, the demo's jobs
+    run by that interpreter (FTSLURM_PYTHON), the figures per stack."""
+    rec = _load("recovery")
+    seen: list[str | None] = []
+
+    def fake_run(cfg, say):
+        seen.append(os.environ.get("FTSLURM_PYTHON"))
+        return FIX / "slurm-tft-11"
+
+    pythons = {"torchtitan-0.2": "/py/old", "torchtitan-0.3": "/py/new"}
+    a = argparse.Namespace(backend="slurm", replicas=2, failures=2, spares_list=[0],
+                           modes=["kill"], control=False, repeats=2, heartbeat_timeout_ms=None,
+                           pythons=pythons)  # fmt: skip
+    before = os.environ.get("FTSLURM_PYTHON")
+    res = rec.compare(a, tmp_path / "out", out=io.StringIO(), run=fake_run)
+    assert res["order"] == [["spares0-kill-torchtitan-0.2", "spares0-kill-torchtitan-0.3"],
+                            ["spares0-kill-torchtitan-0.3", "spares0-kill-torchtitan-0.2"]]
+    assert seen == ["/py/old", "/py/new", "/py/new", "/py/old"]
+    assert os.environ.get("FTSLURM_PYTHON") == before
+    full = res["modes"]["kill"]["full_strength_s"]
+    for stack, python in pythons.items():
+        got = res["stacks"][stack]
+        assert got["python"] == python
+        assert got["modes"]["kill"]["full_strength_s"]["n"] == len(full) // 2
+        assert res["arms"][f"spares0-kill-{stack}"]["stack"] == stack
