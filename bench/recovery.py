@@ -452,8 +452,8 @@ def main() -> None:
                          "default: on for CPU]")
     ap.add_argument("--python", default="",
                     help="Interpreters the jobs run (FTSLURM_PYTHON), a comma list: one arm per "
-                         "interpreter, named by its training stack; e.g. `python3,"
-                         ".venv-titan03/bin/python` measures both stacks alternated [this one]")
+                         "interpreter, named by its training stack; e.g. `python3,~/.cache/"
+                         "ftslurm/venv-titan03/bin/python`: both stacks alternated [this one]")
     ap.add_argument("--ranks", type=int, default=1,
                     help="Ranks per replica (GPUS_PER_NODE) [1]")
     ap.add_argument("--control", action="store_true",

@@ -2,9 +2,12 @@
 tests marked `both_stacks` (heals, resumes, the time limit, restart in place, the demo, the
 patch records, the upstream bugs' witnesses) run again in an environment of that stack.
 
-`python -m tests.second_stack [pytest args]`: makes `.venv-titan03` in the checkout when it
-lacks the stack (`pip install -e '.[test-titan03]'`: torch 2.15's wheel is its CUDA build,
-~3 GB to download, ~2.5 min here), then runs `pytest -m both_stacks` with that venv's Python.
+`python -m tests.second_stack [pytest args]`: makes the venv FTSLURM_SECOND_STACK_VENV
+[~/.cache/ftslurm/venv-titan03] when it lacks the stack (`pip install -e '.[test-titan03]'`:
+torch 2.15's wheel is its CUDA build, ~3 GB to download, 2.5-7 min here), points its ftslurm
+at this checkout when it has the stack already (`pip install --no-deps -e .`, seconds: a
+clone's CI run on a machine that ran it before), then runs `pytest -m both_stacks` with that
+venv's Python. Outside the checkout: a fresh clone does not download the stack again.
 README command 2 runs it after the suite on the pinned stack; the first run's local Slurm
 cluster is stopped by then, and this run starts its own.
 """
@@ -20,12 +23,14 @@ from pathlib import Path
 from ftslurm import stacks
 
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / ".venv-titan03"
+VENV = Path(os.environ.get("FTSLURM_SECOND_STACK_VENV")
+            or Path.home() / ".cache" / "ftslurm" / "venv-titan03")  # fmt: skip
 STACK = stacks.TITAN03
 
 
-def _has_stack(python: Path) -> bool:
-    """Whether `python` has the second stack's pins and ftslurm from this checkout."""
+def _state(python: Path) -> str:
+    """"ready": `python` has the second stack's pins and ftslurm from this checkout;
+    "elsewhere": the pins, ftslurm from another checkout (or none); "missing": not the pins."""
     probe = ("import importlib.metadata as m, ftslurm, sys; "
              "print(*(m.version(d) for d in sys.argv[1:]), ftslurm.__file__)")  # fmt: skip
     names = [d for d, _ in STACK.pins]
@@ -33,27 +38,35 @@ def _has_stack(python: Path) -> bool:
         out = subprocess.run([str(python), "-c", probe, *names], capture_output=True,
                              text=True, timeout=120, cwd="/")  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return "missing"
     if out.returncode != 0:
-        return False
+        return "elsewhere" if "No module named 'ftslurm'" in out.stderr else "missing"
     *have, where = out.stdout.split()
-    versions = [v.split("+", 1)[0] for v in have]
-    return versions == [v for _, v in STACK.pins] and Path(where).parent.parent == ROOT
+    if [v.split("+", 1)[0] for v in have] != [v for _, v in STACK.pins]:
+        return "missing"
+    return "ready" if Path(where).parent.parent == ROOT else "elsewhere"
 
 
 def ensure_venv() -> Path:
     """The second stack's Python, installed first when missing (with progress on stderr)."""
     python = VENV / "bin" / "python"
-    if python.exists() and _has_stack(python):
+    state = _state(python) if python.exists() else "missing"
+    if state == "ready":
         return python
+    if state == "elsewhere":  # the stack is there: only ftslurm points at this checkout now
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", "."],
+                       check=True, cwd=ROOT, timeout=600)  # fmt: skip
+        if _state(python) == "ready":
+            return python
     started = time.monotonic()
     print(f"[second stack] installing {STACK.describe()} into {VENV} "
           f"(pip install -e '.[test-{STACK.extra}]'; ~3 GB, minutes)", file=sys.stderr,
           flush=True)  # fmt: skip
+    VENV.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "-e",
                     f".[test-{STACK.extra}]"], check=True, cwd=ROOT, timeout=1800)  # fmt: skip
-    if not _has_stack(python):
+    if _state(python) != "ready":
         sys.exit(f"[second stack] {VENV} still lacks {STACK.describe()} after the install")
     print(f"[second stack] installed in {time.monotonic() - started:.0f} s", file=sys.stderr,
           flush=True)  # fmt: skip
