@@ -488,7 +488,7 @@ def main() -> None:
         ap.error("--spares >= 0, --replicas >= 2, --failures >= 0 and --repeats >= 1")
     a.pythons = {}
     try:
-        for python in (x.strip() for x in a.python.split(",") if x.strip()):
+        for python in (os.path.expanduser(x.strip()) for x in a.python.split(",") if x.strip()):
             a.pythons[stack_of(python)] = python
     except UserError as e:
         ap.error(str(e))
