@@ -103,6 +103,7 @@ def test_lr_watch_records_the_rate_each_step_used() -> None:
     assert watch.take() is None  # the second optimizer did not step
     assert checksum.inner_optimizers(type("C", (), {"optimizers": opts})()) == opts
     assert checksum.inner_optimizers(opts[0]) == [opts[0]]
+    assert checksum.inner_optimizers(None) == [] and checksum.LrWatch([]).take() == []
 
 
 @pytest.mark.parametrize("background", [False, True])

@@ -221,7 +221,7 @@ def _common_after(a: Replica, b: Replica, step: int) -> dict[tuple[int, str], tu
 
 
 def _lrs_after(a: Replica, b: Replica, step: int) -> dict[int, tuple[tuple[str, ...], ...]]:
-    """{step: (a's rates, b's rates)} of the steps after `step` that both logged."""
+    """(a's rates, b's rates) by step, for each step after `step` that both logged."""
     la, lb = a.lrs(), b.lrs()
     return {s: (la[s], lb[s]) for s in sorted(la.keys() & lb.keys()) if s > step}
 

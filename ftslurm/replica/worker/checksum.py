@@ -180,7 +180,10 @@ class LrWatch:
 
 
 def inner_optimizers(container: Any) -> list[Any]:
-    """The torch optimizers inside torchtitan's OptimizersContainer (one per model part)."""
+    """The torch optimizers inside torchtitan's OptimizersContainer (one per model part); none
+    for a trainer without one: no rate line then, and training is not stopped for it."""
+    if container is None:
+        return []
     return list(getattr(container, "optimizers", [container]))
 
 
@@ -365,14 +368,14 @@ def install() -> None:
             if not state.get("prepared"):
                 state["prepared"] = True
                 sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
-                state["lrs"] = LrWatch(inner_optimizers(self.optimizers))
+                state["lrs"] = LrWatch(inner_optimizers(getattr(self, "optimizers", None)))
             upstream_train_step(self, data_iterator)
             lrs = state["lrs"].take()
             if manager is None or self.job_config.fault_tolerance.semi_sync_method is not None:
                 return
             after = manager.current_step()
             if after > before and self.step % every == 0:
-                if lrs is not None:
+                if lrs:
                     logger.info(format_lr_line(state["replica"], rank, self.step, after, lrs))
                 named = [(n, p) for m in self.model_parts for n, p in m.named_parameters()]
                 replica, step = state["replica"], self.step
