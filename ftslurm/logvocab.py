@@ -686,3 +686,13 @@ CHECKSUM_LINE = re.compile(
     r"manager_step=(?P<manager_step>\d+) scope=(?P<scope>\S+) tensors=(?P<tensors>\d+) "
     r"sha256=(?P<sha256>[0-9a-f]{64})"
 )
+
+# the learning rate(s) a committed step trained with, logged beside its checksum: every param
+# group of every optimizer, in order, each as Python's repr of the float (shortest text that
+# round-trips: equal text is equal bits) (replica/worker/checksum.py writes and reads it)
+LR_PREFIX = "ftslurm-lr"
+_LR = r"-?(?:\d{1,20}(?:\.\d{1,20})?(?:e[-+]\d{1,3})?|inf|nan)"  # what repr(float) writes
+LR_LINE = re.compile(
+    LR_PREFIX + r" replica=(?P<replica>\d{1,18}) rank=(?P<rank>\d{1,18}) step=(?P<step>\d{1,18}) "
+    rf"manager_step=(?P<manager_step>\d{{1,18}}) lr=(?P<lr>{_LR}(?:,{_LR})*)\s*$"
+)

@@ -46,6 +46,66 @@ def test_line_round_trips_inside_a_log_prefix() -> None:
     assert rec == checksum.Record(1, 0, 12, 11, "fragment0", 28, "ab" * 32)
 
 
+def test_lr_line_round_trips_bit_exact_inside_a_log_prefix() -> None:
+    """Every param group's rate comes back as the very float logged (repr round-trips), one
+    ulp apart still differs, and a checksum line is not taken for a rate line."""
+    import math
+
+    lr = 0.0007935871743486974
+    ulp = math.nextafter(lr, 1.0)
+    line = checksum.format_lr_line(1, 0, 12, 11, [lr, ulp, 1e-05, 0.0])
+    assert line == ("ftslurm-lr replica=1 rank=0 step=12 manager_step=11 "
+                    "lr=0.0007935871743486974,0.0007935871743486975,1e-05,0.0")  # fmt: skip
+    text = (f"[titan] 2026-11-23 09:47:00,263 - root - INFO - {line}\n"
+            + checksum.format_line(1, 0, 12, 11, "model", 28, "ab" * 32) + "\n")  # fmt: skip
+    (rec,) = checksum.parse_lrs(text.splitlines())
+    assert rec == checksum.LrRecord(1, 0, 12, 11, (lr, ulp, 1e-05, 0.0))
+    assert [x.hex() for x in rec.lrs][:2] == [lr.hex(), ulp.hex()]
+
+
+@pytest.mark.parametrize(
+    "bad", ["lr=", "lr=0.1,", "lr=0.1 ,0.2", "lr=0.1;0.2", "lr=abc", "lr=1e5", "step=x"]
+)
+def test_malformed_lr_lines_are_not_read(bad: str) -> None:
+    line = checksum.format_lr_line(0, 0, 3, 3, [0.1])
+    broken = line.replace("lr=0.1", bad) if bad.startswith("lr") else line.replace("step=3", bad)
+    assert list(checksum.parse_lrs([broken])) == []
+
+
+def test_compare_lrs_is_by_rank_and_step_and_bit_exact() -> None:
+    def rec(rank: int, step: int, *lrs: float) -> checksum.LrRecord:
+        return checksum.LrRecord(0, rank, step, step, lrs)
+
+    a = [rec(0, 4, 0.5), rec(1, 4, 0.5), rec(0, 5, 0.25), rec(0, 6, 0.0)]
+    b = [rec(1, 4, 0.5), rec(0, 4, 0.5), rec(0, 5, 0.125), rec(0, 6, -0.0), rec(0, 7, 1.0)]
+    assert checksum.compare_lrs(a, b) == ([(0, 4), (0, 5), (0, 6), (1, 4)], [(0, 5), (0, 6)])
+
+
+def test_lr_watch_records_the_rate_each_step_used() -> None:
+    """The rate the optimizer stepped with, not the one its scheduler moves on to afterwards;
+    nothing when an optimizer did not step."""
+    import torch
+
+    parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)]
+    opts = [torch.optim.AdamW([{"params": [p.weight]}, {"params": [p.bias], "lr": 0.5}], lr=0.1)
+            for p in parts]  # fmt: skip
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1.0 / (e + 1)) for o in opts]
+    watch = checksum.LrWatch(opts)
+    assert watch.take() is None
+    for step in range(3):
+        for part in parts:
+            part(torch.ones(2)).sum().backward()
+        for o, s in zip(opts, scheds, strict=True):
+            o.step()
+            s.step()
+        assert watch.take() == [0.1 / (step + 1), 0.5 / (step + 1)] * 2
+    opts[0].step()
+    assert watch.take() is None  # the second optimizer did not step
+    assert checksum.inner_optimizers(type("C", (), {"optimizers": opts})()) == opts
+    assert checksum.inner_optimizers(opts[0]) == [opts[0]]
+    assert checksum.inner_optimizers(None) == [] and checksum.LrWatch([]).take() == []
+
+
 @pytest.mark.parametrize("background", [False, True])
 def test_checksummer_hashes_the_tensors_as_they_were_when_asked(background: bool) -> None:
     """Training changes the parameters in place right after the call: the background path must

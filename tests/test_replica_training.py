@@ -103,6 +103,12 @@ class Replica:
     def checksums(self) -> dict[tuple[int, str], str]:
         return {(r.step, r.scope): r.sha256 for r in checksum.parse(self.text().splitlines())}
 
+    def lrs(self) -> dict[int, tuple[str, ...]]:
+        """The learning rates each committed step trained with, by step, as float.hex (rank 0;
+        per-step mode only)."""
+        recs = checksum.lrs_by_key(checksum.parse_lrs(self.text().splitlines()))
+        return {step: lrs for (rank, step), lrs in recs.items() if rank == 0}
+
     def stop(self) -> None:
         self.worker_pid()
         if self.proc.poll() is None:
@@ -214,6 +220,24 @@ def _common_after(a: Replica, b: Replica, step: int) -> dict[tuple[int, str], tu
     return {k: (ca[k], cb[k]) for k in sorted(set(ca) & set(cb)) if k[0] > step}
 
 
+def _lrs_after(a: Replica, b: Replica, step: int) -> dict[int, tuple[tuple[str, ...], ...]]:
+    """(a's rates, b's rates) by step, for each step after `step` that both logged."""
+    la, lb = a.lrs(), b.lrs()
+    return {s: (la[s], lb[s]) for s in sorted(la.keys() & lb.keys()) if s > step}
+
+
+# per-step heal runs: a learning rate that changes at every step from step 3 on (the shipped
+# debug schedule is flat from step 3 to step 200 of the tests' 1000), so a stale rate a healed
+# replica loads differs from its peer's whichever step it was cached at
+CHANGING_LR = "--lr_scheduler.decay_ratio=1.0"
+
+
+def _assert_lr_changes_every_step(rep: Replica, first: int = 3) -> None:
+    """The schedule the lr assertions rely on: from step `first`, no two logged steps alike."""
+    rates = [lrs for step, lrs in sorted(rep.lrs().items()) if step >= first]
+    assert len(rates) >= 3 and len(set(rates)) == len(rates), rates
+
+
 def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     """Both replicas train and agree; replica 1's worker is SIGKILLed; attempt 1 heals from
     replica 0. Returns what the test asserts on."""
@@ -259,6 +283,9 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     wait_for(lambda: max((s for _, s, _ in r0.steps()), default=0) >= 8, timeout=120,
              what="replica 0 to reach step 8")  # fmt: skip
     after = _common_after(r0, r1b, heal_step)
+    lr_after = _lrs_after(r0, r1b, heal_step)
+    # the healed replica's first committed step: the one it trains with the state it loaded
+    healed_first = min(r1b.lrs(), default=None)
     r0_steps = [s for _, s, _ in r0.steps()]
     r0_last_step = max(r0_steps)  # read before the folders are listed
     ft_steps = {rid: _ft_checkpoint_steps(run, rid) for rid in (0, 1)}
@@ -285,7 +312,9 @@ def _heal_then_compare(run: Run, measure: Path | None = None) -> dict:
     # first commit and copied its state then (timing-dependent; init syncs are max_step=0)
     real_heal = re.compile(r"healing is required step=\d+, max_step=[1-9]")
     startup_heal = any(real_heal.search(r.text()) for r in (r0, r1))
-    return {"before": before, "after": after, "healed_line": healed_line, "r0": r0, "r1b": r1b,
+    return {"before": before, "after": after, "healed_line": healed_line, "r0": r0, "r1": r1,
+            "r1b": r1b,
+            "lr_after": lr_after, "healed_first": healed_first,
             "startup_heal": bool(startup_heal), "ft_steps": ft_steps,
             "r1_last_step": max(s for _, s, _ in r1.steps()),
             "r0_first_step": min(r0_steps), "r0_last_step": r0_last_step,
@@ -357,10 +386,17 @@ def test_diloco_heal_gives_identical_replicas(
 def test_per_step_heal_gives_identical_replicas(
     make_run, tmp_path: Path, heal_transport: str
 ) -> None:
-    run = make_run("per-step", FTSLURM_HEAL_TRANSPORT=heal_transport)
+    run = make_run("per-step", FTSLURM_HEAL_TRANSPORT=heal_transport,
+                   FTSLURM_EXTRA_ARGS=CHANGING_LR)  # fmt: skip
     res = _heal_then_compare(run, measure=tmp_path / "measure-per-step.json")
     assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert all(a == b for a, b in res["after"].values()), res["after"]
+    # fix 2 on the rate itself: the healed replica steps with its peer's rate, bit for bit,
+    # from its first step after the heal (the one a stale rate would be used at) on
+    assert res["healed_first"] is not None and res["healed_first"] in res["lr_after"], res
+    assert len(res["lr_after"]) >= 3, res["lr_after"]
+    assert all(a == b for a, b in res["lr_after"].values()), res["lr_after"]
+    _assert_lr_changes_every_step(res["r0"])
     # fixes 1 and 4, read back from the Manager torchtitan built (torchtitan alone: async
     # quorum in per-step mode, and torchft's 60 s)
     for line in ("[ftslurm] torchft quorum: sync (before forward)",
@@ -372,13 +408,14 @@ def test_per_step_heal_gives_identical_replicas(
 
 @pytest.mark.both_stacks
 def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
-    """Bug 2 reproduced: with the cached optimizer state dict the healed replica differs.
-    With fix 5 off too, torchtitan keeps an FT dataloader checkpoint for every step."""
+    """Bug 2 reproduced: with the cached optimizer state dict the healed replica differs, and
+    its first step after the heal trains with a stale learning rate. With fix 5 off too,
+    torchtitan keeps an FT dataloader checkpoint for every step."""
     # torchrun as before the cheaper start (FTSLURM_SKIP_TORCHRUN=0, FTSLURM_LAZY_COMPILE=0):
     # that path (GPUS_PER_NODE > 1 always takes it) still heals
     run = make_run(
         "per-step", FTSLURM_FIX_OPTIMIZER_STATE="0", FTSLURM_FIX_FT_CHECKPOINT_RETENTION="0",
-        FTSLURM_SKIP_TORCHRUN="0", FTSLURM_LAZY_COMPILE="0",
+        FTSLURM_SKIP_TORCHRUN="0", FTSLURM_LAZY_COMPILE="0", FTSLURM_EXTRA_ARGS=CHANGING_LR,
     )
     res = _heal_then_compare(run)
     assert "[ftslurm] fix optimizer_state: OFF" in res["r1b"].text()
@@ -391,6 +428,17 @@ def test_per_step_heal_without_optimizer_fix_diverges(make_run) -> None:
     if not res["startup_heal"]:  # else the bug may already show before the kill
         assert res["before"] and all(a == b for a, b in res["before"].values()), res["before"]
     assert res["after"] and all(a != b for a, b in res["after"].values()), res["after"]
+    # the cause, on the rate itself: the healed replica's first step after the heal trained
+    # with the stale rate the survivor's cached optimizer state dict sent
+    # with the stale rate the survivor's cached optimizer state dict sent: the one cached when
+    # the trainer was built, which step 1 trained with. Only that step: the scheduler sets every
+    # later step's rate from its own state (loaded fresh), yet the parameters stay apart.
+    lr_after, first = res["lr_after"], res["healed_first"]
+    assert first in lr_after and lr_after[first][0] != lr_after[first][1], (first, lr_after)
+    step1 = {rep.lrs().get(1) for rep in (res["r0"], res["r1"])} - {None}
+    assert step1 == {lr_after[first][1]}, (step1, first, lr_after)
+    assert all(a == b for s, (a, b) in lr_after.items() if s > first), (first, lr_after)
+    _assert_lr_changes_every_step(res["r0"])
 
 
 def test_replicas_survive_a_lighthouse_restart(make_run) -> None:

@@ -21,19 +21,28 @@ so the hash runs inline there.
 Line (greppable, inside torchtitan's log prefix):
   ftslurm-checksum replica=1 rank=0 step=12 manager_step=12 scope=model tensors=57 sha256=<64 hex>
 `scope` is `model` (per-step) or `fragment<i>` (DiLoCo).
+
+Per-step mode also logs, at the same steps and just before the checksum line, the learning
+rate(s) the committed step trained with (`LrWatch`):
+  ftslurm-lr replica=1 rank=0 step=12 manager_step=12 lr=0.0007935871743486974
+Why: a healed replica that loads a stale rate (bug 2 in fixes.py) steps once with it and is
+different forever after; the checksums show that it differs, this line shows why. The rate is
+read off each optimizer's param groups by a step hook (torchtitan's own logged `lr` is its
+scheduler's, which never saw the stale value): Python floats, no device sync, no collective.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ftslurm import knobs, stacks
-from ftslurm.logvocab import CHECKSUM_LINE, CHECKSUM_PREFIX
+from ftslurm.logvocab import CHECKSUM_LINE, CHECKSUM_PREFIX, LR_LINE, LR_PREFIX
 from ftslurm.replica import patches
 
 
@@ -90,6 +99,92 @@ def compare(a: Iterable[Record], b: Iterable[Record]) -> tuple[list[Key], list[K
     ka, kb = by_key(a), by_key(b)
     both = sorted(ka.keys() & kb.keys())
     return both, [k for k in both if ka[k] != kb[k]]
+
+
+@dataclass(frozen=True)
+class LrRecord:
+    """One parsed learning-rate line: every param group's rate, in optimizer order."""
+
+    replica: int
+    rank: int
+    step: int
+    manager_step: int
+    lrs: tuple[float, ...]
+
+
+def format_lr_line(replica: int, rank: int, step: int, manager_step: int,
+                   lrs: Sequence[float]) -> str:  # fmt: skip
+    """repr of each rate: the shortest text that reads back as the same float, so equal text
+    is equal bits and a stale rate one ulp off still shows."""
+    text = ",".join(repr(float(lr)) for lr in lrs)
+    return (
+        f"{LR_PREFIX} replica={replica} rank={rank} step={step} manager_step={manager_step} "
+        f"lr={text}"
+    )
+
+
+def parse_lrs(lines: Iterable[str]) -> Iterator[LrRecord]:
+    """Learning-rate records from any log text (other lines ignored)."""
+    for line in lines:
+        m = LR_LINE.search(line)
+        if m:
+            yield LrRecord(
+                replica=int(m["replica"]),
+                rank=int(m["rank"]),
+                step=int(m["step"]),
+                manager_step=int(m["manager_step"]),
+                lrs=tuple(float(x) for x in m["lr"].split(",")),
+            )
+
+
+LrKey = tuple[int, int]  # (rank, step)
+
+
+def lrs_by_key(records: Iterable[LrRecord]) -> dict[LrKey, tuple[str, ...]]:
+    """One replica's rates by (rank, step), each as float.hex: compared bit for bit (`==` on
+    floats would call 0.0 and -0.0 equal); the last line of a key wins."""
+    return {(r.rank, r.step): tuple(x.hex() for x in r.lrs) for r in records}
+
+
+def compare_lrs(a: Iterable[LrRecord], b: Iterable[LrRecord]) -> tuple[list[LrKey], list[LrKey]]:
+    """(keys both replicas logged, those of them whose rates differ in any bit), sorted."""
+    ka, kb = lrs_by_key(a), lrs_by_key(b)
+    both = sorted(ka.keys() & kb.keys())
+    return both, [k for k in both if ka[k] != kb[k]]
+
+
+class LrWatch:
+    """The learning rates each optimizer last stepped with, recorded by a step hook.
+
+    Why a hook: torchtitan's scheduler moves the rate on right after the optimizer step, inside
+    train_step, and a heal loads the optimizer's state mid-train_step (at the quorum), so the
+    rate a step used is readable only between the two. Cost: a Python float per param group
+    per step (a tensor rate, which torchtitan does not use, would be read with .item()).
+    """
+
+    def __init__(self, optimizers: Sequence[Any]) -> None:
+        self._used: list[list[float] | None] = [None] * len(optimizers)
+        for i, opt in enumerate(optimizers):
+            opt.register_step_post_hook(functools.partial(self._record, i))
+
+    def _record(self, index: int, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        self._used[index] = [float(g["lr"]) for g in optimizer.param_groups]
+
+    def take(self) -> list[float] | None:
+        """Every optimizer's rates since the last take, in order (None unless every optimizer
+        stepped: a step it skipped has no rate to log); forgets them."""
+        used, self._used = self._used, [None] * len(self._used)
+        if any(u is None for u in used):
+            return None
+        return [lr for u in used for lr in u]  # type: ignore[union-attr]
+
+
+def inner_optimizers(container: Any) -> list[Any]:
+    """The torch optimizers inside torchtitan's OptimizersContainer (one per model part); none
+    for a trainer without one: no rate line then, and training is not stopped for it."""
+    if container is None:
+        return []
+    return list(getattr(container, "optimizers", [container]))
 
 
 def digest(named_tensors: Iterable[tuple[str, Any]]) -> tuple[str, int]:
@@ -276,11 +371,15 @@ def install() -> None:
             if not state.get("prepared"):
                 state["prepared"] = True
                 sums.prepare([(n, p) for m in self.model_parts for n, p in m.named_parameters()])
+                state["lrs"] = LrWatch(inner_optimizers(getattr(self, "optimizers", None)))
             upstream_train_step(self, data_iterator)
+            lrs = state["lrs"].take()
             if manager is None or stacks.trainer_config(self).fault_tolerance.semi_sync_method:
                 return
             after = manager.current_step()
             if after > before and self.step % every == 0:
+                if lrs:
+                    logger.info(format_lr_line(state["replica"], rank, self.step, after, lrs))
                 named = [(n, p) for m in self.model_parts for n, p in m.named_parameters()]
                 replica, step = state["replica"], self.step
                 sums.log(named, lambda hexd, count: format_line(replica, rank, step, after,
