@@ -65,8 +65,9 @@ def _config(flavor: str, *, lr: float, warmup: int, batch: int, seq_len: int, st
         comm=comm,
         fault_tolerance=fault_tolerance,
     )
-    if selective_ac:
-        config.activation_checkpoint = SelectiveAC.Config()
+    # 0.3's trainer defaults to selective AC (the TOMLs' "none" is None here); the debug model
+    # recomputes nothing, as on 0.2.2
+    config.activation_checkpoint = SelectiveAC.Config() if selective_ac else None
     if cpu:
         config.training.dtype = "float32"
         config.training.mixed_precision_param = "float32"
