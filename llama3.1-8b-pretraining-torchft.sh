@@ -127,6 +127,9 @@
 #                                        checkpoint's step; 0: upstream's way [1]
 #   FTSLURM_FIX_GLOO_FSDP                fix 10 (fixes.py): replicas of several ranks on CPU: FSDP
 #                                        reduces with SUM over gloo; 0: upstream's way [1]
+#   FTSLURM_FIX_DILOCO_STATE             fix 11 (fixes.py): a DiLoCo resume from a checkpoint
+#                                        restores the outer optimizers and the sync schedule; 0:
+#                                        upstream's way [1]
 #   FTSLURM_HANG_TIMEOUT_S               the launcher's watchdog (watchdog.py) restarts a worker
 #                                        that is stopped while the Lighthouse lost its heartbeat, or
 #                                        that made no progress for this long in a long phase (its

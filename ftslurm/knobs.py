@@ -304,6 +304,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "checkpoint's step"),
     _fix("FTSLURM_FIX_GLOO_FSDP", 10, "replicas of several ranks on CPU: FSDP reduces with "
          "SUM over gloo"),
+    _fix("FTSLURM_FIX_DILOCO_STATE", 11, "a DiLoCo resume from a checkpoint restores the outer "
+         "optimizers and the sync schedule"),
     Knob("FTSLURM_HANG_TIMEOUT_S", "int", "the launcher's watchdog (watchdog.py) restarts a "
          "worker that is stopped while the Lighthouse lost its heartbeat, or that made no "
          "progress for this long in a long phase (its first steps, a wait on its peers, a "

@@ -579,6 +579,37 @@ def half_written_line(folder: object) -> str:
             "was cut off)")  # fmt: skip
 
 
+DILOCO_STATE_PREFIX = "[ftslurm] DiLoCo state:"
+
+
+def diloco_state_line(source: object, fragments: int, momentum: tuple[int, ...], local_step: int,
+                      sync_every: int, manager_step: int, next_fragment: int,
+                      exact: bool) -> str:  # fmt: skip
+    """What a resume restored of DiLoCo (diloco_state.py): the fragments' last-sync weights,
+    the outer momentum of those whose outer optimizer had stepped, and the schedule."""
+    stepped = ", ".join(str(f) for f in momentum) or "none (no outer step yet)"
+    schedule = (f"inner step {local_step} of {sync_every}" if exact else
+                f"inner step {local_step} of {sync_every} (a sync was in flight at the save: "
+                "its fragment is prepared again)")  # fmt: skip
+    return (f"{DILOCO_STATE_PREFIX} restored from {source}: last-sync weights of {fragments} "
+            f"fragments, outer momentum of fragments {stepped}, {schedule}, manager step "
+            f"{manager_step} (fragment {next_fragment} syncs next)")
+
+
+def diloco_own_state_line(folder: object, found: bool) -> str:
+    """Whether a resumed DiLoCo replica found its own weights and inner optimizer."""
+    if found:
+        return f"{DILOCO_STATE_PREFIX} this replica's own weights and inner optimizer from {folder}"
+    return (f"{DILOCO_STATE_PREFIX} no weights of this replica's in {folder}: it goes on from "
+            "the saving replica's, as after a heal")
+
+
+def diloco_state_missing_line(source: object, why: str = "saved without it") -> str:
+    """A checkpoint without a usable DiLoCo state: upstream's resume."""
+    return (f"{DILOCO_STATE_PREFIX} none in {source} ({why}): the outer optimizers start "
+            "fresh, the loaded weights count as the last sync's, the schedule starts over")
+
+
 def heal_position_line(replica: object, step: object, target: int | None,
                        kept: int | None) -> str:  # fmt: skip
     """The first quorum healed a restarted replica from a peer whose last step was `step`:

@@ -64,6 +64,7 @@ SWEPT = (
     "ftslurm/replica/slots.py", "ftslurm/replica/assets.py", "ftslurm/replica/launcher/watchdog.py",
     "ftslurm/replica/config_error.py", "ftslurm/replica/launcher/attempt_guard.py",
     "ftslurm/replica/worker/early_sync.py", "ftslurm/replica/worker/fixes.py",
+    "ftslurm/replica/worker/diloco_state.py",
     "ftslurm/replica/launcher/preflight.py",
     "ftslurm/replica/launcher/lifecycle.py", "ftslurm/replica/launcher/failure_history.py",
     "ftslurm/failure_modes.py", "ftslurm/replica/handoff.py", "ftslurm/report/live.py",

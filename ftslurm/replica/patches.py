@@ -230,6 +230,24 @@ RECORDS: tuple[Patch, ...] = (
     _p("time_limit.should_continue", STACK.should_continue,
        "ft_checkpoints", "FTSLURM_TIME_LIMIT_FILE", "the training loop ends after the final "
        "checkpoint", feature="the final checkpoint at Slurm's time limit"),
+    # ---- diloco_state.py (fix 11)
+    _p("diloco_state.trainer_init", f"{FT_TRAINER}.__init__", "diloco_state",
+       "FTSLURM_FIX_DILOCO_STATE", "a DiLoCo run with model checkpoints adds the outer "
+       "optimizers' momentum, the last-sync weights and the schedule to the checkpoint's states",
+       upstream="torchft issue 277, torchtitan 4209", needs=(f"{CHECKPOINTER}.load",)),
+    _p("diloco_state.dcp_load", f"{CHECKPOINTER}.dcp_load", "diloco_state",
+       "FTSLURM_FIX_DILOCO_STATE", "a load asks for the DiLoCo state the checkpoint's .metadata "
+       "lists (none from one saved without it)", upstream="torchft issue 277, torchtitan 4209",
+       needs=("torch.distributed.checkpoint.FileSystemReader.read_metadata",)),
+    _p("diloco_state.init", f"{DILOCO}.__init__", "diloco_state", "FTSLURM_FIX_DILOCO_STATE",
+       "the DiLoCo built after the load gets the loaded state (its fragments, its counter, the "
+       "Manager's step)", upstream="torchft issue 277, torchtitan 4209",
+       needs=(f"{MANAGER}.load_state_dict", f"{MANAGER}.state_dict",
+              "torch.distributed.checkpoint.load")),
+    _p("diloco_state.ft_save", f"{CHECKPOINTER}._ft_save", "diloco_state",
+       "FTSLURM_FIX_DILOCO_STATE", "at a model checkpoint step each replica's data position "
+       "goes with its own weights and inner optimizer (replicas differ between syncs)",
+       upstream="torchft issue 277, torchtitan 4209", needs=(f"{CHECKPOINTER}._should_save",)),
     # ---- config_error.py
     _p("config_error.parse_args", "torchtitan.config.ConfigManager.parse_args", "config_error",
        "FTSLURM_CONFIG_ERROR_FILE", "a refused option is noted for the launcher (no requeue "
@@ -267,7 +285,10 @@ ORDER: dict[str, tuple[str, ...]] = {
     f"{FT_TRAINER}.train_step": ("slots.train_step", "checksum.train_step"),
     f"{FT_MANAGER}.__init__": ("slots.init", "warm_restart.init"),
     f"{CHECKPOINTER}.save": ("time_limit.save", "peer_abort.save"),
-    f"{CHECKPOINTER}._ft_save": ("consistent_resume.ft_save", "ft_checkpoint_retention.ft_save"),
+    f"{CHECKPOINTER}._ft_save": ("consistent_resume.ft_save", "ft_checkpoint_retention.ft_save",
+                                 "diloco_state.ft_save"),
+    # the restored counter wins over the early first sync's (diloco_state.py)
+    f"{DILOCO}.__init__": ("diloco_state.init", "early_sync.init"),
 }
 
 

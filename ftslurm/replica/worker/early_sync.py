@@ -18,7 +18,9 @@ result the heal overwrites; which fragment syncs is chosen from the manager step
 quorum (the survivor's, once healed), and the counter is reset at that sync, so the replicas
 are in phase from then on -- the parameter checksums after each heal compare them (tests,
 bench/soak.py). Only attempts > 0, restarts in place and warm spares (FTSLURM_ATTEMPT,
-FTSLURM_RESTART, FTSLURM_SPARE): a first start forms the first quorum as upstream does.
+FTSLURM_RESTART, FTSLURM_SPARE): a first start forms the first quorum as upstream does. Not
+for a DiLoCo whose schedule a checkpoint restored (diloco_state.py, fix 11): its counter is the
+uninterrupted run's, and a sync before the first inner step would be one that run never made.
 Switch: FTSLURM_EARLY_FIRST_SYNC=0 runs upstream behaviour.
 """
 
@@ -29,7 +31,7 @@ from typing import Any
 
 from ftslurm import knobs
 from ftslurm.replica import patches
-from ftslurm.replica.worker import fixes
+from ftslurm.replica.worker import diloco_state, fixes
 
 SWITCH = "FTSLURM_EARLY_FIRST_SYNC"
 
@@ -77,6 +79,8 @@ def _syncing_at_enter(upstream_enter: Callable[..., Any]) -> Callable[..., Any]:
 
     def __enter__(self: Any) -> Any:  # noqa: N807 - patched __enter__
         out = upstream_enter(self)
+        if diloco_state.restored(self):
+            return out  # the restored schedule syncs where the uninterrupted run did
         # what the first inner step's post-step hook would run: the quorum (and the heal) now
         self._step_post_hook(self._local_optimizer, (), {})
         return out

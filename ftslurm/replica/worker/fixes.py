@@ -90,6 +90,18 @@ reproduce a bug, or once upstream is fixed).
    post-division by the same factor (1.0, exact: the gradients are bit-for-bit those of
    PREMUL_SUM(1.0)). A GPU mesh is left as it is. `fully_shard` is wrapped where torchtitan
    looks it up (torch.distributed.fsdp, and each torchtitan module that imported it by name).
+11. FTSLURM_FIX_DILOCO_STATE (DiLoCo, model checkpoints on, a restart of every replica):
+   torchft gives DiLoCo's outer optimizer state and each fragment's last-sync weights
+   (`original_parameters`) to the Manager for healing only (torchft issue 277, torchtitan
+   4209), and torchtitan 0.2.2 checkpoints neither, nor DiLoCo's inner-step counter or the
+   Manager's step (which fragment syncs next): a resume restarts the outer momentum at zero,
+   takes the loaded weights as the last sync's and starts the sync schedule over, so the run
+   goes on differently from one that never stopped; and between syncs the replicas' weights
+   and inner optimizers differ, while one replica writes the checkpoint for all. Fix
+   (diloco_state.py): DiLoCo's state is one more entry of torchtitan's checkpoint (the step-N
+   folder), each replica's own weights and inner optimizer go into its FT folder at that step,
+   and both are applied when DiLoCo is built after the load, with lines saying what was
+   restored.
 
 Each upstream attribute a fix changes is a record in patches.py (`Fix.records`: the records
 naming its switch), with the versions it was made for; a fix whose target is missing in the
@@ -122,6 +134,7 @@ SWITCHES = {
     "peer_abort": "FTSLURM_FIX_PEER_ABORT",
     "consistent_resume": "FTSLURM_FIX_CONSISTENT_RESUME",
     "gloo_fsdp": "FTSLURM_FIX_GLOO_FSDP",
+    "diloco_state": "FTSLURM_FIX_DILOCO_STATE",
 }
 
 
@@ -353,6 +366,13 @@ def fix_consistent_resume() -> None:
     ft_checkpoints.install_resume()
 
 
+def fix_diloco_state() -> None:
+    """Fix 11: DiLoCo's outer state and schedule are saved with the model and restored."""
+    from ftslurm.replica.worker import diloco_state
+
+    diloco_state.install()
+
+
 def force_sum_on_cpu(fully_shard: Callable[..., Any]) -> Callable[..., Any]:
     """Fix 10: `fully_shard` that makes the module it returns reduce with SUM when its mesh
     is a CPU (gloo) one; anything else it returns as `fully_shard` made it."""
@@ -497,6 +517,9 @@ FIXES = (
         fix_consistent_resume),
     Fix("gloo_fsdp", "FSDP on a CPU (gloo) mesh reduce-scatters with SUM, not PREMUL_SUM, "
         "which gloo lacks: replicas of several ranks on CPU", fix_gloo_fsdp),
+    Fix("diloco_state", "a DiLoCo resume from a model checkpoint restores the outer optimizers' "
+        "momentum, the last-sync weights, the sync schedule and each replica's own weights and "
+        "inner optimizer", fix_diloco_state),
 )
 
 
