@@ -31,7 +31,7 @@ from ftslurm.wait import wait_for
 from tests.test_replica_training import Replica, Run, _kill
 from tests.test_replica_training import make_run as make_run  # the fixture
 
-pytestmark = [pytest.mark.training, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.training, pytest.mark.timeout(300), pytest.mark.both_stacks]
 
 INTERVAL = 5  # model checkpoints at steps 5 and 10
 RESUME = 5  # between the syncs of steps 3 (fragment 0) and 6 (fragment 1)

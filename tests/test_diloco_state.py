@@ -15,7 +15,7 @@ import pytest
 from ftslurm import logvocab
 from ftslurm.replica.worker import diloco_state as ds
 
-pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(120), pytest.mark.both_stacks]
 
 
 def test_the_counter_resumes_where_it_was_unless_a_sync_was_in_flight() -> None:

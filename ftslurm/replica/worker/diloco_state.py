@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftslurm import logvocab
+from ftslurm import logvocab, stacks
 from ftslurm.replica import patches
 
 KEY = "diloco"  # the entry in torchtitan's CheckpointManager.states
@@ -314,12 +314,14 @@ def install() -> None:
 
 
 def _adding_the_entry(upstream: Callable[..., None]) -> Callable[..., None]:
-    """FTTrainer.__init__, then the `diloco` entry in its checkpointer's states (DiLoCo runs
-    with model checkpoints on)."""
+    """The FT trainer's __init__, then the `diloco` entry in its checkpointer's states
+    (DiLoCo runs with model checkpoints on). 0.2's FTTrainer(job_config), 0.3's
+    FaultTolerantTrainer(config=...): the config is read back from the built trainer."""
 
-    def __init__(self: Any, job_config: Any) -> None:  # noqa: N807 - patched __init__
-        upstream(self, job_config)
-        method = getattr(job_config.fault_tolerance, "semi_sync_method", None) or ""
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - patched __init__
+        upstream(self, *args, **kwargs)
+        config = stacks.trainer_config(self)
+        method = getattr(config.fault_tolerance, "semi_sync_method", None) or ""
         checkpointer = getattr(self, "checkpointer", None)
         if method.lower() != "diloco" or not getattr(checkpointer, "enable", False):
             return
