@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftslurm import lighthouse
+from ftslurm import lighthouse, stacks
 from ftslurm.cluster import local
 from ftslurm.slurm import client
 from ftslurm.wait import free_port, wait_for
@@ -78,9 +78,11 @@ def test_doctor_all_pass_on_the_local_cluster(slurm_cluster, local_assets, tmp_p
         checks = _checks(out)
         assert set(checks) == {
             "slurm client tools", "slurm controller", "partitions and idle nodes",
-            "gpus per node (gres)", "lighthouse", "tokenizer", "python packages",
-            "WANDB_API_KEY", "HF_TOKEN", "shared filesystem", "replica addresses",
+            "gpus per node (gres)", "lighthouse", "tokenizer", "training stack",
+            "python packages", "WANDB_API_KEY", "HF_TOKEN", "shared filesystem",
+            "replica addresses",
         }  # fmt: skip
+        assert checks["training stack"]["detail"].startswith(f"{stacks.installed().name}: ")
         assert "from compute node worker-" in checks["lighthouse"]["detail"]
         assert "HTTP 200" in checks["lighthouse"]["detail"]
         assert "is read on worker-" in checks["shared filesystem"]["detail"]
@@ -93,7 +95,7 @@ def test_doctor_all_pass_on_the_local_cluster(slurm_cluster, local_assets, tmp_p
         assert checks["HF_TOKEN"]["detail"].startswith("set")
         text = _doctor(env)
         assert text.returncode == 0
-        assert "11 checks: 11 pass, 0 warn, 0 fail: all pass" in text.stdout
+        assert "12 checks: 12 pass, 0 warn, 0 fail: all pass" in text.stdout
         assert SECRET not in out.stdout + out.stderr + text.stdout + text.stderr
         # the probe file is cleaned up
         assert not list((tmp_path / "outputs" / ".doctor").glob("probe-*"))
